@@ -1,0 +1,49 @@
+"""The ``grounding-rl`` command. Each subcommand lives in its own module exposing ``main(argv) -> int``.
+
+Modules are imported only when their subcommand runs, so ``grounding-rl --help`` is instant.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "prepare": ("grounding_rl.data.prepare", "convert benchmark annotations to canonical JSONL"),
+    "score": ("grounding_rl.reward.score", "score predictions against annotations (R1@m, mIoU)"),
+    "train": ("grounding_rl.update.train", "GRPO training (TrlParser: --config X.yaml plus overrides)"),
+    "sft": ("grounding_rl.update.sft", "supervised warm start on the answer format"),
+    "eval": ("grounding_rl.eval.evaluate", "evaluate a checkpoint on a canonical JSONL"),
+    "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
+    "tiny-model": ("grounding_rl.models.tiny", "build a random-weight tiny Qwen2.5-VL for tests and the demo"),
+    "demo-data": ("grounding_rl.data.demo", "write procedural demo clips and splits"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: grounding-rl SUBCOMMAND [options]   (grounding-rl SUBCOMMAND --help for its options)", "",
+             "Video temporal grounding with GRPO on Qwen2.5-VL.", "", "subcommands:"]
+    lines += [f"  {name:<12} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from grounding_rl import __version__
+
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"grounding-rl: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

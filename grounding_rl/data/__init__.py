@@ -1,0 +1,1 @@
+"""Data: annotation readers → canonical samples → frames sampled at an exact fps → processor inputs."""

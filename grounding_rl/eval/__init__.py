@@ -1,0 +1,1 @@
+"""Evaluation and inference: the training preprocessing, greedy decoding, metrics, reports and pictures."""

@@ -1,0 +1,1 @@
+"""Reward: answer parsing, temporal IoU, weighted rewards and evaluation metrics (pure functions)."""

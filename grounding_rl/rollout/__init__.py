@@ -1,0 +1,1 @@
+"""Rollout: the think/answer prompt and G generations per clip."""

@@ -1,0 +1,1 @@
+"""Update: GRPO configuration, loss math and the video GRPO trainer."""

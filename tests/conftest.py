@@ -1,0 +1,45 @@
+"""Shared fixtures: the real data folder (skip outside CI when absent, fail in CI) and offline settings."""
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from grounding_rl.paths import shared_dir  # noqa: E402
+
+
+def _require_shared() -> Path:
+    path = shared_dir()
+    if path is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("../shared (or $GROUNDING_RL_SHARED) is missing in CI")
+        pytest.skip("../shared is not available: set GROUNDING_RL_SHARED")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    """Root of ../shared."""
+    return _require_shared()
+
+
+@pytest.fixture(scope="session")
+def videos_dir(shared) -> Path:
+    """../shared/data/videos: six real clips and annotations.jsonl."""
+    return shared / "data" / "videos"
+
+
+@pytest.fixture(scope="session")
+def benchmarks_dir(shared) -> Path:
+    """../shared/data/benchmarks: public annotation files."""
+    return shared / "data" / "benchmarks"
+
+
+@pytest.fixture(scope="session")
+def qwen_processor_dir(shared) -> Path:
+    """Real Qwen2.5-VL-7B-Instruct tokenizer/processor files (no weights)."""
+    return shared / "models" / "Qwen2.5-VL-7B-Instruct"
