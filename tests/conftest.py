@@ -43,3 +43,11 @@ def benchmarks_dir(shared) -> Path:
 def qwen_processor_dir(shared) -> Path:
     """Real Qwen2.5-VL-7B-Instruct tokenizer/processor files (no weights)."""
     return shared / "models" / "Qwen2.5-VL-7B-Instruct"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, qwen_processor_dir) -> Path:
+    """A random-weight tiny Qwen2.5-VL with the real Qwen tokenizer and processor settings (built once per session)."""
+    from grounding_rl.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), tokenizer=qwen_processor_dir, seed=0)

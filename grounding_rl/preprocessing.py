@@ -1,0 +1,118 @@
+"""How a (video, query) pair becomes model inputs — the one place shared by training, SFT, evaluation and inference.
+
+``grounding_config.json`` (written into every checkpoint) records the prompt template, the video settings and the
+reward settings, so evaluation and inference reuse exactly the training preprocessing.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from transformers.video_utils import VideoMetadata
+
+from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.rollout.prompts import TEMPLATES, render_prompt
+
+CONFIG_NAME = "grounding_config.json"
+
+
+@dataclass
+class GroundingConfig:
+    """What a checkpoint was trained with, saved as ``grounding_config.json``.
+
+    Attributes:
+        prompt_template: name in :data:`grounding_rl.rollout.prompts.TEMPLATES`.
+        video: frame sampling settings (fps, frame bounds, pixel budget).
+        reward_funcs: reward names used in training (informational for eval).
+        reward_weights: their weights (None = all 1.0).
+    """
+
+    prompt_template: str = "default"
+    video: VideoSettings = field(default_factory=VideoSettings)
+    reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"])
+    reward_weights: list[float] | None = None
+
+    def __post_init__(self):
+        if self.prompt_template not in TEMPLATES:
+            raise ValueError(f"unknown prompt_template {self.prompt_template!r}; known: {sorted(TEMPLATES)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``directory/grounding_config.json``; returns its path."""
+        path = Path(directory) / CONFIG_NAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "GroundingConfig":
+        known = {f.name for f in fields(VideoSettings)}
+        video = VideoSettings(**{k: v for k, v in (data.get("video") or {}).items() if k in known})
+        return cls(
+            prompt_template=data.get("prompt_template", "default"),
+            video=video,
+            reward_funcs=list(data.get("reward_funcs", ["iou", "format"])),
+            reward_weights=data.get("reward_weights"),
+        )
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "GroundingConfig | None":
+        """Read ``directory/grounding_config.json``; None when the directory has none (e.g. a hub checkpoint).
+
+        Raises:
+            ValueError: the file exists but is not valid JSON (names the file).
+        """
+        path = Path(directory) / CONFIG_NAME
+        if not path.is_file():
+            return None
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: invalid JSON ({err})") from err
+
+
+def video_metadata(video: SampledVideo) -> VideoMetadata:
+    """Describe the *sampled* clip to the processor: fps = effective sampled fps, T frames, indices range(T).
+
+    With ``do_sample_frames=False`` the processor then computes ``second_per_grid_ts = temporal_patch_size / fps``
+    (1.0 at 2 fps). Without metadata transformers 5.24 assumes 24 fps (``second_per_grid_ts`` 0.083, wrong).
+    """
+    t = video.num_frames
+    return VideoMetadata(
+        total_num_frames=t, fps=video.sampled_fps, frames_indices=list(range(t)), duration=t / video.sampled_fps
+    )
+
+
+def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str = "default", **extra):
+    """Processor inputs for a batch of (query, clip) pairs, left-padded for generation.
+
+    Args:
+        processor: a Qwen2.5-VL ``AutoProcessor`` (its tokenizer's padding side is set to left here).
+        queries: one sentence per row.
+        videos: one :class:`SampledVideo` per row (frames already resized to multiples of 28; no second resize).
+        template: prompt template name.
+        extra: passed to the processor (e.g. ``text=`` is not allowed; use it for ``return_tensors`` overrides).
+
+    Returns:
+        ``BatchFeature`` with ``input_ids`` and ``attention_mask`` (B, L), ``pixel_values_videos``
+        (Σ patches, 1176), ``video_grid_thw`` (B, 3), ``second_per_grid_ts`` (B,), ``mm_token_type_ids`` (B, L)
+        — pass all of them to the model (without ``mm_token_type_ids`` 3D RoPE falls back to 1D).
+    """
+    if len(queries) != len(videos):
+        raise ValueError(f"{len(queries)} queries but {len(videos)} videos")
+    processor.tokenizer.padding_side = "left"
+    texts = [render_prompt(processor, q, template) for q in queries]
+    return processor(
+        text=texts,
+        videos=[v.frames for v in videos],
+        video_metadata=[video_metadata(v) for v in videos],
+        do_sample_frames=False,
+        do_resize=False,  # frames are already at qwen-vl-utils' sizes; a second resize would change the budget
+        cap_pixels_per_frame=False,  # the cap is ours (VideoSettings.total_pixels), applied when sampling
+        padding=True,
+        return_tensors="pt",
+        **extra,
+    )
