@@ -1,0 +1,101 @@
+"""``grounding-rl score``: metrics of a predictions file against canonical annotations (issue 3, point 5).
+
+    grounding-rl score --predictions PRED.jsonl --annotations GT.jsonl [--out metrics.json]
+
+Annotations are canonical JSONL (``{"video", "query", "start", "end", "duration", "qid", "source"}``; a line without
+``qid`` gets its 0-based line number as a string, like the canonical ``jsonl`` reader). Predictions are JSONL lines with
+``qid`` plus ``answer`` text and/or ``start``/``end`` seconds; when both are given ``start``/``end`` win and the text
+counts only for the format rate. The join is on ``qid`` (compared as strings). Annotated queries without a prediction
+count as failures (IoU 0); predictions for unknown qids are listed on stderr and counted as ``unknown_qids``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from grounding_rl.reward.metrics import compute_metrics, format_metrics_table
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(0-based line number, object)`` for each non-blank line; ValueError naming file and 1-based line when bad."""
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{i + 1}: invalid JSON: {err.msg}") from err
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}:{i + 1}: expected a JSON object, got {type(obj).__name__}")
+            yield i, obj
+
+
+def _index(path: Path, *, default_qid: bool) -> dict[str, tuple[int, dict]]:
+    """``{qid: (line number, object)}``; ValueError on a missing qid (unless ``default_qid``) or a duplicate."""
+    out: dict[str, tuple[int, dict]] = {}
+    for i, obj in _read_jsonl(path):
+        qid = obj.get("qid")
+        if qid is None:
+            if not default_qid:
+                raise ValueError(f"{path}:{i + 1}: prediction has no 'qid'")
+            qid = i
+        qid = str(qid)
+        if qid in out:
+            raise ValueError(f"{path}:{i + 1}: duplicate qid {qid!r} (first on line {out[qid][0] + 1})")
+        out[qid] = (i, obj)
+    return out
+
+
+def score(predictions: Path, annotations: Path) -> dict:
+    """Metrics (``compute_metrics`` names plus ``unknown_qids``, a count) of ``predictions`` against ``annotations``.
+
+    Raises ValueError naming file and line for bad JSON, a missing or duplicate qid, or a bad field.
+    """
+    gts = _index(annotations, default_qid=True)
+    preds = _index(predictions, default_qid=False)
+    unknown = [qid for qid in preds if qid not in gts]
+    if unknown:
+        shown = ", ".join(repr(q) for q in unknown[:10]) + (" …" if len(unknown) > 10 else "")
+        print(f"score: {len(unknown)} prediction(s) for qids not in {annotations}: {shown}", file=sys.stderr)
+    records = []
+    for qid, (line, gt) in gts.items():
+        pred = preds.get(qid, (None, {}))[1]
+        answer = pred.get("answer")
+        if answer is not None and not isinstance(answer, str):
+            raise ValueError(f"{predictions}:{preds[qid][0] + 1}: 'answer' must be a string, got {answer!r}")
+        for key in ("start", "end"):
+            value = pred.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"{predictions}:{preds[qid][0] + 1}: {key!r} must be seconds or null, got {value!r}")
+        records.append({
+            "qid": f"{qid} ({annotations}:{line + 1})",
+            "start": gt.get("start"), "end": gt.get("end"), "duration": gt.get("duration"),
+            "answer": answer, "pred_start": pred.get("start"), "pred_end": pred.get("end"),
+        })
+    metrics = compute_metrics(records)
+    metrics["unknown_qids"] = len(unknown)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="grounding-rl score", description="Score predictions against annotations (R1@m, mIoU)."
+    )
+    parser.add_argument("--predictions", type=Path, required=True, help="JSONL: qid plus answer and/or start/end")
+    parser.add_argument("--annotations", type=Path, required=True, help="canonical JSONL of the queries")
+    parser.add_argument("--out", type=Path, default=None, help="write the metrics as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        metrics = score(args.predictions, args.annotations)
+    except (OSError, ValueError) as err:
+        print(f"grounding-rl score: error: {err}", file=sys.stderr)
+        return 1
+    print(format_metrics_table(metrics))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    return 0

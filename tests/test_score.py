@@ -1,0 +1,74 @@
+"""`grounding-rl score` (issue 3, point 5)."""
+import json
+
+import pytest
+
+from grounding_rl.cli import main as cli_main
+from grounding_rl.reward.score import main
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def gt(qid, start, end, duration=40.0):
+    row = {"video": "v.mp4", "query": "q", "start": start, "end": end, "duration": duration, "source": "test"}
+    return row if qid is None else {**row, "qid": qid}
+
+
+def test_join_missing_unknown_and_default_qid(tmp_path, capsys):
+    ann = write_jsonl(tmp_path / "gt.jsonl", [gt("q0", 15.0, 18.0), gt(7, 10.0, 20.0), gt("q2", 1.0, 2.0),
+                                              gt(None, 0.0, 4.0)])  # last line has no qid -> "3"
+    pred = write_jsonl(tmp_path / "pred.jsonl", [
+        {"qid": "q0", "answer": "<think>t</think><answer>15.3 to 18.5</answer>"},  # 0.7714, formatted
+        {"qid": "7", "start": 16.0, "end": 20.0, "answer": "<answer>bad</answer>"},  # start/end win: 0.4
+        {"qid": 3, "start": 0.0, "end": 4.0},  # int qid joins "3": 1.0
+        {"qid": "zz", "answer": "<answer>1 to 2</answer>"},  # unknown
+    ])  # q2 missing -> failure
+    out = tmp_path / "m" / "metrics.json"
+    assert main(["--predictions", str(pred), "--annotations", str(ann), "--out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert m["n"] == 4 and m["unknown_qids"] == 1
+    assert m["mIoU"] == pytest.approx(100 * (2.7 / 3.5 + 0.4 + 1.0) / 4)
+    assert (m["R1@0.3"], m["R1@0.5"], m["R1@0.7"]) == (75.0, 50.0, 50.0)
+    assert m["parse_failure_rate"] == 25.0 and m["format_rate"] == 25.0
+    captured = capsys.readouterr()
+    assert "'zz'" in captured.err and "| n | R1@0.3" in captured.out
+
+
+def test_bad_json_names_file_and_line(tmp_path, capsys):
+    ann = write_jsonl(tmp_path / "gt.jsonl", [gt("a", 1.0, 2.0), "{not json"])
+    pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "a", "start": 1.0, "end": 2.0}])
+    assert main(["--predictions", str(pred), "--annotations", str(ann)]) == 1
+    assert f"{ann}:2: invalid JSON" in capsys.readouterr().err
+
+
+def test_duplicate_and_missing_qid_in_predictions(tmp_path, capsys):
+    ann = write_jsonl(tmp_path / "gt.jsonl", [gt("a", 1.0, 2.0)])
+    pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "a", "start": 1.0, "end": 2.0}, {"qid": "a"}])
+    assert main(["--predictions", str(pred), "--annotations", str(ann)]) == 1
+    assert "pred.jsonl:2: duplicate qid 'a'" in capsys.readouterr().err
+    write_jsonl(pred, [{"answer": "<answer>1 to 2</answer>"}])
+    assert main(["--predictions", str(pred), "--annotations", str(ann)]) == 1
+    assert "pred.jsonl:1: prediction has no 'qid'" in capsys.readouterr().err
+
+
+def test_real_annotations_via_cli(videos_dir, tmp_path):
+    """The shared canonical file has no qids: they become line numbers. Perfect answers for even lines only."""
+    lines = (videos_dir / "annotations.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    pred = write_jsonl(tmp_path / "pred.jsonl", [
+        {"qid": str(i), "answer": f"<think>x</think><answer>{r['start']:.2f} to {r['end']:.2f}</answer>"}
+        for i, r in enumerate(rows) if i % 2 == 0
+    ])
+    out = tmp_path / "metrics.json"
+    args = ["score", "--predictions", str(pred), "--annotations", str(videos_dir / "annotations.jsonl"),
+            "--out", str(out)]
+    assert cli_main(args) == 0
+    m = json.loads(out.read_text())
+    n_even = (len(rows) + 1) // 2
+    assert m["n"] == len(rows) == 15
+    assert m["mIoU"] == pytest.approx(100 * n_even / 15)
+    assert m["parse_failure_rate"] == pytest.approx(100 * (15 - n_even) / 15)
+    assert m["format_rate"] == pytest.approx(100 * n_even / 15) and m["unknown_qids"] == 0
