@@ -1,0 +1,306 @@
+"""Annotation readers → canonical samples, selected by name from :data:`READERS` (issue 2, point 2).
+
+Every reader has the signature ``reader(path, *, video_root=None, durations=None) -> Iterator[Sample]`` and yields
+samples *before* validation (apply :func:`grounding_rl.data.samples.validate`). Times are converted to seconds; video
+names become paths by the rules of :class:`~grounding_rl.data.samples.VideoResolver`. A duration missing from the
+annotation comes from ``durations`` (``{video id: seconds}``, see :func:`load_durations`), else is probed from the video
+when the file exists, else the reader raises :class:`~grounding_rl.data.samples.AnnotationError` naming the file and
+line (or video key).
+
+Formats:
+
+``charades_sta``
+    Charades-STA text, one ``VIDEOID start end##sentence`` per line. Charades-STA has no durations: pass a Charades json
+    (``charades_sta/charades.json``) or csv (``Charades_v1_*.csv``, ``length`` column) as ``durations``, or videos.
+``activitynet``
+    ``{video id: {duration, timestamps: [[s, e], ...], sentences: [...]}}`` (ActivityNet Captions; TimeZero's
+    charades/activitynet files). ``video_duration`` is accepted for ``duration`` (Charades-CD / Charades-CG files).
+``tacos``
+    ActivityNet-like with timestamps in frames plus ``fps`` and ``num_frames``: seconds = frames / fps, duration =
+    num_frames / fps.
+``time_r1``
+    Time-R1's list of ``{video, duration, timestamp: [s, e], sentence, qid, ...}``.
+``tvgbench``
+    Time-R1's TVGBench list of ``{path, question, answer: "s-e", duration, ...}`` (its ``start``/``end`` fields are
+    not the answer and are ignored).
+``jsonl``
+    The canonical JSONL (:func:`grounding_rl.data.samples.iter_jsonl`).
+
+``qid`` is the source's id where it has one (Time-R1), else ``<format>:<video id>#<index>`` with index the 0-based
+position of the query among that video's queries in the file; ``source`` is the format name.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_jsonl
+
+
+class Reader(Protocol):
+    def __call__(self, path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                 durations: dict[str, float] | None = None) -> Iterator[Sample]: ...
+
+
+# ----------------------------------------------------------------------------------------------------------- helpers
+def load_durations(path: str | os.PathLike) -> dict[str, float]:
+    """Video durations in seconds, keyed by video id, from a Charades-style json or csv.
+
+    * ``.json``: ``{id: {"duration": s, ...}}`` (``charades_sta/charades.json``; ``video_duration`` also accepted) or
+      ``{id: s}``.
+    * ``.csv``: a header with ``id`` and ``length`` columns (Charades ``Charades_v1_{train,test}.csv``).
+
+    Raises:
+        AnnotationError: unknown extension, missing columns, or a non-numeric duration (names the file and line/key).
+    """
+    path = str(path)
+    suffix = Path(path).suffix.lower()
+    out: dict[str, float] = {}
+    if suffix == ".json":
+        data = _load_json(path, dict)
+        for vid, value in data.items():
+            if isinstance(value, dict):
+                value = value.get("duration", value.get("video_duration"))
+            if value is not None:
+                out[str(vid)] = as_seconds(value, "duration", f"{path}: video {vid}")
+        return out
+    if suffix == ".csv":
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            rows = csv.DictReader(handle)
+            fields = rows.fieldnames or []
+            if "id" not in fields or "length" not in fields:
+                raise AnnotationError(f"{path}: a durations csv needs 'id' and 'length' columns, found {fields}")
+            for row in rows:
+                if row["length"] not in (None, ""):
+                    out[row["id"]] = as_seconds(row["length"], "length", f"{path}:{rows.line_num}")
+        return out
+    raise AnnotationError(f"{path}: durations must be a .json or .csv file")
+
+
+def _load_json(path: str, kind: type) -> Any:
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as err:
+        raise AnnotationError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(data, kind):
+        raise AnnotationError(f"{path}: expected a JSON {kind.__name__} at the top level, got {type(data).__name__}")
+    return data
+
+
+def _duration(resolver: VideoResolver, given: Any, vid: str, video: str, durations: dict[str, float] | None,
+              where: str) -> float:
+    """The annotation's duration, else ``durations[vid]``, else the probed video; else an error naming ``where``."""
+    if given is not None:
+        return as_seconds(given, "duration", where)
+    if durations and vid in durations:
+        return durations[vid]
+    probed = resolver.duration(video)
+    if probed is None:
+        raise AnnotationError(f"{where}: no duration for video {vid!r}: give --durations (a Charades json, or a csv "
+                              f"with a 'length' column) or --video-root with the video ({video} is missing)")
+    return probed
+
+
+def _pair(value: Any, where: str) -> tuple[Any, Any]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise AnnotationError(f"{where}: a timestamp must be [start, end], got {value!r}")
+    return value[0], value[1]
+
+
+def _text(value: Any, what: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise AnnotationError(f"{where}: {what} must be a string, got {value!r}")
+    return value
+
+
+def _iter_grouped(path: str, format_name: str, resolver: VideoResolver, durations: dict[str, float] | None,
+                  frames: bool) -> Iterator[Sample]:
+    """ActivityNet-style ``{vid: {timestamps, sentences, ...}}``; with ``frames``, TACoS units (frames, fps)."""
+    data = _load_json(path, dict)
+    for vid, entry in data.items():
+        where = f"{path}: video {vid}"
+        if not isinstance(entry, dict):
+            raise AnnotationError(f"{where}: expected an object, got {type(entry).__name__}")
+        timestamps, sentences = entry.get("timestamps"), entry.get("sentences")
+        if not isinstance(timestamps, list) or not isinstance(sentences, list) or len(timestamps) != len(sentences):
+            raise AnnotationError(f"{where}: needs lists 'timestamps' and 'sentences' of equal length")
+        video = resolver.path(vid, bare_id=True)
+        if frames:
+            fps = as_seconds(entry.get("fps"), "fps", where)
+            if not fps > 0:
+                raise AnnotationError(f"{where}: fps must be positive, got {fps}")
+            num_frames = entry.get("num_frames")
+            given = entry.get("duration")
+            if num_frames is not None:
+                given = as_seconds(num_frames, "num_frames", where) / fps
+            scale = 1.0 / fps
+        else:
+            given, scale = entry.get("duration", entry.get("video_duration")), 1.0
+        duration = _duration(resolver, given, vid, video, durations, where)
+        for index, (stamp, sentence) in enumerate(zip(timestamps, sentences)):
+            at = f"{where}, query {index}"
+            start, end = _pair(stamp, at)
+            yield Sample(video=video, query=_text(sentence, "sentence", at),
+                         start=as_seconds(start, "start", at) * scale, end=as_seconds(end, "end", at) * scale,
+                         duration=duration, qid=f"{format_name}:{vid}#{index}", source=format_name)
+
+
+# ----------------------------------------------------------------------------------------------------------- readers
+def read_charades_sta(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                      durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """Charades-STA text: ``VIDEOID start end##sentence`` per line (Gao et al., TALL, ICCV 2017). Streams the file.
+
+    Raises:
+        AnnotationError: a malformed line, or a video without a duration (``FILE:LINE``, 1-based).
+    """
+    path = str(path)
+    resolver = VideoResolver(path, video_root)
+    seen: dict[str, int] = defaultdict(int)
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            head, sep, sentence = line.rstrip("\r\n").partition("##")
+            parts = head.split()
+            if not sep or len(parts) != 3:
+                raise AnnotationError(f"{where}: expected 'VIDEOID start end##sentence', got {line.strip()!r}")
+            vid = parts[0]
+            video = resolver.path(vid, bare_id=True)
+            duration = _duration(resolver, None, vid, video, durations, where)
+            index = seen[vid]
+            seen[vid] += 1
+            yield Sample(video=video, query=sentence, start=as_seconds(parts[1], "start", where),
+                         end=as_seconds(parts[2], "end", where), duration=duration,
+                         qid=f"charades_sta:{vid}#{index}", source="charades_sta")
+
+
+def read_activitynet(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                     durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """ActivityNet Captions json ``{vid: {duration, timestamps, sentences}}`` (Krishna et al., ICCV 2017); also
+    TimeZero's files and Charades-CD/CG (``video_duration``).
+
+    Raises:
+        AnnotationError: malformed entry or no duration (names the file and video id).
+    """
+    path = str(path)
+    return _iter_grouped(path, "activitynet", VideoResolver(path, video_root), durations, frames=False)
+
+
+def read_tacos(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+               durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """TACoS json (2D-TAN's release): timestamps in frames, ``fps`` and ``num_frames`` per video → seconds.
+
+    Raises:
+        AnnotationError: malformed entry, fps missing or ≤ 0, or no duration (names the file and video id).
+    """
+    path = str(path)
+    return _iter_grouped(path, "tacos", VideoResolver(path, video_root), durations, frames=True)
+
+
+def read_time_r1(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                 durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """Time-R1 training list ``[{video, duration, timestamp: [s, e], sentence, qid, ...}]`` (Wang et al., 2025).
+
+    Raises:
+        AnnotationError: malformed item or no duration (names the file and item index).
+    """
+    path = str(path)
+    resolver = VideoResolver(path, video_root)
+    seen: dict[str, int] = defaultdict(int)
+    for position, item in enumerate(_load_json(path, list)):
+        where = f"{path}: item {position}"
+        if not isinstance(item, dict):
+            raise AnnotationError(f"{where}: expected an object")
+        name = _text(item.get("video"), "video", where)
+        vid = Path(name).stem
+        video = resolver.path(name, bare_id=True)
+        start, end = _pair(item.get("timestamp"), where)
+        index = seen[vid]
+        seen[vid] += 1
+        qid = item.get("qid")
+        yield Sample(video=video, query=_text(item.get("sentence"), "sentence", where),
+                     start=as_seconds(start, "start", where), end=as_seconds(end, "end", where),
+                     duration=_duration(resolver, item.get("duration"), vid, video, durations, where),
+                     qid=str(qid) if qid is not None else f"time_r1:{vid}#{index}", source="time_r1")
+
+
+_ANSWER = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*-\s*([0-9]+(?:\.[0-9]*)?)\s*")
+
+
+def read_tvgbench(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                  durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """Time-R1's TVGBench list ``[{path, question, answer: "s-e", duration, ...}]`` (800 items; 11 have s = e).
+
+    Raises:
+        AnnotationError: malformed item, an answer not of the form ``s-e``, or no duration (names file and item).
+    """
+    path = str(path)
+    resolver = VideoResolver(path, video_root)
+    seen: dict[str, int] = defaultdict(int)
+    for position, item in enumerate(_load_json(path, list)):
+        where = f"{path}: item {position}"
+        if not isinstance(item, dict):
+            raise AnnotationError(f"{where}: expected an object")
+        name = _text(item.get("path"), "path", where)
+        vid = Path(name).stem
+        video = resolver.path(name, bare_id=True)
+        answer = _text(item.get("answer"), "answer", where)
+        match = _ANSWER.fullmatch(answer)
+        if match is None:
+            raise AnnotationError(f"{where}: answer must be 'start-end' in seconds, got {answer!r}")
+        index = seen[vid]
+        seen[vid] += 1
+        yield Sample(video=video, query=_text(item.get("question"), "question", where),
+                     start=float(match.group(1)), end=float(match.group(2)),
+                     duration=_duration(resolver, item.get("duration"), vid, video, durations, where),
+                     qid=f"tvgbench:{vid}#{index}", source="tvgbench")
+
+
+def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+               durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_jsonl`)."""
+    return iter_jsonl(path, video_root=video_root, durations=durations)
+
+
+READERS: dict[str, Callable[..., Iterator[Sample]]] = {
+    "charades_sta": read_charades_sta,
+    "activitynet": read_activitynet,
+    "tacos": read_tacos,
+    "time_r1": read_time_r1,
+    "tvgbench": read_tvgbench,
+    "jsonl": read_jsonl,
+}
+
+
+def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                     durations: str | os.PathLike | dict[str, float] | None = None) -> Iterator[Sample]:
+    """Samples (unvalidated) from ``path`` with the reader registered as ``format_name``.
+
+    Args:
+        format_name: a key of :data:`READERS`.
+        path: the annotation file.
+        video_root: folder for relative video paths (default: the annotation file's folder).
+        durations: a durations file (see :func:`load_durations`) or a ready ``{video id: seconds}`` mapping.
+    Raises:
+        KeyError: unknown format (the message lists the known ones).
+        FileNotFoundError: ``path`` does not exist.
+        AnnotationError: see the readers.
+    """
+    if format_name not in READERS:
+        raise KeyError(f"unknown annotation format {format_name!r}; known: {', '.join(READERS)}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"annotation file not found: {path}")
+    if durations is not None and not isinstance(durations, dict):
+        durations = load_durations(durations)
+    return READERS[format_name](path, video_root=video_root, durations=durations)
+
+
+__all__ = ["READERS", "Reader", "load_durations", "read_activitynet", "read_annotations", "read_charades_sta",
+           "read_jsonl", "read_tacos", "read_time_r1", "read_tvgbench"]

@@ -1,0 +1,337 @@
+"""The canonical sample (one JSONL line per query) and the one validation policy used by training, evaluation and
+inference (issue 2, point 2).
+
+A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source"}``: ``video`` is a path,
+times are seconds as floats. :func:`load_samples` is what training and evaluation call: it reads such a file, resolves
+relative video paths, fills missing durations by probing the video, and applies :func:`validate`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from grounding_rl.data.probe import VideoProbeError, probe_duration
+
+logger = logging.getLogger(__name__)
+
+# Extensions recognised as videos (lower case), in order of preference after ".mp4".
+VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".3gp", ".ts")
+
+FIELDS = ("video", "query", "start", "end", "duration", "qid", "source")
+
+
+class AnnotationError(ValueError):
+    """An annotation file or line cannot be turned into a sample. The message names the file and line (or video key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One grounding query on one video.
+
+    Attributes:
+        video: path of the video file (absolute after reading; see :class:`VideoResolver`).
+        query: the sentence describing the event.
+        start: ground-truth start, seconds.
+        end: ground-truth end, seconds.
+        duration: video duration, seconds.
+        qid: query id: the source's own id where it has one, else ``<source>:<video id>#<index>``
+            (index = 0-based position of the query among that video's queries in the file); for ``jsonl`` files
+            without ``qid``, the 0-based line number.
+        source: the reader (format) name, or the ``source`` field of a canonical line.
+    """
+
+    video: str
+    query: str
+    start: float
+    end: float
+    duration: float
+    qid: str
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical JSON object (keys in :data:`FIELDS` order)."""
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """One canonical JSONL line (no trailing newline), UTF-8 text kept as is."""
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------------------------------------- validation
+def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
+    """Apply the validation policy to one sample.
+
+    Policy (issue 2, point 2), in this order:
+
+    1. the query's surrounding whitespace is stripped; an empty query → dropped;
+    2. a non-finite time, or a duration ≤ 0 → dropped;
+    3. start ≥ end → dropped;
+    4. start < 0 → clamped to 0; end > duration → clamped to the duration (either counts once as "clamped");
+    5. if the clamped segment is empty (start ≥ duration: the event lies wholly after the video's end) → dropped.
+       Step 5 is the rule of step 3 applied to the clamped segment; without it a sample with start > end would be
+       kept (3 Charades-CD ood queries, see the tests).
+
+    Args:
+        sample: a sample as read from an annotation file.
+    Returns:
+        (sample with stripped query and clamped times, "kept" | "clamped") or (None, "dropped: <reason>").
+    """
+    query = sample.query.strip()
+    if not query:
+        return None, "dropped: empty query"
+    start, end, duration = sample.start, sample.end, sample.duration
+    if not all(math.isfinite(x) for x in (start, end, duration)) or duration <= 0:
+        return None, f"dropped: non-finite time or duration ≤ 0 (start={start}, end={end}, duration={duration})"
+    if start >= end:
+        return None, f"dropped: start {start} >= end {end}"
+    new_start, new_end = max(start, 0.0), min(end, duration)
+    if new_start >= new_end:
+        return None, f"dropped: segment {start}-{end} lies outside the video (duration {duration})"
+    status = "clamped" if (new_start, new_end) != (start, end) else "kept"
+    if status == "kept" and query == sample.query:
+        return sample, status
+    return replace(sample, query=query, start=float(new_start), end=float(new_end)), status
+
+
+def validate(samples: Iterable[Sample], *, log_limit: int = 5) -> tuple[list[Sample], dict[str, int]]:
+    """The one validation policy for training, evaluation and inference (see :func:`validate_sample`).
+
+    Args:
+        samples: samples as read.
+        log_limit: how many drops and clamps to log (warning level, naming the qid) before going quiet.
+    Returns:
+        (kept samples in input order, counts ``{"kept", "dropped", "clamped"}``); ``kept`` includes the clamped ones.
+    """
+    kept: list[Sample] = []
+    dropped = clamped = 0
+    for sample in samples:
+        new, status = validate_sample(sample)
+        if new is None:
+            dropped += 1
+            if dropped <= log_limit:
+                logger.warning("%s (qid %s, video %s)", status, sample.qid, sample.video)
+            continue
+        if status == "clamped":
+            clamped += 1
+            if clamped <= log_limit:
+                logger.info("clamped %s-%s to %s-%s (qid %s, duration %s)", sample.start, sample.end, new.start,
+                            new.end, sample.qid, sample.duration)
+        kept.append(new)
+    return kept, {"kept": len(kept), "dropped": dropped, "clamped": clamped}
+
+
+# ---------------------------------------------------------------------------------------------------------- videos
+def has_video_extension(name: str) -> bool:
+    """True when ``name`` ends with one of :data:`VIDEO_EXTENSIONS` (case-insensitive)."""
+    return os.path.splitext(name)[1].lower() in VIDEO_EXTENSIONS
+
+
+class VideoResolver:
+    """Turns the video names found in annotation files into paths, and probes durations (both cached).
+
+    Rules (issue 2, point 2): an absolute path is kept; a relative one resolves against ``video_root`` when given,
+    else against the annotation file's folder. A bare id (no video extension; Charades, ActivityNet) becomes
+    ``<id>.mp4`` unless that file is absent and a file ``<id>.<ext>`` with another video extension exists (first in
+    :data:`VIDEO_EXTENSIONS` order). Extension to the issue: with ``video_root`` given, a relative path with folders
+    (Time-R1's ``./dataset/.../x.mp4``) that does not exist there resolves to ``video_root/x.mp4`` when that exists.
+
+    Args:
+        annotation_path: the annotation file (its folder is the default root).
+        video_root: folder of the videos, or None.
+    """
+
+    def __init__(self, annotation_path: str | os.PathLike, video_root: str | os.PathLike | None = None):
+        self.video_root = os.path.abspath(video_root) if video_root is not None else None
+        self.root = self.video_root or os.path.dirname(os.path.abspath(annotation_path))
+        self._listings: dict[str, tuple[set[str], dict[str, str]]] = {}
+        self._paths: dict[tuple[str, bool], str] = {}
+        self._durations: dict[str, float | None] = {}
+
+    def _listing(self, folder: str) -> tuple[set[str], dict[str, str]]:
+        """File names in ``folder`` (listed once): the exact names, and lower-cased name → name."""
+        if folder not in self._listings:
+            try:
+                names = {entry.name for entry in os.scandir(folder) if not entry.is_dir()}
+            except OSError:
+                names = set()
+            self._listings[folder] = (names, {name.lower(): name for name in names})
+        return self._listings[folder]
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` is an existing file (via cached folder listings)."""
+        return os.path.basename(path) in self._listing(os.path.dirname(path))[0]
+
+    def path(self, name: str, *, bare_id: bool = False) -> str:
+        """The absolute, normalised path of the video called ``name`` in an annotation file.
+
+        Args:
+            name: a path or, when ``bare_id`` is True, possibly a bare id without extension.
+            bare_id: apply the bare-id rule when ``name`` has no video extension.
+        Returns:
+            an absolute path (not checked for existence, except to choose between candidates).
+        """
+        key = (name, bare_id)
+        cached = self._paths.get(key)
+        if cached is not None:
+            return cached
+        path = os.path.normpath(os.path.join(self.root, os.path.expanduser(name)))
+        if bare_id and not has_video_extension(name):
+            folder, stem = os.path.dirname(path), os.path.basename(path)
+            names, lowered = self._listing(folder)
+            path = os.path.join(folder, stem + ".mp4")
+            if stem + ".mp4" not in names:
+                for ext in VIDEO_EXTENSIONS:
+                    found = lowered.get((stem + ext).lower())
+                    if found is not None:
+                        path = os.path.join(folder, found)
+                        break
+        elif (self.video_root is not None and not os.path.isabs(name) and os.path.dirname(os.path.normpath(name))
+              and not self.exists(path) and self.exists(os.path.join(self.video_root, os.path.basename(path)))):
+            path = os.path.join(self.video_root, os.path.basename(path))
+        self._paths[key] = path
+        return path
+
+    def duration(self, path: str) -> float | None:
+        """Probed duration (seconds) of the video at ``path``, or None when no such file exists.
+
+        Raises:
+            VideoProbeError: the file exists but its duration cannot be read (names the file).
+        """
+        if path not in self._durations:
+            self._durations[path] = probe_duration(path) if self.exists(path) else None
+        return self._durations[path]
+
+
+# ------------------------------------------------------------------------------------------------------------ JSONL
+def as_seconds(value: Any, what: str, where: str) -> float:
+    """``value`` as a float number of seconds; numeric strings are accepted.
+
+    Raises:
+        AnnotationError: not a number (bools and None included); the message starts with ``where``.
+    """
+    if isinstance(value, bool) or value is None:
+        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {value!r}") from None
+
+
+def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+               durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """Read a canonical JSONL file (not validated: see :func:`validate`).
+
+    Each non-blank line is an object with ``video``, ``query``, ``start``, ``end`` and optionally ``duration``,
+    ``qid`` (default: the 0-based line number, as a string) and ``source`` (default ``"jsonl"``). ``video`` resolves
+    as in :class:`VideoResolver` (no bare-id rule). A missing ``duration`` comes from ``durations`` (keyed by the
+    video's file stem) or is probed from the video when the file exists.
+
+    Args:
+        path: the JSONL file.
+        video_root: folder against which relative ``video`` paths resolve (default: the file's folder).
+        durations: optional ``{video id: seconds}``.
+    Yields:
+        Sample per line.
+    Raises:
+        AnnotationError: a line is not a JSON object, lacks a field, has a non-numeric time, or has no duration and
+            no readable video; the message is ``FILE:LINE`` (1-based) plus the reason.
+        VideoProbeError: a video exists but cannot be read.
+    """
+    path = str(path)
+    resolver = VideoResolver(path, video_root)
+    with open(path, encoding="utf-8-sig") as handle:
+        for index, line in enumerate(handle):
+            if not line.strip():
+                continue
+            where = f"{path}:{index + 1}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise AnnotationError(f"{where}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise AnnotationError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            missing = [key for key in ("video", "query", "start", "end") if key not in row]
+            if missing:
+                raise AnnotationError(f"{where}: missing field(s) {', '.join(missing)}")
+            if not isinstance(row["video"], str) or not isinstance(row["query"], str):
+                raise AnnotationError(f"{where}: video and query must be strings")
+            video = resolver.path(row["video"])
+            if row.get("duration") is not None:
+                duration = as_seconds(row["duration"], "duration", where)
+            elif durations and Path(row["video"]).stem in durations:
+                duration = durations[Path(row["video"]).stem]
+            else:
+                duration = resolver.duration(video)
+                if duration is None:
+                    raise AnnotationError(f"{where}: no duration, and the video {video} to probe it from is missing")
+            yield Sample(video=video, query=row["query"], start=as_seconds(row["start"], "start", where),
+                         end=as_seconds(row["end"], "end", where), duration=duration,
+                         qid=str(row["qid"]) if row.get("qid") is not None else str(index),
+                         source=str(row.get("source") or "jsonl"))
+
+
+def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None) -> list[Sample]:
+    """All samples of a canonical JSONL file, unvalidated (see :func:`iter_jsonl` for rules and errors)."""
+    return list(iter_jsonl(path, video_root=video_root))
+
+
+def write_jsonl(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
+    """Write samples as canonical JSONL, atomically (temporary file in the same folder, then ``os.replace``).
+
+    Args:
+        path: output file; its folder is created if needed.
+        samples: samples to write, one line each.
+    Returns:
+        the number of lines written.
+    """
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for sample in samples:
+                handle.write(sample.to_json() + "\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return count
+
+
+def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None) -> list[Sample]:
+    """Read a canonical JSONL file and apply the validation policy: what training and evaluation call.
+
+    Relative ``video`` paths resolve against ``video_root`` or the file's folder; missing durations are probed from
+    the videos (see :func:`iter_jsonl`); :func:`validate` drops and clamps, and the counts are logged (info level).
+
+    Args:
+        path: canonical JSONL file (e.g. written by ``grounding-rl prepare``).
+        video_root: optional folder for relative video paths.
+    Returns:
+        the kept samples, in file order.
+    Raises:
+        AnnotationError, VideoProbeError: see :func:`iter_jsonl`.
+    """
+    samples, counts = validate(iter_jsonl(path, video_root=video_root))
+    logger.info("%s: %s", path, counts)
+    return samples
+
+
+__all__ = ["AnnotationError", "FIELDS", "Sample", "VIDEO_EXTENSIONS", "VideoProbeError", "VideoResolver",
+           "as_seconds", "has_video_extension", "iter_jsonl", "load_samples", "read_jsonl", "validate",
+           "validate_sample", "write_jsonl"]

@@ -1,0 +1,63 @@
+"""``grounding-rl prepare`` (issue 2, point 3): canonical JSONL out, counts as the last stdout line, atomic write."""
+import json
+
+from grounding_rl.cli import main as cli_main
+from grounding_rl.data.prepare import main
+
+
+def _last_json(capsys):
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_prepare_shared_clips_keeps_durations(tmp_path, videos_dir, capsys):
+    out = tmp_path / "clips.jsonl"
+    source = videos_dir / "annotations.jsonl"
+    assert cli_main(["prepare", "--format", "jsonl", "--annotations", str(source), "--video-root", str(videos_dir),
+                     "--out", str(out)]) == 0
+    assert _last_json(capsys) == {"kept": 15, "dropped": 0, "clamped": 0, "missing_videos": 0}
+    given = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [w["duration"] for w in written] == [g["duration"] for g in given]  # kept, not re-probed
+    assert [(w["start"], w["end"], w["query"]) for w in written] == [(g["start"], g["end"], g["query"]) for g in given]
+    assert [w["video"] for w in written] == [str(videos_dir / g["video"]) for g in given]
+    assert [w["qid"] for w in written] == [str(i) for i in range(15)]
+    assert [w["source"] for w in written] == [g["source"] for g in given]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clips.jsonl"]
+
+
+def test_prepare_charades_test_counts(tmp_path, benchmarks_dir, capsys):
+    out = tmp_path / "charades_test.jsonl"
+    txt = benchmarks_dir / "charades_sta/charades_sta_test.txt"
+    assert main(["--format", "charades_sta", "--annotations", str(txt),
+                 "--durations", str(benchmarks_dir / "charades_sta/charades.json"), "--out", str(out)]) == 0
+    assert _last_json(capsys) == {"kept": 3720, "dropped": 0, "clamped": 562, "missing_videos": 0}
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3720
+    assert json.loads(lines[0])["qid"] == "charades_sta:3MSZA#0"
+
+
+def test_prepare_counts_missing_videos_and_writes_relative_paths(tmp_path, capsys):
+    root = tmp_path / "videos"
+    root.mkdir()
+    (root / "AAA.mp4").write_bytes(b"")
+    ann = tmp_path / "ann.txt"
+    ann.write_text("AAA 1.0 2.0##a\nAAA 3.0 4.0##b\nBBB 1.0 2.0##c\nCCC 1.0 2.0##d\nCCC 3.0 2.0##dropped\n")
+    durations = tmp_path / "d.json"
+    durations.write_text(json.dumps({"AAA": {"duration": 10.0}, "BBB": {"duration": 1.5}, "CCC": {"duration": 9.0}}))
+    out = root / "prepared.jsonl"
+    assert main(["--format", "charades_sta", "--annotations", str(ann), "--durations", str(durations),
+                 "--video-root", str(root), "--out", str(out)]) == 0
+    # BBB and CCC are missing (distinct videos of kept samples); BBB's end 2.0 is clamped to 1.5
+    assert _last_json(capsys) == {"kept": 4, "dropped": 1, "clamped": 1, "missing_videos": 2}
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [w["video"] for w in written] == ["AAA.mp4", "AAA.mp4", "BBB.mp4", "CCC.mp4"]  # inside the out folder
+    assert written[2]["end"] == 1.5
+
+
+def test_prepare_error_names_the_line(tmp_path, capsys):
+    ann = tmp_path / "ann.txt"
+    ann.write_text("AAA 1.0 2.0##a\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["--format", "charades_sta", "--annotations", str(ann), "--out", str(out)]) == 1
+    assert "ann.txt:1: no duration for video 'AAA'" in capsys.readouterr().err
+    assert not out.exists()

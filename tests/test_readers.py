@@ -1,0 +1,274 @@
+"""Annotation readers and the validation policy (issue 2, points 2 and 7): the real benchmark files with the counts of
+the issue, plus small synthetic cases for the path, qid, duration and whitespace rules."""
+import json
+import time
+
+import pytest
+
+from grounding_rl.data.probe import VideoProbeError, probe_duration
+from grounding_rl.data.readers import READERS, load_durations, read_annotations
+from grounding_rl.data.samples import (AnnotationError, Sample, load_samples, read_jsonl, validate, validate_sample,
+                                       write_jsonl)
+
+CHARADES_JSON = "charades_sta/charades.json"
+
+# (format, annotation file, durations file, kept, dropped, clamped). Issue 2 point 3, except the Charades-CD ood line
+# (the issue says 3,375 / 0 / 348): 3 of its queries lie wholly after the video's end and are dropped, not kept with
+# start > end (see test_segment_after_the_video_end_is_dropped).
+CASES = {
+    "charades_test": ("charades_sta", "charades_sta/charades_sta_test.txt", CHARADES_JSON, 3720, 0, 562),
+    "charades_train": ("charades_sta", "charades_sta/charades_sta_train.txt", CHARADES_JSON, 12408, 0, 1802),
+    "timezero_charades_train": ("activitynet", "timezero/charades/train.json", None, 12404, 4, 1786),
+    "activitynet_train": ("activitynet", "activitynet_captions/train.json", None, 37417, 4, 261),
+    "activitynet_val_1": ("activitynet", "activitynet_captions/val_1.json", None, 17505, 0, 134),
+    "activitynet_val_2": ("activitynet", "activitynet_captions/val_2.json", None, 17031, 0, 111),
+    "tacos_train": ("tacos", "tacos/train.json", None, 9790, 0, 43),
+    "tacos_test": ("tacos", "tacos/test.json", None, 4001, 0, 5),
+    "time_r1_train": ("time_r1", "time_r1/train_2k5.json", None, 2500, 0, 48),
+    "tvgbench": ("tvgbench", "time_r1/tvgbench.json", None, 789, 11, 27),
+    "charades_cd_ood": ("activitynet", "timezero/charades_sta_splits/charades_test_ood.json", None, 3372, 3, 345),
+}
+
+
+@pytest.fixture(scope="module")
+def parsed(benchmarks_dir):
+    """Each benchmark file read once per module: name -> (raw samples, kept samples, counts, seconds taken)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            fmt, rel, durations, *_ = CASES[name]
+            began = time.perf_counter()
+            raw = list(read_annotations(fmt, benchmarks_dir / rel,
+                                        durations=benchmarks_dir / durations if durations else None))
+            kept, counts = validate(raw)
+            cache[name] = raw, kept, counts, time.perf_counter() - began
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_counts_on_the_real_files(parsed, name):
+    fmt, _, _, kept, dropped, clamped = CASES[name]
+    raw, samples, counts, _ = parsed(name)
+    assert counts == {"kept": kept, "dropped": dropped, "clamped": clamped}
+    assert len(raw) == kept + dropped
+    assert len({s.qid for s in samples}) == len(samples)  # qids are unique
+    assert all(s.source == fmt for s in samples)
+    assert all(0 <= s.start < s.end <= s.duration for s in samples)
+    assert all(s.query == s.query.strip() and s.query for s in samples)
+
+
+def test_charades_sta_values(parsed, benchmarks_dir):
+    raw, samples, _, _ = parsed("charades_test")
+    first = samples[0]
+    assert first == Sample(video=str(benchmarks_dir / "charades_sta" / "3MSZA.mp4"), query="person turn a light on.",
+                           start=24.3, end=30.4, duration=30.96, qid="charades_sta:3MSZA#0", source="charades_sta")
+    assert samples[1].qid == "charades_sta:3MSZA#1"  # index counts per video
+    clamped = [(r, s) for r, s in zip(raw, samples) if r.end > r.duration]
+    assert len(clamped) == 562
+    assert all(s.end == r.duration and s.start == r.start for r, s in clamped)
+
+
+def test_activitynet_values_and_speed(parsed, benchmarks_dir):
+    raw, samples, _, seconds = parsed("activitynet_train")
+    by_qid = {s.qid: s for s in samples}
+    second = by_qid["activitynet:v_QOlSCBRmfWY#1"]
+    assert raw[1].query.startswith(" The girl")  # the file has a leading space ...
+    assert second.query == "The girl dances around the room while the camera captures her movements."  # ... stripped
+    assert (second.start, second.end, second.duration) == (17.37, 60.81, 82.73)
+    assert second.video == str(benchmarks_dir / "activitynet_captions" / "v_QOlSCBRmfWY.mp4")
+    assert "activitynet:v_N7ppHQNikv8#2" not in by_qid  # 34.77-34.77 is dropped
+    assert seconds < 5.0, f"reading ActivityNet train took {seconds:.2f} s"
+
+
+def test_tacos_frames_to_seconds(parsed, benchmarks_dir):
+    _, samples, _, _ = parsed("tacos_test")
+    first = samples[0]
+    assert first.qid == "tacos:s30-d52.avi#0" and first.query == "She took out kiwi"
+    assert first.start == pytest.approx(141 / 29.4) and first.end == pytest.approx(354 / 29.4)
+    assert first.duration == pytest.approx(7346 / 29.4)
+    assert first.video == str(benchmarks_dir / "tacos" / "s30-d52.avi")  # has an extension: kept as is
+
+
+def test_time_r1_keeps_source_qids(parsed, benchmarks_dir):
+    _, samples, _, _ = parsed("time_r1_train")
+    first = samples[0]
+    assert first.qid == ("my|cosmo|QtWT8rxUuNk|A purple hanger on a purple background demonstrates how to hang a "
+                         "sweater.")
+    assert (first.start, first.end, first.duration) == (1.0, 4.0, 93.2932)
+    # "./dataset/..." is relative: resolved (and normalised) against the annotation file's folder
+    assert first.video == str(benchmarks_dir / "time_r1" / "dataset/timer1/videos/timerft_data/QtWT8rxUuNk.mp4")
+
+
+def test_tvgbench_answers(parsed):
+    raw, samples, _, _ = parsed("tvgbench")
+    assert len(raw) == 800
+    assert (samples[0].start, samples[0].end, samples[0].duration) == (13.4, 28.1, 30.12)
+    assert samples[0].qid == "tvgbench:KWZSA#0"
+    assert sum(r.start == r.end for r in raw) == 11  # the 11 drops are the zero-length answers
+
+
+def test_charades_cd_uses_video_duration(parsed):
+    _, samples, _, _ = parsed("charades_cd_ood")
+    first = samples[0]
+    assert (first.qid, first.start, first.end, first.duration) == ("activitynet:N14BK#0", 39.3, 45.0, 47.625)
+
+
+def test_segment_after_the_video_end_is_dropped(parsed):
+    """Charades-CD ood has 3 queries starting after the video's end (LEOL6 7-8 s of 6.375 s; AKKWU 13-38 s of
+    12.31 s; charades_sta_train.txt has other times for them). Clamping end to the duration would leave start > end."""
+    raw, samples, _, _ = parsed("charades_cd_ood")
+    outside = sorted(r.qid for r in raw if r.start >= r.duration)
+    assert outside == ["activitynet:AKKWU#0", "activitynet:AKKWU#1", "activitynet:LEOL6#0"]
+    assert not set(outside) & {s.qid for s in samples}
+
+
+# ----------------------------------------------------------------------------------------------- validation policy
+def _sample(start, end, duration=10.0, query="q", qid="x"):
+    return Sample(video="v.mp4", query=query, start=start, end=end, duration=duration, qid=qid, source="t")
+
+
+@pytest.mark.parametrize("start,end,duration,expected,status", [
+    (1.0, 2.0, 10.0, (1.0, 2.0), "kept"),
+    (1.0, 12.0, 10.0, (1.0, 10.0), "clamped"),  # end > duration
+    (-0.5, 2.0, 10.0, (0.0, 2.0), "clamped"),  # start < 0
+    (-1.0, 11.0, 10.0, (0.0, 10.0), "clamped"),  # both: counted once
+    (2.0, 2.0, 10.0, None, "dropped"),  # start == end
+    (3.0, 2.0, 10.0, None, "dropped"),  # start > end
+    (10.0, 12.0, 10.0, None, "dropped"),  # wholly after the end
+    (1.0, float("nan"), 10.0, None, "dropped"),
+    (1.0, 2.0, 0.0, None, "dropped"),
+])
+def test_validate_sample_policy(start, end, duration, expected, status):
+    new, got = validate_sample(_sample(start, end, duration))
+    assert got.split(":")[0] == status
+    assert (None if new is None else (new.start, new.end)) == expected
+
+
+def test_validate_strips_queries_and_counts():
+    samples = [_sample(1, 2, query="  hello world \n", qid="a"), _sample(1, 20, qid="b"), _sample(5, 4, qid="c"),
+               _sample(1, 2, query=" \t", qid="d")]
+    kept, counts = validate(samples)
+    assert counts == {"kept": 2, "dropped": 2, "clamped": 1}
+    assert [s.qid for s in kept] == ["a", "b"]
+    assert kept[0].query == "hello world" and kept[1].end == 10.0
+
+
+# -------------------------------------------------------------------------------------------- synthetic annotations
+def _touch(path):
+    path.write_bytes(b"")
+    return path
+
+
+def test_bare_id_prefers_mp4_then_other_extensions(tmp_path):
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    _touch(videos / "AAA.mkv")
+    _touch(videos / "BBB.mp4")
+    _touch(videos / "BBB.webm")
+    _touch(videos / "CCC.AVI")
+    ann = tmp_path / "ann.txt"
+    ann.write_text("AAA 1.0 2.0##a\nBBB 1.0 2.0##b\nCCC 1.0 2.0##c\nDDD 1.0 2.0##d\n")
+    durations = {k: 30.0 for k in ("AAA", "BBB", "CCC", "DDD")}
+    got = [s.video for s in READERS["charades_sta"](ann, video_root=videos, durations=durations)]
+    assert got == [str(videos / "AAA.mkv"), str(videos / "BBB.mp4"), str(videos / "CCC.AVI"), str(videos / "DDD.mp4")]
+
+
+def test_charades_durations_from_csv_and_probe(tmp_path, videos_dir):
+    csv_path = tmp_path / "Charades_v1_test.csv"
+    csv_path.write_text("id,subject,scene,length\nAAA,s1,Kitchen,31.5\nBBB,s2,Bedroom,12.25\n")
+    assert load_durations(csv_path) == {"AAA": 31.5, "BBB": 12.25}
+    ann = tmp_path / "ann.txt"
+    ann.write_text("AAA 1.0 40.0##a\nBBB 0 3##b\n\ncharades_OHOFG 1.0 7.5##person sitting down in a chair.\n")
+    samples = list(read_annotations("charades_sta", ann, video_root=videos_dir, durations=csv_path))
+    assert [s.duration for s in samples[:2]] == [31.5, 12.25]
+    # not in the csv: probed from the real clip, 335 frames at 10000/1049 fps
+    assert samples[2].duration == pytest.approx(335 * 1049 / 10000)
+    assert samples[2].video == str(videos_dir / "charades_OHOFG.mp4")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,duration\nAAA,3\n")
+    with pytest.raises(AnnotationError, match="bad.csv.*'length'"):
+        load_durations(bad)
+
+
+def test_charades_without_duration_or_bad_line_names_the_line(tmp_path):
+    ann = tmp_path / "ann.txt"
+    ann.write_text("AAA 1.0 2.0##a\nZZZ 1.0 2.0##z\n")
+    with pytest.raises(AnnotationError, match=r"ann\.txt:2: no duration for video 'ZZZ'"):
+        list(READERS["charades_sta"](ann, durations={"AAA": 5.0}))
+    ann.write_text("AAA 1.0 2.0##a\nAAA 1.0 ## no end\n")
+    with pytest.raises(AnnotationError, match=r"ann\.txt:2: expected 'VIDEOID start end##sentence'"):
+        list(READERS["charades_sta"](ann, durations={"AAA": 5.0}))
+
+
+def test_relative_path_falls_back_to_video_root_basename(tmp_path):
+    root = tmp_path / "videos"
+    root.mkdir()
+    _touch(root / "x.mp4")
+    ann = tmp_path / "tr1.json"
+    ann.write_text(json.dumps([{"video": "./dataset/v/x.mp4", "duration": 9.0, "timestamp": [1, 2], "sentence": "s"},
+                               {"video": "./dataset/v/y.mp4", "duration": 9.0, "timestamp": [1, 2], "sentence": "t"}]))
+    samples = list(READERS["time_r1"](ann, video_root=root))
+    assert samples[0].video == str(root / "x.mp4")  # found by its file name under the root
+    assert samples[1].video == str(root / "dataset/v/y.mp4")  # missing anywhere: the literal rule
+    assert [s.qid for s in samples] == ["time_r1:x#0", "time_r1:y#0"]  # no qid in the file
+
+
+def test_jsonl_qid_defaults_to_line_number_and_whitespace(tmp_path):
+    path = tmp_path / "a.jsonl"
+    lines = [{"video": "v.mp4", "query": "q0", "start": 1, "end": 2, "duration": 5, "qid": "mine"},
+             {"video": "v.mp4", "query": "  padded query\t", "start": 1, "end": 2, "duration": 5}]
+    path.write_text(json.dumps(lines[0]) + "\n\n" + json.dumps(lines[1]) + "\n")
+    raw = read_jsonl(path)
+    assert [s.qid for s in raw] == ["mine", "2"]  # 0-based line number (the blank line counts)
+    assert raw[1].source == "jsonl" and raw[1].video == str(tmp_path / "v.mp4")
+    kept = load_samples(path)
+    assert kept[1].query == "padded query"
+
+
+def test_jsonl_missing_duration_and_video_names_the_line(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"video": "v.mp4", "query": "q", "start": 1, "end": 2, "duration": 5}\n'
+                    '{"video": "gone.mp4", "query": "q", "start": 1, "end": 2}\n')
+    with pytest.raises(AnnotationError, match=r"a\.jsonl:2: no duration.*gone\.mp4"):
+        read_jsonl(path)
+    path.write_text('{"video": "v.mp4", "query": "q", "start": "soon", "end": 2, "duration": 5}\n')
+    with pytest.raises(AnnotationError, match=r"a\.jsonl:1: start must be a number"):
+        read_jsonl(path)
+
+
+def test_jsonl_probes_duration_from_video(tmp_path, videos_dir):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"video": "decord_flipping_a_pancake.mkv", "query": "flip", "start": 1, "end": 3}\n')
+    (sample,) = load_samples(path, video_root=videos_dir)
+    assert sample.duration == pytest.approx(310 / 30)  # decord: 310 frames at 30 fps (mkv without stream duration)
+    assert sample.video == str(videos_dir / "decord_flipping_a_pancake.mkv")
+
+
+def test_write_and_read_jsonl_round_trip(tmp_path):
+    samples = [Sample(str(tmp_path / "v.mp4"), "é query", 0.5, 2.25, 10.0, "q1", "s"),
+               Sample(str(tmp_path / "w.mp4"), "other", 1.0, 3.0, 7.5, "q2", "s")]
+    out = tmp_path / "sub" / "out.jsonl"
+    assert write_jsonl(out, samples) == 2
+    assert read_jsonl(out) == samples
+    assert json.loads(out.read_text(encoding="utf-8").splitlines()[0])["query"] == "é query"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.jsonl"]  # no temporary file left
+
+
+def test_probe_duration_errors_name_the_file(tmp_path, videos_dir):
+    assert probe_duration(videos_dir / "mmaction2_eye_makeup.avi") == pytest.approx(6.56)
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"not a video at all" * 100)
+    with pytest.raises(VideoProbeError, match="garbage.mp4"):
+        probe_duration(garbage)
+    with pytest.raises(VideoProbeError, match="absent.mp4: video file not found"):
+        probe_duration(tmp_path / "absent.mp4")
+
+
+def test_unknown_format_lists_the_known_ones(tmp_path):
+    (tmp_path / "a.txt").write_text("")
+    with pytest.raises(KeyError, match="charades_sta"):
+        read_annotations("nope", tmp_path / "a.txt")
+    assert set(READERS) == {"charades_sta", "activitynet", "tacos", "time_r1", "tvgbench", "jsonl"}
