@@ -12,9 +12,7 @@ from grounding_rl.data.samples import (AnnotationError, Sample, load_samples, re
 
 CHARADES_JSON = "charades_sta/charades.json"
 
-# (format, annotation file, durations file, kept, dropped, clamped). Issue 2 point 3, except the Charades-CD ood line
-# (the issue says 3,375 / 0 / 348): 3 of its queries lie wholly after the video's end and are dropped, not kept with
-# start > end (see test_segment_after_the_video_end_is_dropped).
+# (format, annotation file, durations file, kept, dropped, clamped): issue 2 point 3.
 CASES = {
     "charades_test": ("charades_sta", "charades_sta/charades_sta_test.txt", CHARADES_JSON, 3720, 0, 562),
     "charades_train": ("charades_sta", "charades_sta/charades_sta_train.txt", CHARADES_JSON, 12408, 0, 1802),
@@ -26,7 +24,7 @@ CASES = {
     "tacos_test": ("tacos", "tacos/test.json", None, 4001, 0, 5),
     "time_r1_train": ("time_r1", "time_r1/train_2k5.json", None, 2500, 0, 48),
     "tvgbench": ("tvgbench", "time_r1/tvgbench.json", None, 789, 11, 27),
-    "charades_cd_ood": ("activitynet", "timezero/charades_sta_splits/charades_test_ood.json", None, 3372, 3, 345),
+    "charades_cd_ood": ("activitynet", "timezero/charades_sta_splits/charades_test_ood.json", None, 3375, 0, 348),
 }
 
 
@@ -56,7 +54,8 @@ def test_counts_on_the_real_files(parsed, name):
     assert len(raw) == kept + dropped
     assert len({s.qid for s in samples}) == len(samples)  # qids are unique
     assert all(s.source == fmt for s in samples)
-    assert all(0 <= s.start < s.end <= s.duration for s in samples)
+    assert all(0 <= s.start <= s.end <= s.duration for s in samples)
+    assert sum(s.start == s.end for s in samples) == (3 if name == "charades_cd_ood" else 0)
     assert all(s.query == s.query.strip() and s.query for s in samples)
 
 
@@ -116,13 +115,15 @@ def test_charades_cd_uses_video_duration(parsed):
     assert (first.qid, first.start, first.end, first.duration) == ("activitynet:N14BK#0", 39.3, 45.0, 47.625)
 
 
-def test_segment_after_the_video_end_is_dropped(parsed):
+def test_segment_after_the_video_end_becomes_the_end_point(parsed):
     """Charades-CD ood has 3 queries starting after the video's end (LEOL6 7-8 s of 6.375 s; AKKWU 13-38 s of
-    12.31 s; charades_sta_train.txt has other times for them). Clamping end to the duration would leave start > end."""
+    12.31 s). They are kept, clamped to the zero-length interval (duration, duration), never start > end."""
     raw, samples, _, _ = parsed("charades_cd_ood")
     outside = sorted(r.qid for r in raw if r.start >= r.duration)
     assert outside == ["activitynet:AKKWU#0", "activitynet:AKKWU#1", "activitynet:LEOL6#0"]
-    assert not set(outside) & {s.qid for s in samples}
+    by_qid = {s.qid: s for s in samples}
+    assert (by_qid["activitynet:LEOL6#0"].start, by_qid["activitynet:LEOL6#0"].end) == (6.375, 6.375)
+    assert all(s.start <= s.end for s in samples)
 
 
 # ----------------------------------------------------------------------------------------------- validation policy
@@ -137,7 +138,7 @@ def _sample(start, end, duration=10.0, query="q", qid="x"):
     (-1.0, 11.0, 10.0, (0.0, 10.0), "clamped"),  # both: counted once
     (2.0, 2.0, 10.0, None, "dropped"),  # start == end
     (3.0, 2.0, 10.0, None, "dropped"),  # start > end
-    (10.0, 12.0, 10.0, None, "dropped"),  # wholly after the end
+    (11.0, 12.0, 10.0, (10.0, 10.0), "clamped"),  # wholly after the end → the end point
     (1.0, float("nan"), 10.0, None, "dropped"),
     (1.0, 2.0, 0.0, None, "dropped"),
 ])
