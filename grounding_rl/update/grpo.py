@@ -1,0 +1,246 @@
+"""GRPO loss math, model-free: group advantages, importance ratio, clipped surrogate, k3 KL, loss aggregation.
+
+Every function takes and returns tensors; nothing here knows about models, processes or batches of video. The formulas
+follow TRL 1.16's ``GRPOTrainer`` (``_generate_and_score_completions`` and ``_compute_loss``) so that the same config
+means the same objective, and issue 4, point 2 pins the numbers:
+
+* advantage ``A_i = (r_i − mean_g) / (std_g + 1e-4)`` with ``std`` unbiased (``torch.std``), per group of G completions;
+* ratio ``ρ_t = exp(logp_t − logp_old_t)``;
+* clipped surrogate ``min(ρ_t·A, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A)`` (PPO, Schulman et al. 2017), loss is its negative;
+* per-token KL estimator k3 ``exp(ref − logp) − (ref − logp) − 1`` (Schulman, "Approximating KL divergence", 2020),
+  added as ``β·k3`` to the per-token loss;
+* aggregation per ``loss_type``: ``grpo`` (DeepSeekMath: mean over each completion's tokens, then over completions),
+  ``bnpo`` (mean over all active tokens of the local batch), ``dr_grpo`` (Dr. GRPO: sum / (B · max_completion_length)),
+  ``dapo`` (DAPO: sum / number of active tokens, the caller passing the global count as ``num_items``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+SCALE_REWARDS = ("group", "batch", "none")
+ADVANTAGE_EPS = 1e-4
+
+
+def _nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """Unbiased standard deviation ignoring NaNs (TRL's ``nanstd``): sqrt(Σ(x − mean)² / (n − 1))."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=keepdim)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=keepdim)
+    return torch.sqrt(var * count / (count - 1))
+
+
+@dataclass
+class Advantages:
+    """Output of :func:`group_advantages`, all shape (N,) with N = number of completions.
+
+    Attributes:
+        advantages: per completion; 0 where the reward is NaN (no function scored it).
+        std: the std used (group std repeated G times, or the batch std); logged as ``reward_std`` by the caller.
+        zero_std: bool, True for completions whose group's rewards all agree (``frac_reward_zero_std``).
+    """
+
+    advantages: torch.Tensor
+    std: torch.Tensor
+    zero_std: torch.Tensor
+
+
+def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group") -> Advantages:
+    """Group-relative advantages (TRL 1.16 ``sum_then_normalize``).
+
+    Args:
+        rewards: (N,) total reward per completion, grouped contiguously: rows ``[g·G, (g+1)·G)`` share a prompt.
+            NaN marks a completion that no reward function scored; it is left out of the group mean/std and gets 0.
+        num_generations: G, completions per prompt (≥ 2).
+        scale_rewards: ``"group"`` divide by each group's std + 1e-4; ``"batch"`` by the std of all N rewards + 1e-4;
+            ``"none"`` only subtract the group mean (Dr. GRPO).
+
+    Returns:
+        :class:`Advantages`. Issue 4's seed: rewards [0.0, 1.6, 5.4, 8.8], G = 4 → [−1.0006, −0.5953, 0.3673, 1.2286].
+
+    Raises:
+        ValueError: N not a multiple of G, G < 2, or an unknown ``scale_rewards``.
+    """
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
+    if num_generations < 2:
+        raise ValueError(f"num_generations must be ≥ 2 for group advantages, got {num_generations}")
+    rewards = rewards.float()
+    if rewards.ndim != 1 or rewards.numel() % num_generations:
+        raise ValueError(f"rewards must have shape (N,) with N a multiple of {num_generations}, got {tuple(rewards.shape)}")
+    grouped = rewards.view(-1, num_generations)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
+    group_std = _nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    std = _nanstd(rewards).expand_as(rewards) if scale_rewards == "batch" else group_std
+    advantages = rewards - mean
+    if scale_rewards != "none":
+        advantages = advantages / (std + ADVANTAGE_EPS)
+    zero_std = torch.isclose(torch.nan_to_num(group_std, nan=0.0), torch.zeros_like(group_std))
+    return Advantages(torch.nan_to_num(advantages, nan=0.0), std, zero_std)
+
+
+def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token ratio π_θ / π_old = exp(logp − logp_old), same shape as the inputs (B, T).
+
+    Seed: logp −0.2, logp_old −0.5 → 1.3499.
+    """
+    return torch.exp(logps - old_logps)
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float = 0.2, epsilon_high: float | None = None
+) -> torch.Tensor:
+    """PPO's clipped objective per token, ``min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A)`` (to be maximised).
+
+    Args:
+        ratio: (B, T) importance ratios.
+        advantages: (B,) or (B, T); broadcast over tokens.
+        epsilon_low: ε for the lower bound.
+        epsilon_high: ε for the upper bound (None = ``epsilon_low``; DAPO recommends 0.28).
+
+    Returns:
+        (B, T) objective. Seed: ρ = 1.35, A = 1.5, ε = 0.2 → 1.8.
+    """
+    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    return torch.min(ratio * advantages, clipped * advantages)
+
+
+def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(π_θ ‖ π_ref) estimator k3 = exp(ref − logp) − (ref − logp) − 1 ≥ 0, shape of the inputs.
+
+    Seed: logp −0.2, ref −0.5 → 0.0408.
+    """
+    delta = ref_logps - logps
+    return torch.exp(delta) - delta - 1
+
+
+def aggregate_loss(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str,
+    max_completion_length: int | None = None,
+    num_items: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar, as TRL 1.16 does per ``loss_type`` (before gradient accumulation).
+
+    Args:
+        per_token_loss: (B, T).
+        mask: (B, T) 1 for completion tokens that count (0 for padding, masked truncated rows, dropped groups).
+        loss_type: ``grpo`` Σ_t / |o_i| per completion, then mean over the B completions (a fully masked row counts
+            as 0); ``bnpo`` Σ / Σ mask; ``dr_grpo`` Σ / (B · max_completion_length); ``dapo`` Σ / ``num_items``.
+        max_completion_length: required for ``dr_grpo``.
+        num_items: the ``dapo`` normaliser (active tokens over the global accumulated batch, divided as the caller
+            needs); None = Σ mask (then equal to ``bnpo``).
+
+    Returns:
+        Scalar tensor.
+
+    Raises:
+        ValueError: unknown loss type, or ``dr_grpo`` without ``max_completion_length``.
+    """
+    mask = mask.to(per_token_loss.dtype)
+    masked = per_token_loss * mask
+    if loss_type == "grpo":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        if not max_completion_length:
+            raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
+        return masked.sum() / (per_token_loss.size(0) * max_completion_length)
+    if loss_type == "dapo":
+        normaliser = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=masked.dtype)
+        return masked.sum() / normaliser.clamp(min=1.0)
+    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+
+
+@dataclass
+class GRPOLoss:
+    """Output of :func:`grpo_loss`.
+
+    Attributes:
+        loss: scalar to back-propagate (before gradient-accumulation scaling).
+        per_token_kl: (B, T) k3 KL, or None when β = 0.
+        ratio: (B, T) importance ratio (detached).
+        low_clipped: (B, T) bool, ratio < 1 − ε_low where A < 0 (TRL's ``clip_ratio/low``).
+        high_clipped: (B, T) bool, ratio > 1 + ε_high where A > 0 (``clip_ratio/high``).
+    """
+
+    loss: torch.Tensor
+    per_token_kl: torch.Tensor | None
+    ratio: torch.Tensor
+    low_clipped: torch.Tensor
+    high_clipped: torch.Tensor
+
+    @property
+    def region_clipped(self) -> torch.Tensor:
+        """(B, T) bool, clipped on either side (``clip_ratio/region``)."""
+        return self.low_clipped | self.high_clipped
+
+
+def grpo_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ref_logps: torch.Tensor | None = None,
+    beta: float = 0.0,
+    epsilon_low: float = 0.2,
+    epsilon_high: float | None = None,
+    loss_type: str = "dapo",
+    max_completion_length: int | None = None,
+    num_items: torch.Tensor | float | None = None,
+) -> GRPOLoss:
+    """The GRPO objective for one micro-batch: −clipped surrogate + β·k3, aggregated per ``loss_type``.
+
+    Args:
+        logps: (B, T) completion-token log-probs under π_θ (with gradient).
+        old_logps: (B, T) under π_old (the policy that sampled; ``logps.detach()`` when it is the current one).
+        advantages: (B,) one per completion.
+        mask: (B, T) completion mask (see :func:`aggregate_loss`).
+        ref_logps: (B, T) under π_ref; required when ``beta`` ≠ 0.
+        beta: KL weight β.
+        epsilon_low, epsilon_high: clip range (see :func:`clipped_surrogate`).
+        loss_type, max_completion_length, num_items: see :func:`aggregate_loss`.
+
+    Returns:
+        :class:`GRPOLoss`.
+
+    Raises:
+        ValueError: ``beta`` ≠ 0 without ``ref_logps``, or shape mismatches.
+    """
+    if logps.shape != old_logps.shape or logps.shape != mask.shape:
+        raise ValueError(f"shape mismatch: logps {tuple(logps.shape)}, old {tuple(old_logps.shape)}, "
+                         f"mask {tuple(mask.shape)}")
+    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    ratio = importance_ratio(logps, old_logps)
+    per_token_loss = -clipped_surrogate(ratio, advantages, epsilon_low, epsilon_high)
+    per_token_kl = None
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta != 0 needs reference log-probs (ref_logps)")
+        per_token_kl = k3_kl(logps, ref_logps)
+        per_token_loss = per_token_loss + beta * per_token_kl
+    loss = aggregate_loss(per_token_loss, mask, loss_type, max_completion_length, num_items)
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    ratio = ratio.detach()
+    return GRPOLoss(
+        loss=loss,
+        per_token_kl=per_token_kl,
+        ratio=ratio,
+        low_clipped=(ratio < 1 - epsilon_low) & (adv < 0),
+        high_clipped=(ratio > 1 + epsilon_high) & (adv > 0),
+    )
+
+
+def masked_sum_count(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[Σ values·mask, Σ mask]`` as a float tensor of shape (2,), to be summed across processes before dividing
+    (a token-weighted global mean, as TRL logs ``kl`` and ``clip_ratio/*``)."""
+    mask = mask.float()
+    return torch.stack([(values.detach().float() * mask).sum(), mask.sum()])
