@@ -1,0 +1,276 @@
+"""``GroundingGRPOConfig``: the GRPO training configuration (issue 4, point 1).
+
+A dataclass on ``transformers.TrainingArguments``. The GRPO knobs keep TRL 1.16's ``GRPOConfig`` names, defaults and
+help texts (``trl/trainer/grpo_config.py``) so a TRL config reads the same here, except ``num_generations`` (4, the
+design's G). Ours: ``max_prompt_length`` (an error, never a truncation), ``drop_zero_std_groups``, ``reward_funcs`` by
+registry name, ``prompt_template`` by name and the frame-sampling settings (``video_*``), which are saved with every
+checkpoint as ``grounding_config.json`` (see :meth:`GroundingGRPOConfig.grounding_config`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+from grounding_rl.data.video import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VideoSettings
+from grounding_rl.preprocessing import GroundingConfig
+from grounding_rl.rollout.prompts import TEMPLATES
+from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
+
+
+@dataclass
+class GroundingGRPOConfig(TrainingArguments):
+    """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
+
+    Unknown keys fail in the parser; contradictory values fail in ``__post_init__`` with a message naming the keys.
+    Batch semantics are TRL's: the generation batch (``per_device_train_batch_size × num_processes ×
+    steps_per_generation`` completions) holds whole groups of ``num_generations``; each clip is repeated G times.
+    """
+
+    # --- TrainingArguments defaults overridden as TRL's GRPOConfig does
+    learning_rate: float = field(default=1e-6, metadata={"help": "The initial learning rate for AdamW."})
+    remove_unused_columns: bool | None = field(
+        default=False,
+        metadata={"help": "Kept False: the reward functions need the dataset's start/end/duration columns."},
+    )
+
+    # --- model
+    disable_dropout: bool = field(
+        default=False,
+        metadata={
+            "help": "Whether to disable dropout in the model. This is useful for training with a reference model, as "
+            "it prevents the model from generating different logprobs for the same input."
+        },
+    )
+
+    # --- generation (TRL names and defaults)
+    num_generations: int = field(
+        default=4,
+        metadata={
+            "help": "Number of generations to sample. The effective batch size (num_processes * per_device_batch_size "
+            "* gradient_accumulation_steps) must be evenly divisible by this value. (TRL's default is 8; ours is 4, "
+            "the design's G.)"
+        },
+    )
+    max_completion_length: int | None = field(
+        default=512, metadata={"help": "Maximum length of the generated completion."}
+    )
+    ds3_gather_for_generation: bool = field(
+        default=True,
+        metadata={
+            "help": "This setting applies to DeepSpeed ZeRO-3. If enabled, the policy model weights are gathered for "
+            "generation, improving generation speed. However, disabling this option allows training models that "
+            "exceed the VRAM capacity of a single GPU, albeit at the cost of slower generation."
+        },
+    )
+    shuffle_dataset: bool | None = field(default=True, metadata={"help": "Whether to shuffle the training dataset."})
+    generation_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Batch size to use for generation. If `None`, it defaults to the effective training batch size: "
+            "`per_device_train_batch_size * num_processes * steps_per_generation`."
+        },
+    )
+    steps_per_generation: int | None = field(
+        default=None,
+        metadata={"help": "Number of steps per generation. If `None`, it defaults to `gradient_accumulation_steps`."},
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata={"help": "Temperature for sampling. The higher the temperature, the more random the completions."},
+    )
+    top_p: float = field(
+        default=1.0,
+        metadata={
+            "help": "Float that controls the cumulative probability of the top tokens to consider. Must be in (0, 1]. "
+            "Set to 1.0 to consider all tokens."
+        },
+    )
+    top_k: int = field(
+        default=0,
+        metadata={
+            "help": "Number of highest probability vocabulary tokens to keep for top-k-filtering. If `0`, "
+            "top-k-filtering is disabled and all tokens are considered."
+        },
+    )
+    repetition_penalty: float = field(
+        default=1.0,
+        metadata={
+            "help": "Float that penalizes new tokens based on whether they appear in the prompt and the generated "
+            "text so far. Values > 1.0 encourage the model to use new tokens, while values < 1.0 encourage the model "
+            "to repeat tokens."
+        },
+    )
+
+    # --- training (TRL names and defaults)
+    beta: float = field(
+        default=0.0,
+        metadata={
+            "help": "KL coefficient. If `0.0` (default), the reference model is not loaded, reducing memory usage and "
+            "improving training speed. DeepSeek-R1 uses a value of `0.001`."
+        },
+    )
+    num_iterations: int = field(
+        default=1, metadata={"help": "Number of iterations per batch (denoted as μ in the algorithm)."}
+    )
+    epsilon: float = field(default=0.2, metadata={"help": "Epsilon value for clipping."})
+    epsilon_high: float | None = field(
+        default=None,
+        metadata={
+            "help": "Upper-bound epsilon value for clipping. If not specified, it defaults to the same value as the "
+            "lower-bound specified in argument `epsilon`. Paper DAPO recommends `0.28`."
+        },
+    )
+    reward_weights: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Weights for each reward function. Must match the number of reward functions. If `None`, all "
+            "rewards are weighted equally with weight `1.0`."
+        },
+    )
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": "Specifies the scaling strategy for rewards. Supported values are: `True` or `group'` (default): "
+            "rewards are scaled by the standard deviation within each group, ensuring unit variance within a group. "
+            "`'batch'`: rewards are scaled by the standard deviation across the entire batch, as recommended in the "
+            "PPO Lite paper. `False` or `'none'`: no scaling is applied. The Dr. GRPO paper recommends not scaling "
+            "rewards, as scaling by the standard deviation introduces a question-level difficulty bias."
+        },
+    )
+    loss_type: str = field(
+        default="dapo",
+        metadata={
+            "help": "Specifies the loss formulation to use. Supported values are 'grpo', 'dr_grpo', 'dapo', 'bnpo'. "
+            "'grpo': Aggregates token-level losses by normalizing over sequence length. Not recommended due to length "
+            "bias. 'dapo' (default): Aggregates token-level losses by normalizing with the number of active token in "
+            "the global accumulated batch. 'dr_grpo': Aggregates token-level losses by normalizing with a global "
+            "constant, `max_completion_length`. 'bnpo': Aggregates token-level losses by normalizing with the number "
+            "of active token in the local batch."
+        },
+    )
+    mask_truncated_completions: bool = field(
+        default=False,
+        metadata={
+            "help": "When enabled, truncated completions are excluded from the loss calculation, preventing them from "
+            "being incorrectly penalized and introducing noise during training. According to the DAPO paper, this is "
+            "a good practice for training stability."
+        },
+    )
+
+    # --- ours
+    drop_zero_std_groups: bool = field(
+        default=False,
+        metadata={
+            "help": "Drop groups whose G rewards are all equal from the loss, KL included (they carry no advantage). "
+            "They are counted in `frac_reward_zero_std` either way."
+        },
+    )
+    max_prompt_length: int | None = field(
+        default=8192,
+        metadata={
+            "help": "Longest prompt (text + video tokens) allowed; a longer one is an error naming the sample, never "
+            "truncated (truncation would cut video tokens). None disables the check."
+        },
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["iou", "format"],
+        metadata={"help": "Reward function names from grounding_rl.reward.rewards.REWARD_FUNCS (iou, format, tiou)."},
+    )
+    prompt_template: str = field(
+        default="default", metadata={"help": f"Prompt template name: one of {sorted(TEMPLATES)}."}
+    )
+    video_fps: float = field(default=2.0, metadata={"help": "Frames per second sampled from each clip."})
+    video_min_frames: int = field(default=4, metadata={"help": "Minimum number of sampled frames."})
+    video_max_frames: int = field(default=768, metadata={"help": "Maximum number of sampled frames."})
+    video_min_pixels: int = field(default=DEFAULT_MIN_PIXELS, metadata={"help": "Minimum H·W per frame."})
+    video_max_pixels: int = field(default=DEFAULT_MAX_PIXELS, metadata={"help": "Maximum H·W per frame."})
+    video_total_pixels: int | None = field(
+        default=None, metadata={"help": "Pixel budget T·H·W for a whole clip (TimeZero: 2809856 = 3584·28·28)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.scale_rewards = {True: "group", False: "none", "true": "group", "false": "none"}.get(
+            self.scale_rewards, self.scale_rewards
+        )
+        if self.epsilon_high is None:
+            self.epsilon_high = self.epsilon
+        problems = []
+        if self.loss_type not in LOSS_TYPES:
+            problems.append(f"loss_type {self.loss_type!r} is not one of {LOSS_TYPES}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            problems.append(f"scale_rewards {self.scale_rewards!r} is not one of {SCALE_REWARDS}")
+        if self.num_generations < 2:
+            problems.append(f"num_generations must be ≥ 2 (got {self.num_generations})")
+        if not self.max_completion_length or self.max_completion_length < 1:
+            problems.append(f"max_completion_length must be ≥ 1 (got {self.max_completion_length})")
+        if self.temperature <= 0:
+            problems.append(f"temperature must be > 0 (got {self.temperature}); sampling is required for GRPO")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.beta < 0 or self.epsilon <= 0 or self.epsilon_high <= 0:
+            problems.append(f"beta ≥ 0 and epsilon, epsilon_high > 0 required (got {self.beta}, {self.epsilon}, "
+                            f"{self.epsilon_high})")
+        if self.num_iterations < 1:
+            problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
+        if self.prompt_template not in TEMPLATES:
+            problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
+        if self.auto_find_batch_size:
+            problems.append("auto_find_batch_size is not supported: the generation batch must hold whole groups")
+        try:
+            from grounding_rl.reward.rewards import get_reward_funcs
+
+            get_reward_funcs(self.reward_funcs)
+        except ValueError as err:
+            problems.append(f"reward_funcs: {err}")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            problems.append(f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} "
+                            f"reward_funcs {self.reward_funcs}")
+        if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:
+            problems.append("video_min_pixels/min_frames must not exceed video_max_pixels/max_frames")
+        if problems:
+            raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(problems))
+
+        # TRL 1.16's generation-batch rules (GRPOConfig.__post_init__)
+        num_processes = self.world_size
+        global_batch = self.per_device_train_batch_size * num_processes
+        if self.generation_batch_size is None and self.steps_per_generation is None:
+            self.steps_per_generation = self.gradient_accumulation_steps
+            self.generation_batch_size = global_batch * self.steps_per_generation
+        elif self.generation_batch_size is not None and self.steps_per_generation is None:
+            if self.generation_batch_size % global_batch:
+                raise ValueError(f"generation_batch_size ({self.generation_batch_size}) must be divisible by the "
+                                 f"global batch size ({global_batch})")
+            self.steps_per_generation = self.generation_batch_size // global_batch
+        elif self.generation_batch_size is None:
+            self.generation_batch_size = global_batch * self.steps_per_generation
+        else:
+            raise ValueError("'generation_batch_size' and 'steps_per_generation' can not be both configured")
+        if self.generation_batch_size % self.num_generations:
+            raise ValueError(
+                f"generation_batch_size ({self.generation_batch_size} = per_device_train_batch_size "
+                f"{self.per_device_train_batch_size} × {num_processes} processes × steps_per_generation "
+                f"{self.steps_per_generation}) must be divisible by num_generations ({self.num_generations})"
+            )
+
+    @property
+    def video_settings(self) -> VideoSettings:
+        """The frame-sampling settings as a :class:`VideoSettings`."""
+        return VideoSettings(
+            fps=self.video_fps,
+            min_frames=self.video_min_frames,
+            max_frames=self.video_max_frames,
+            min_pixels=self.video_min_pixels,
+            max_pixels=self.video_max_pixels,
+            total_pixels=self.video_total_pixels,
+        )
+
+    def grounding_config(self) -> GroundingConfig:
+        """What evaluation and inference must reuse, saved as ``grounding_config.json`` with every checkpoint."""
+        return GroundingConfig(
+            prompt_template=self.prompt_template,
+            video=self.video_settings,
+            reward_funcs=list(self.reward_funcs),
+            reward_weights=None if self.reward_weights is None else list(self.reward_weights),
+        )
