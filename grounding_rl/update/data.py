@@ -1,0 +1,126 @@
+"""The GRPO training data: canonical samples → per-item dicts, and a collator that loads the clips (issue 4, point 8).
+
+Items are light (paths and numbers); frames are decoded in the collator, so DataLoader workers can decode in
+parallel. A clip that fails to load never kills or desynchronises a run: the item is replaced by another *sample*
+(video, query and ground truth together) chosen deterministically from the failed index — the same choice on every
+rank, so the G copies of a group, which may sit on different ranks, stay one clip — and never by a text-only item
+(ranks taking different forward paths hang ZeRO-3). Substitutions are logged with the path and counted.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from torch.utils.data import Dataset
+
+from grounding_rl.data.video import SampledVideo, VideoLoadError, VideoSettings, sample_frames
+
+logger = logging.getLogger(__name__)
+
+
+class GroundingDataset(Dataset):
+    """Canonical samples as training items.
+
+    Item ``i`` is ``{"index": i, "video": path, "query", "start", "end", "duration" (seconds), "qid"}``.
+
+    Args:
+        samples: :class:`grounding_rl.data.samples.Sample` objects (already validated), or dicts with those keys.
+    """
+
+    def __init__(self, samples: Sequence):
+        self.samples = [s if isinstance(s, dict) else s.to_dict() for s in samples]
+        if not self.samples:
+            raise ValueError("the training set is empty")
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, video_root: str | Path | None = None) -> "GroundingDataset":
+        """Read a canonical JSONL with :func:`grounding_rl.data.samples.load_samples` (its validation policy)."""
+        from grounding_rl.data.samples import load_samples
+
+        return cls(load_samples(path, video_root=video_root))
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict:
+        s = self.samples[index]
+        return {
+            "index": int(index),
+            "video": str(s["video"]),
+            "query": s["query"],
+            "start": float(s["start"]),
+            "end": float(s["end"]),
+            "duration": float(s["duration"]),
+            "qid": str(s.get("qid", index)),
+        }
+
+
+def substitute_index(failed: int, attempt: int, size: int) -> int:
+    """The ``attempt``-th (1-based) substitute for the failed item ``failed`` in a dataset of ``size`` items:
+    ``(failed + attempt) mod size`` — a pure function of the index, hence the same on every rank."""
+    return (failed + attempt) % size
+
+
+class VideoCollator:
+    """Collate items into a list of dicts with the decoded clip under ``"clip"`` (:class:`SampledVideo`).
+
+    Each distinct index is decoded once per call (a group's G copies share one decode). When a clip fails, the
+    item becomes the first loadable :func:`substitute_index` candidate, with ``"substituted_from"`` set to the failed
+    item's index (None otherwise).
+
+    Args:
+        dataset: the :class:`GroundingDataset` (for substitutes).
+        settings: frame sampling settings.
+        cache: optional frame cache with ``get(path, settings)`` / ``put(path, settings, video)``.
+        max_attempts: substitutes tried before giving up.
+
+    Raises:
+        VideoLoadError: no loadable clip among ``max_attempts`` substitutes (the message names the first path).
+    """
+
+    def __init__(self, dataset: GroundingDataset, settings: VideoSettings, cache=None, max_attempts: int = 32):
+        self.dataset = dataset
+        self.settings = settings
+        self.cache = cache
+        self.max_attempts = max_attempts
+        self._bad_paths: set[str] = set()
+
+    def _load(self, path: str) -> SampledVideo:
+        if path in self._bad_paths:
+            raise VideoLoadError(f"{path}: failed earlier")
+        try:
+            return sample_frames(path, self.settings, cache=self.cache)
+        except VideoLoadError:
+            self._bad_paths.add(path)
+            raise
+
+    def load_item(self, index: int) -> dict:
+        """The item at ``index`` with its clip, or its substitute (see the class docstring)."""
+        item = self.dataset[index]
+        try:
+            return {**item, "clip": self._load(item["video"]), "substituted_from": None}
+        except VideoLoadError as err:
+            first_error = err
+        size = len(self.dataset)
+        for attempt in range(1, min(self.max_attempts, size - 1) + 1):
+            candidate = self.dataset[substitute_index(index, attempt, size)]
+            try:
+                clip = self._load(candidate["video"])
+            except VideoLoadError:
+                continue
+            logger.warning("skipped sample %d (qid %s): %s; substituted sample %d (%s)", index, item["qid"],
+                           first_error, candidate["index"], candidate["video"])
+            return {**candidate, "clip": clip, "substituted_from": index}
+        raise VideoLoadError(f"{item['video']}: cannot load it nor any of {self.max_attempts} substitutes "
+                             f"({first_error})")
+
+    def __call__(self, items: list[dict]) -> list[dict]:
+        loaded: dict[int, dict] = {}
+        out = []
+        for item in items:
+            index = item["index"]
+            if index not in loaded:
+                loaded[index] = self.load_item(index)
+            out.append(dict(loaded[index]))
+        return out
