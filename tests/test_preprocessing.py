@@ -1,0 +1,74 @@
+"""Processor round trip with the real Qwen2.5-VL processor files, and grounding_config.json (issue 2, points 4 and 7)."""
+import pytest
+import torch
+
+from grounding_rl.data.video import VideoSettings, sample_frames
+from grounding_rl.preprocessing import CONFIG_NAME, GroundingConfig, build_inputs, video_metadata
+
+torch.set_num_threads(1)
+
+VIDEO_PAD_ID = 151656  # <|video_pad|> in the Qwen2.5-VL tokenizer
+SMALL = dict(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16)  # few tokens per frame: a fast processor call
+
+
+@pytest.fixture(scope="module")
+def processor(qwen_processor_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(qwen_processor_dir)
+
+
+@pytest.fixture(scope="module")
+def clips(videos_dir):
+    """The 6.56 s avi sampled at 1, 2 and 4 fps (T = 6, 12, 26)."""
+    path = videos_dir / "mmaction2_eye_makeup.avi"
+    return {fps: sample_frames(path, VideoSettings(fps=fps, **SMALL)) for fps in (1.0, 2.0, 4.0)}
+
+
+def test_round_trip_second_per_grid_and_token_count(processor, clips):
+    videos = [clips[2.0], clips[1.0], clips[4.0]]
+    assert [v.num_frames for v in videos] == [12, 6, 26]
+    batch = build_inputs(processor, ["a woman applies eye makeup.", "makeup", "eyes"], videos)
+
+    # second_per_grid_ts = temporal_patch_size / sampled fps: never the processor's 24-fps fallback (0.083)
+    assert batch["second_per_grid_ts"].tolist() == pytest.approx([1.0, 2.0, 0.5])
+    grids = batch["video_grid_thw"].tolist()
+    for video, (t, h, w), row, mask in zip(videos, grids, batch["input_ids"], batch["attention_mask"]):
+        frames_t, frames_h, frames_w, _ = video.frames.shape
+        assert (t, h, w) == (frames_t // 2, frames_h // 14, frames_w // 14)  # no second resize by the processor
+        expected_tokens = frames_t // 2 * (frames_h // 28) * (frames_w // 28)
+        assert int((row == VIDEO_PAD_ID).sum()) == expected_tokens
+        assert mask[-1] == 1  # left padding: every row ends with a real token
+    assert batch["attention_mask"][:, 0].tolist().count(0) == 2  # the two shorter rows are padded on the left
+    patches = sum(t * h * w for t, h, w in grids)
+    assert tuple(batch["pixel_values_videos"].shape) == (patches, 3 * 2 * 14 * 14)
+    assert batch["mm_token_type_ids"].shape == batch["input_ids"].shape
+
+
+def test_video_metadata_describes_the_sampled_clip(clips):
+    meta = video_metadata(clips[4.0])
+    assert meta.fps == 4.0 and meta.total_num_frames == 26 and list(meta.frames_indices) == list(range(26))
+
+
+def test_length_mismatch_is_an_error(processor, clips):
+    with pytest.raises(ValueError, match="2 queries but 1 videos"):
+        build_inputs(processor, ["a", "b"], [clips[2.0]])
+
+
+def test_grounding_config_round_trip(tmp_path):
+    config = GroundingConfig(
+        prompt_template="timezero",
+        video=VideoSettings(fps=2.0, min_pixels=16 * 28 * 28, total_pixels=3584 * 28 * 28, max_frames=128),
+        reward_funcs=["iou", "format"],
+        reward_weights=[5.0, 1.0],
+    )
+    path = config.save(tmp_path / "ckpt")
+    assert path == tmp_path / "ckpt" / CONFIG_NAME
+    loaded = GroundingConfig.load(tmp_path / "ckpt")
+    assert loaded == config and loaded.video.total_pixels == 3584 * 28 * 28 and loaded.reward_weights == [5.0, 1.0]
+    assert GroundingConfig.load(tmp_path / "nothing_here") is None
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=CONFIG_NAME):
+        GroundingConfig.load(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="unknown prompt_template"):
+        GroundingConfig(prompt_template="nope")
