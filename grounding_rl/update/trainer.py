@@ -241,16 +241,17 @@ class GroundingGRPOTrainer(Trainer):
         logps = completion_logps(model, inputs, args.temperature)
         old_logps = inputs.get("old_logps")
         mask = inputs["completion_mask"]
+        accumulation = getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
         num_items = None
         if args.loss_type == "dapo":  # TRL: global active tokens, per process, per accumulation window
             num_items = (inputs["num_items_in_batch"].float() / self.accelerator.num_processes
-                         * self.current_gradient_accumulation_steps / args.steps_per_generation)
+                         * accumulation / args.steps_per_generation)
         out = grpo.grpo_loss(
             logps, logps.detach() if old_logps is None else old_logps, inputs["advantages"], mask,
             ref_logps=inputs.get("ref_logps"), beta=args.beta, epsilon_low=args.epsilon,
             epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items)
-        loss = out.loss if args.loss_type == "dapo" else out.loss / self.current_gradient_accumulation_steps
+        loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation
 
         def global_mean(values):
             total = self.accelerator.reduce(grpo.masked_sum_count(values, mask), reduction="sum")

@@ -1,0 +1,258 @@
+"""GroundingGRPOTrainer on a tiny random Qwen2.5-VL with real clips (issue 4, points 1, 3-6, 8).
+
+Small pixel budgets (≤ 16 merged tokens per frame pair) and 8-token completions keep each step at a second or two.
+"""
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from grounding_rl.models.loading import load_policy, load_processor, vision_tower
+from grounding_rl.update import batching
+from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.data import GroundingDataset, VideoCollator, substitute_index
+from grounding_rl.update.logprobs import completion_logps
+from grounding_rl.update.trainer import GroundingGRPOTrainer
+
+torch.set_num_threads(1)
+
+POOL = "mmaction2_pool_cleaning.mp4"  # 10.0 s
+MAKEUP = "mmaction2_eye_makeup.avi"  # 6.56 s, mpeg4, first pts 0.04
+
+
+def varied_reward(completions, **columns):
+    """A reward with spread inside every group (the random tiny model never earns IoU/format rewards)."""
+    return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
+
+
+def make_args(tmp_path, **overrides):
+    values = dict(
+        output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=4, max_steps=1,
+        max_completion_length=8, logging_steps=1, report_to=[], save_strategy="no", seed=0,
+        video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16, dataloader_num_workers=0,
+    )
+    values.update(overrides)
+    return GroundingGRPOConfig(**values)
+
+
+def make_dataset(videos_dir, names=(POOL,)):
+    samples = [
+        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
+         "duration": 6.5, "qid": name}
+        for name in names
+    ]
+    return GroundingDataset(samples)
+
+
+def make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=(varied_reward,), **overrides):
+    args = make_args(tmp_path, **overrides)
+    model = load_policy(str(tiny_model_dir))
+    return GroundingGRPOTrainer(model, args, dataset, load_processor(str(tiny_model_dir)),
+                                reward_funcs=list(reward_funcs))
+
+
+# ----------------------------------------------------------------------------------------------------------- config
+def test_config_rejects_bad_settings(tmp_path):
+    with pytest.raises(ValueError, match="divisible by num_generations"):
+        make_args(tmp_path, per_device_train_batch_size=3)
+    with pytest.raises(ValueError, match="loss_type"):
+        make_args(tmp_path, loss_type="ppo")
+    with pytest.raises(ValueError, match="reward_weights has 1 values for 2"):
+        make_args(tmp_path, reward_weights=[1.0])
+    args = make_args(tmp_path, epsilon=0.3)
+    assert (args.num_generations, args.epsilon_high, args.loss_type, args.beta) == (4, 0.3, "dapo", 0.0)
+
+
+def test_cli_parser_reads_yaml_and_overrides(tmp_path, tiny_model_dir):
+    from grounding_rl.paths import REPO_ROOT
+    from grounding_rl.update.train import parse_args
+
+    config = str(REPO_ROOT / "configs" / "tiny_cpu_grpo.yaml")
+    script, args, model = parse_args(["--config", config, "--model_name_or_path", str(tiny_model_dir),
+                                      "--output_dir", str(tmp_path), "--beta", "0.1"])
+    assert args.beta == 0.1 and args.use_cpu and args.reward_funcs == ["iou", "format"]
+    assert args.reward_weights == [5.0, 1.0] and args.video_fps == 1.0
+    assert script.train_file.endswith("data/videos/annotations.jsonl")
+    with pytest.raises((ValueError, SystemExit)):
+        parse_args(["--config", config, "--output_dir", str(tmp_path), "--no_such_key", "1"])
+
+
+# ------------------------------------------------------------------------------------------------------ correctness
+def test_vision_tower_runs_in_gradient_forward_with_the_video(tmp_path, tiny_model_dir, videos_dir):
+    """(a) the vision tower is called with gradients enabled, on the very pixels used for generation."""
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), learning_rate=1e-3)
+    visual = vision_tower(trainer.model)
+    calls, grads = [], []
+    visual.register_forward_hook(lambda m, args, out: calls.append((torch.is_grad_enabled(), args[0].detach().clone())))
+    first_param = next(visual.parameters())
+    first_param.register_hook(lambda g: grads.append(g.abs().sum().item()))
+    trainer.train()
+    no_grad = [x for grad_on, x in calls if not grad_on]
+    with_grad = [x for grad_on, x in calls if grad_on]
+    assert len(with_grad) == 1 and no_grad  # generation (no grad) then the loss forward (grad)
+    assert torch.equal(with_grad[0], no_grad[0])  # the same pixel_values_videos in both
+    assert with_grad[0].shape[1] == 1176 and with_grad[0].shape[0] > 0
+    assert grads and grads[0] > 0  # the loss reaches the vision tower
+
+
+def _position_ids_recorder(model, sink):
+    language_model = model.model.language_model
+
+    def hook(module, args, kwargs):
+        pos = kwargs["position_ids"]
+        sink.append((torch.is_grad_enabled(), pos[-3:].detach().clone(), kwargs["inputs_embeds"].shape[1]))
+
+    return language_model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("fps", [1.0, 2.0, 4.0])
+def test_position_ids_match_in_generation_policy_and_reference(tmp_path, tiny_model_dir, videos_dir, fps):
+    """(b) 3D RoPE ids: generation == policy forward == reference forward; temporal id of frame group k is
+    floor(k · tokens_per_second · 2 / fps)."""
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir, (POOL, MAKEUP)), beta=0.04,
+                           per_device_train_batch_size=8, video_fps=fps)
+    assert trainer.ref_model is not None and trainer.ref_model is not trainer.model
+    policy_calls, ref_calls = [], []
+    _position_ids_recorder(trainer.model, policy_calls)
+    _position_ids_recorder(trainer.ref_model, ref_calls)
+    batches = []
+    original = trainer._generate_and_score
+    trainer._generate_and_score = lambda items: batches.append(original(items)) or batches[-1]
+    trainer.train()
+
+    batch = batches[0]
+    generation = [pos for grad_on, pos, _ in policy_calls if not grad_on]
+    (policy,) = [pos for grad_on, pos, _ in policy_calls if grad_on]
+    (reference,) = [pos for _, pos, _ in ref_calls]
+    assert torch.equal(policy, reference)
+    generated = torch.cat(generation, dim=2)  # prefill (P) + one id per decoding step
+    mask = batching.forward_inputs(batch)["attention_mask"].bool()
+    length = generated.shape[2]
+    valid = mask[:, :length]
+    assert valid[:, -1].any()  # completion positions are compared, not only the prompt
+    assert torch.equal(generated[:, valid], policy[:, :, :length][:, valid])
+
+    # the model's temporal rule, on the prompt's video tokens
+    tokens_per_second = trainer.model.config.vision_config.tokens_per_second
+    for row in range(batch["prompt_ids"].shape[0]):
+        t, h, w = batch["video_grid_thw"][row].tolist()
+        per_group = h * w // 4
+        video = batching.forward_inputs(batch)["mm_token_type_ids"][row] == 2
+        temporal = policy[0, row][video]
+        assert temporal.numel() == t * per_group
+        offsets = (temporal - temporal[0]).view(t, per_group)
+        assert (offsets == offsets[:, :1]).all()
+        sampled_fps = 2.0 / batch["second_per_grid_ts"][row].item()
+        assert sampled_fps == pytest.approx(fps)
+        expected = [math.floor(k * tokens_per_second * 2 / fps) for k in range(t)]
+        assert offsets[:, 0].tolist() == expected
+
+
+def _summed_logp(model, batch, row):
+    with torch.no_grad():
+        logps = completion_logps(model, batch)
+    return (logps[row] * batch["completion_mask"][row]).sum().item()
+
+
+def test_sign_of_the_update_follows_the_advantage(tmp_path, tiny_model_dir, videos_dir):
+    """(c) one SGD step on a single completion: A > 0 raises its summed log-prob, A < 0 lowers it."""
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), loss_type="grpo")
+    items = trainer.data_collator([trainer.train_dataset[0]] * 4)
+    batch = trainer._generate_and_score(items)
+    for sign in (+1.0, -1.0):
+        one = batching.select_rows(batch, [0])
+        one["advantages"] = torch.tensor([sign])
+        model = copy.deepcopy(trainer.model).train()
+        before = _summed_logp(model, one, 0)
+        loss = trainer.compute_loss(model, one)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p -= 1e-3 * p.grad
+        after = _summed_logp(model, one, 0)
+        assert (after - before) * sign > 1e-5, (sign, before, after)
+
+
+def test_no_reference_model_when_beta_is_zero(tmp_path, tiny_model_dir, videos_dir):
+    """(d)"""
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), beta=0.0)
+    assert trainer.ref_model is None
+    trainer.train()
+    assert "kl" not in trainer.state.log_history[0]
+
+
+def test_num_iterations_two_moves_the_ratio_and_logs_clipping(tmp_path, tiny_model_dir, videos_dir):
+    """(e) the second pass over one generation batch sees π_θ ≠ π_old; clip metrics are logged."""
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), num_iterations=2, max_steps=2,
+                           learning_rate=1e-2, epsilon=1e-3, lr_scheduler_type="constant")
+    trainer.train()
+    first, second = trainer.state.log_history[0], trainer.state.log_history[1]
+    assert first["ratio/mean"] == pytest.approx(1.0, abs=1e-6)
+    assert first["clip_ratio/region_mean"] == 0.0
+    assert abs(second["ratio/mean"] - 1.0) > 1e-4
+    assert second["clip_ratio/region_mean"] > 0.0
+    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+        assert key in first and key in second
+    for key in ("reward", "reward_std", "rewards/varied_reward/mean", "rewards/varied_reward/std",
+                "completions/mean_length", "completions/clipped_ratio", "frac_reward_zero_std",
+                "parse_failure_rate", "data/skipped_samples"):
+        assert key in first, key
+    assert first["parse_failure_rate"] == 1.0  # a random model never writes an answer
+    assert 0 < first["completions/mean_length"] <= 8
+
+
+def test_zero_variance_groups_are_counted_and_dropped(tmp_path, tiny_model_dir, videos_dir):
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), reward_funcs=["iou", "format"],
+                           drop_zero_std_groups=True, beta=0.04)
+    items = trainer.data_collator([trainer.train_dataset[0]] * 4)
+    batch = trainer._generate_and_score(items)
+    assert batch["completion_mask"].sum() == 0 and batch["num_items_in_batch"] == 0  # loss and KL see nothing
+    assert trainer._metrics["frac_reward_zero_std"] == [1.0]
+
+
+def test_long_prompt_is_an_error_naming_the_sample(tmp_path, tiny_model_dir, videos_dir):
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), max_prompt_length=20)
+    items = trainer.data_collator([trainer.train_dataset[0]] * 4)
+    with pytest.raises(ValueError, match=f"qid {POOL}.*max_prompt_length 20"):
+        trainer._generate_and_score(items)
+
+
+# ------------------------------------------------------------------------------------------------------ bad samples
+def test_bad_clip_is_substituted_deterministically(tmp_path, tiny_model_dir, videos_dir):
+    """(point 8) a broken file becomes the next loadable sample, the same on every rank, and is counted."""
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"not a video" * 100)
+    dataset = GroundingDataset([
+        {"video": str(broken), "query": "q0", "start": 0.0, "end": 1.0, "duration": 5.0, "qid": "bad"},
+        {"video": str(videos_dir / POOL), "query": "q1", "start": 1.0, "end": 2.0, "duration": 10.0, "qid": "ok"},
+    ])
+    rank0 = VideoCollator(dataset, make_args(tmp_path).video_settings)
+    rank1 = VideoCollator(dataset, make_args(tmp_path).video_settings)
+    out0, out1 = rank0([dataset[0]] * 2), rank1([dataset[0]] * 2)
+    assert substitute_index(0, 1, 2) == 1
+    assert [o["qid"] for o in out0 + out1] == ["ok"] * 4
+    assert [o["substituted_from"] for o in out0] == [0, 0]
+    assert out0[0]["clip"].frames.shape == out1[1]["clip"].frames.shape  # a video, never a text-only item
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, dataset, per_device_train_batch_size=8)
+    trainer.train()
+    assert trainer.state.log_history[0]["data/skipped_samples"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------------------ checkpoints
+def test_checkpoints_hold_grounding_config_and_resume(tmp_path, tiny_model_dir, videos_dir):
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), save_strategy="steps", save_steps=1,
+                           prompt_template="timezero")
+    trainer.train()
+    trainer.save_model()
+    for folder in (tmp_path / "out" / "checkpoint-1", tmp_path / "out"):
+        saved = json.loads((folder / "grounding_config.json").read_text())
+        assert saved["prompt_template"] == "timezero"
+        assert saved["video"]["fps"] == 1.0 and saved["video"]["max_pixels"] == 28 * 28 * 16
+    resumed = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), save_strategy="no", max_steps=2,
+                           prompt_template="timezero")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
+    assert resumed.state.global_step == 2
