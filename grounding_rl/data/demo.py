@@ -1,0 +1,226 @@
+"""``grounding-rl demo-data``: procedural clips with a known event interval, for the offline CPU demo and tests.
+
+Each clip shows a few coloured shapes on a dark background. One of them — the *target*, named by the query ("the red
+circle appears.") — is visible only from ``start`` to ``end``; the distractors (other colours) stay visible for the
+whole clip. Everything is drawn in numpy, encoded with PyAV (MPEG-4 Part 2 in .mp4, 8 fps, 112x112) and described by
+canonical JSONL splits ``train.jsonl`` / ``test.jsonl`` (``video`` relative to the output folder, ``source`` "demo").
+
+The task is made for a tiny model and a tiny pixel budget: sampled at 2 fps and ``max_pixels = 56*56`` a clip costs
+4 video tokens per second (one 2x2-merged 56x56 frame pair), and the target covers ~10-25 % of the frame area in a
+colour no distractor has, so its presence is salient in every frame pair. Times are multiples of 0.5 s (one sampled
+frame at 2 fps) so the boundary is observable at that rate.
+
+Deterministic: clip ``i`` of a split depends only on (seed, split, i) — same JSONL, same decoded frames.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Colour names -> RGB. Chosen far apart in hue and brightness so they stay distinct after yuv420 chroma subsampling
+# and a 2x downscale.
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (230, 30, 30),
+    "green": (30, 200, 50),
+    "blue": (40, 80, 250),
+    "yellow": (245, 225, 30),
+    "purple": (170, 50, 210),
+    "orange": (250, 140, 10),
+    "white": (245, 245, 245),
+    "cyan": (30, 225, 225),
+}
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "cross")
+QUERY_TEMPLATES: tuple[str, ...] = ("the {colour} {shape} appears.", "a {colour} {shape} is shown.",
+                                    "the {colour} {shape} is visible.")
+
+SIZE = 112  # frame side, pixels
+FPS = 8  # frames per second of the written clips
+BACKGROUND = (28, 28, 32)
+TIME_STEP = 0.5  # seconds: durations and event boundaries are multiples of this (one frame at 2 fps)
+SPLITS = {"train": 0, "test": 1}
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """One shape: colour name, kind, centre (x, y) and radius in pixels of the 112x112 frame."""
+
+    colour: str
+    shape: str
+    cx: int
+    cy: int
+    radius: int
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    """A demo clip's content: duration and event (seconds), target and distractors, query text."""
+
+    name: str
+    duration: float
+    start: float
+    end: float
+    target: ShapeSpec
+    distractors: tuple[ShapeSpec, ...]
+    query: str
+
+    @property
+    def num_frames(self) -> int:
+        return int(round(self.duration * FPS))
+
+
+def demo_queries() -> list[str]:
+    """Every query the generator can write (all templates x colours x shapes); used to train the tiny tokenizer."""
+    return [t.format(colour=c, shape=s) for t in QUERY_TEMPLATES for c in COLOURS for s in SHAPES]
+
+
+def shape_mask(shape: str, cx: int, cy: int, radius: int, size: int = SIZE) -> np.ndarray:
+    """Boolean (size, size) mask of a filled shape centred at (cx, cy) with half-extent ``radius`` pixels.
+
+    Raises:
+        ValueError: unknown shape name.
+    """
+    yy, xx = np.mgrid[0:size, 0:size]
+    dx, dy = xx - cx, yy - cy
+    if shape == "circle":
+        return dx * dx + dy * dy <= radius * radius
+    if shape == "square":
+        r = int(round(radius * 0.85))
+        return (np.abs(dx) <= r) & (np.abs(dy) <= r)
+    if shape == "triangle":  # apex up, base at cy + radius
+        height = 2 * radius
+        rel = dy + radius  # 0 at apex .. height at base
+        return (rel >= 0) & (rel <= height) & (np.abs(dx) <= rel / 2 + 0.5)
+    if shape == "cross":
+        arm = max(2, radius // 3)
+        return ((np.abs(dx) <= radius) & (np.abs(dy) <= arm)) | ((np.abs(dy) <= radius) & (np.abs(dx) <= arm))
+    raise ValueError(f"unknown shape {shape!r}; known: {SHAPES}")
+
+
+def clip_spec(seed: int, split: str, index: int, min_duration: float = 6.0, max_duration: float = 16.0) -> ClipSpec:
+    """The random content of clip ``index`` of ``split``: a pure function of (seed, split, index).
+
+    Duration uniform on the 0.5 s grid in [min_duration, max_duration]; event length 25-60 % of it (≥ 1.5 s) on the
+    same grid, placed uniformly; target and 1-3 distractors each in their own quadrant (no overlap), distractor colours
+    all different from the target's.
+
+    Raises:
+        ValueError: unknown split, or durations not in 3 ≤ min ≤ max.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
+    if not 3.0 <= min_duration <= max_duration:
+        raise ValueError(f"need 3 <= min_duration <= max_duration, got {min_duration}, {max_duration}")
+    rng = np.random.default_rng([seed, SPLITS[split], index])
+    steps = rng.integers(int(min_duration / TIME_STEP), int(max_duration / TIME_STEP) + 1)
+    duration = steps * TIME_STEP
+    length = max(3, int(round(rng.uniform(0.25, 0.6) * steps)))
+    first = int(rng.integers(0, steps - length + 1))
+    start, end = first * TIME_STEP, (first + length) * TIME_STEP
+
+    colours = list(COLOURS)
+    order = rng.permutation(len(colours))
+    quadrants = rng.permutation(4)
+    half = SIZE // 2
+
+    def place(colour: str, quadrant: int) -> ShapeSpec:
+        radius = int(rng.integers(15, 22))
+        qx, qy = (quadrant % 2) * half, (quadrant // 2) * half
+        cx = qx + half // 2 + int(rng.integers(-(half // 2 - radius - 1), half // 2 - radius))
+        cy = qy + half // 2 + int(rng.integers(-(half // 2 - radius - 1), half // 2 - radius))
+        return ShapeSpec(colour, SHAPES[int(rng.integers(len(SHAPES)))], cx, cy, radius)
+
+    target = place(colours[order[0]], int(quadrants[0]))
+    n_distractors = int(rng.integers(1, 4))
+    distractors = tuple(place(colours[order[1 + k]], int(quadrants[1 + k])) for k in range(n_distractors))
+    template = QUERY_TEMPLATES[int(rng.integers(len(QUERY_TEMPLATES)))]
+    return ClipSpec(name=f"{split}_{index:05d}", duration=float(duration), start=float(start), end=float(end),
+                    target=target, distractors=distractors,
+                    query=template.format(colour=target.colour, shape=target.shape))
+
+
+def render_frames(spec: ClipSpec) -> np.ndarray:
+    """uint8 frames (T, 112, 112, 3) of a clip; frame i shows time i / 8 s and has the target iff start ≤ t < end."""
+    still = np.empty((SIZE, SIZE, 3), np.uint8)
+    still[:] = BACKGROUND
+    for d in spec.distractors:
+        still[shape_mask(d.shape, d.cx, d.cy, d.radius)] = COLOURS[d.colour]
+    with_target = still.copy()
+    t = spec.target
+    with_target[shape_mask(t.shape, t.cx, t.cy, t.radius)] = COLOURS[t.colour]
+    times = np.arange(spec.num_frames) / FPS
+    visible = (times >= spec.start - 1e-9) & (times < spec.end - 1e-9)
+    return np.where(visible[:, None, None, None], with_target[None], still[None])
+
+
+def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str = "mpeg4") -> None:
+    """Encode uint8 RGB frames (T, H, W, 3) with PyAV (single-threaded, so the output is deterministic)."""
+    import av
+
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.pix_fmt = "yuv420p"
+        stream.bit_rate = 600_000
+        stream.codec_context.thread_count = 1
+        for array in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(array), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def generate_demo(out: str | Path, num_train: int = 200, num_test: int = 50, seed: int = 0,
+                  min_duration: float = 6.0, max_duration: float = 16.0, progress: bool = True) -> dict:
+    """Write ``out/videos/*.mp4`` and ``out/train.jsonl`` / ``out/test.jsonl`` (canonical JSONL).
+
+    Args:
+        out: output folder (created).
+        num_train, num_test: clips per split (one query per clip).
+        seed: the whole output is a function of it.
+        min_duration, max_duration: clip length range, seconds.
+        progress: show a tqdm bar.
+
+    Returns:
+        ``{"train": path, "test": path, "clips": n, "seconds": wall time}``.
+    """
+    from tqdm import tqdm
+
+    from grounding_rl.data.samples import Sample, write_jsonl
+
+    out = Path(out)
+    (out / "videos").mkdir(parents=True, exist_ok=True)
+    began = time.time()
+    jobs = [("train", i) for i in range(num_train)] + [("test", i) for i in range(num_test)]
+    rows: dict[str, list[Sample]] = {"train": [], "test": []}
+    for split, index in tqdm(jobs, desc="demo clips", disable=not progress):
+        spec = clip_spec(seed, split, index, min_duration, max_duration)
+        rel = f"videos/{spec.name}.mp4"
+        write_video(out / rel, render_frames(spec))
+        rows[split].append(Sample(video=rel, query=spec.query, start=spec.start, end=spec.end,
+                                  duration=spec.duration, qid=f"demo:{spec.name}", source="demo"))
+    paths = {}
+    for split, samples in rows.items():
+        paths[split] = str(out / f"{split}.jsonl")
+        write_jsonl(paths[split], samples)
+    return {**paths, "clips": len(jobs), "seconds": round(time.time() - began, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="grounding-rl demo-data", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="output folder (videos/, train.jsonl, test.jsonl)")
+    parser.add_argument("--num-train", type=int, default=200)
+    parser.add_argument("--num-test", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-duration", type=float, default=6.0, help="seconds")
+    parser.add_argument("--max-duration", type=float, default=16.0, help="seconds")
+    args = parser.parse_args(argv)
+    if args.num_train < 0 or args.num_test < 0:
+        parser.error("--num-train and --num-test must be >= 0")
+    result = generate_demo(args.out, args.num_train, args.num_test, args.seed, args.min_duration, args.max_duration)
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,101 @@
+"""Procedural demo clips (issue 5, point 2): canonical splits, determinism, and an event visible exactly from s to e."""
+import json
+import time
+
+import numpy as np
+import pytest
+
+from grounding_rl.data.demo import COLOURS, FPS, SHAPES, clip_spec, generate_demo, main, render_frames
+from grounding_rl.data.samples import load_samples
+from grounding_rl.data.video import VideoSettings, sample_frames
+
+DEMO_VIDEO = VideoSettings(fps=2.0, min_pixels=3136, max_pixels=3136)  # what configs/demo_sft.yaml uses
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    generate_demo(out, num_train=8, num_test=4, seed=0, progress=False)
+    return out
+
+
+def test_splits_are_canonical(demo_dir):
+    rows = [json.loads(line) for line in (demo_dir / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and len((demo_dir / "test.jsonl").read_text().splitlines()) == 4
+    assert set(rows[0]) == {"video", "query", "start", "end", "duration", "qid", "source"}
+    assert rows[0]["video"] == "videos/train_00000.mp4" and rows[0]["qid"] == "demo:train_00000"
+    samples = load_samples(demo_dir / "train.jsonl")
+    assert len(samples) == 8
+    for s in samples:
+        assert s.source == "demo"
+        assert 6.0 <= s.duration <= 16.0 and (s.duration * 2).is_integer()
+        assert 0 <= s.start < s.end <= s.duration
+        assert (s.start * 2).is_integer() and (s.end * 2).is_integer()
+        assert 1.5 <= s.end - s.start <= 0.6 * s.duration + 0.5
+        assert abs(sample_frames(s.video, DEMO_VIDEO).duration - s.duration) < 1e-9
+
+
+def test_same_seed_same_output_other_seed_differs(demo_dir, tmp_path):
+    generate_demo(tmp_path / "again", num_train=8, num_test=4, seed=0, progress=False)
+    for split in ("train", "test"):
+        assert (tmp_path / "again" / f"{split}.jsonl").read_bytes() == (demo_dir / f"{split}.jsonl").read_bytes()
+    for name in ("train_00003", "test_00001"):
+        a = sample_frames(demo_dir / "videos" / f"{name}.mp4", DEMO_VIDEO).frames
+        b = sample_frames(tmp_path / "again" / "videos" / f"{name}.mp4", DEMO_VIDEO).frames
+        assert np.array_equal(a, b)
+    # clip i does not depend on how many clips are generated; another seed changes the content
+    assert clip_spec(0, "train", 3) == clip_spec(0, "train", 3)
+    generate_demo(tmp_path / "other", num_train=8, num_test=0, seed=1, progress=False)
+    assert (tmp_path / "other" / "train.jsonl").read_text() != (demo_dir / "train.jsonl").read_text()
+
+
+def test_query_names_the_target_and_distractors_differ_in_colour():
+    for index in range(50):
+        spec = clip_spec(7, "train", index)
+        assert f"{spec.target.colour} {spec.target.shape}" in spec.query
+        assert spec.target.shape in SHAPES and 1 <= len(spec.distractors) <= 3
+        assert all(d.colour != spec.target.colour for d in spec.distractors)
+        assert len({d.colour for d in spec.distractors}) == len(spec.distractors)
+    durations = {clip_spec(7, "train", i).duration for i in range(50)}
+    assert len(durations) > 10  # varied
+
+
+def _visible(frames: np.ndarray, rgb) -> np.ndarray:
+    """Per frame: how many pixels are within 60 (L1 per channel max) of the colour."""
+    diff = np.abs(frames.astype(np.int16) - np.array(rgb, np.int16)).max(-1)
+    return (diff < 60).sum(axis=(1, 2))
+
+
+def test_target_visible_exactly_from_start_to_end_at_2_fps(demo_dir):
+    """After MPEG-4 coding and the 56x56 downscale, the target colour is present in a sampled frame iff
+    start <= t < end; the distractors are present in every frame."""
+    for s in load_samples(demo_dir / "train.jsonl")[:4]:
+        spec = clip_spec(0, "train", int(s.qid.split("_")[-1]))
+        video = sample_frames(s.video, DEMO_VIDEO)
+        assert video.frames.shape[1:] == (56, 56, 3)
+        times = np.asarray(video.timestamps)
+        assert np.allclose(times, np.arange(len(times)) * 0.5)
+        expected = (times >= s.start) & (times < s.end)
+        counts = _visible(video.frames, COLOURS[spec.target.colour])
+        assert np.array_equal(counts > 40, expected), (s.qid, counts, expected)
+        assert counts[expected].min() > 100  # ≥ 3 % of a 56x56 frame
+        for d in spec.distractors:
+            assert _visible(video.frames, COLOURS[d.colour]).min() > 100
+
+
+def test_render_frames_matches_the_interval():
+    spec = clip_spec(0, "test", 2)
+    frames = render_frames(spec)
+    assert frames.shape == (int(spec.duration * FPS), 112, 112, 3) and frames.dtype == np.uint8
+    shown = _visible(frames, COLOURS[spec.target.colour]) > 0
+    t = np.arange(len(frames)) / FPS
+    assert np.array_equal(shown, (t >= spec.start) & (t < spec.end))
+
+
+def test_cli_is_fast(tmp_path, capsys):
+    began = time.time()
+    assert main(["--out", str(tmp_path), "--num-train", "20", "--num-test", "5", "--seed", "3"]) == 0
+    assert time.time() - began < 10  # 250 clips take ~3 s
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["clips"] == 25
+    assert len(list((tmp_path / "videos").glob("*.mp4"))) == 25

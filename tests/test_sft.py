@@ -1,0 +1,142 @@
+"""Supervised warm start (issue 5, point 3): targets, label masking, the YAML config, and a short real run."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from grounding_rl.update.sft import IGNORE_INDEX, GroundingSFTConfig, SFTCollator, parse_args, sft_target, train_sft
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parent.parent
+DEMO_VIDEO = dict(fps=2.0, min_pixels=3136, max_pixels=3136)
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    from grounding_rl.data.demo import generate_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    generate_demo(out, num_train=6, num_test=2, seed=0, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bpe_model_dir(tmp_path_factory):
+    from grounding_rl.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_bpe"), tokenizer=None, seed=0)
+
+
+def test_target_round_trips_through_the_answer_parser():
+    from grounding_rl.reward.parsing import extract_think, parse_answer
+
+    text = sft_target(3.5, 12.25)
+    assert text == ("<think>The event is visible in the video, so I find when it starts and ends.</think>"
+                    "<answer>3.50 to 12.25</answer>")
+    assert parse_answer(text) == (3.5, 12.25)
+    assert extract_think(text) == "The event is visible in the video, so I find when it starts and ends."
+    assert sft_target(0.004, 7.999, "x") == "<think>x</think><answer>0.00 to 8.00</answer>"
+
+
+@pytest.mark.parametrize("which", ["bpe", "qwen"])
+def test_collator_trains_only_the_target(which, demo_dir, bpe_model_dir, qwen_processor_dir):
+    from transformers import AutoProcessor
+
+    from grounding_rl.data.samples import load_samples
+    from grounding_rl.data.video import VideoSettings, sample_frames
+    from grounding_rl.preprocessing import build_inputs
+    from grounding_rl.rollout.prompts import render_prompt
+
+    processor = AutoProcessor.from_pretrained(bpe_model_dir if which == "bpe" else qwen_processor_dir)
+    tok = processor.tokenizer
+    rows = [s.to_dict() for s in load_samples(demo_dir / "train.jsonl")[:3]]
+    settings = VideoSettings(**DEMO_VIDEO)
+    batch = SFTCollator(processor, "default", settings)(rows)
+    prompt = build_inputs(processor, [r["query"] for r in rows], [sample_frames(r["video"], settings) for r in rows])
+
+    assert batch["input_ids"].shape == batch["labels"].shape == batch["mm_token_type_ids"].shape
+    assert torch.equal(batch["video_grid_thw"], prompt["video_grid_thw"])
+    assert torch.equal(batch["pixel_values_videos"], prompt["pixel_values_videos"])
+    assert batch["second_per_grid_ts"].tolist() == [1.0, 1.0, 1.0]
+    for i, row in enumerate(rows):
+        mask = batch["attention_mask"][i].bool()
+        ids, labels = batch["input_ids"][i][mask], batch["labels"][i][mask]
+        assert (batch["labels"][i][~mask] == IGNORE_INDEX).all() and mask[-1]  # left padding
+        n_prompt = int(prompt["attention_mask"][i].sum())
+        # the prompt part is exactly build_inputs' tokens, all masked; the rest is the target, all trained
+        assert torch.equal(ids[:n_prompt], prompt["input_ids"][i][prompt["attention_mask"][i].bool()])
+        assert (labels[:n_prompt] == IGNORE_INDEX).all()
+        assert torch.equal(labels[n_prompt:], ids[n_prompt:])
+        target = sft_target(row["start"], row["end"]) + "<|im_end|>"
+        assert tok.decode(labels[n_prompt:]) == target
+        assert int(ids[n_prompt:][-1]) == tok.convert_tokens_to_ids("<|im_end|>")
+        assert (batch["mm_token_type_ids"][i][mask][n_prompt:] == 0).all()
+        # tokenising the target alone equals tokenising prompt + target as one text
+        text = render_prompt(processor, row["query"])
+        assert tok(text + target).input_ids == tok(text).input_ids + tok(target).input_ids
+
+
+def test_collator_rejects_long_prompts_naming_the_sample(demo_dir, bpe_model_dir):
+    from transformers import AutoProcessor
+
+    from grounding_rl.data.samples import load_samples
+    from grounding_rl.data.video import VideoSettings
+
+    processor = AutoProcessor.from_pretrained(bpe_model_dir)
+    rows = [load_samples(demo_dir / "train.jsonl")[0].to_dict()]
+    with pytest.raises(ValueError, match="demo:train_00000.*max_prompt_length 50"):
+        SFTCollator(processor, "default", VideoSettings(**DEMO_VIDEO), max_prompt_length=50)(rows)
+
+
+def test_config_validation(tmp_path):
+    with pytest.raises(ValueError, match="prompt_template 'nope'"):
+        GroundingSFTConfig(output_dir=str(tmp_path), train_file="x.jsonl", prompt_template="nope")
+    with pytest.raises(ValueError, match="train_file is required"):
+        GroundingSFTConfig(output_dir=str(tmp_path))
+    args = GroundingSFTConfig(output_dir=str(tmp_path), train_file="x.jsonl", video_max_pixels=3136,
+                              video_min_pixels=3136)
+    config = args.grounding_config()
+    assert config.video.max_pixels == 3136 and config.prompt_template == "default" and config.reward_funcs == []
+
+
+def test_demo_config_parses_with_overrides():
+    args, model_args = parse_args(["--config", "configs/demo_sft.yaml", "--learning_rate", "0.01"])
+    assert args.learning_rate == 0.01 and args.use_cpu
+    assert args.train_file == str(REPO / "data" / "demo" / "train.jsonl")
+    assert model_args.model_name_or_path == str(REPO / "outputs" / "tiny-model")
+    assert args.video_settings.max_pixels == 3136 and args.video_fps == 2.0
+    with pytest.raises(ValueError):
+        parse_args(["--config", "configs/demo_sft.yaml", "--no_such_key", "1"])
+
+
+def test_short_sft_run_lowers_the_loss_and_saves(demo_dir, bpe_model_dir, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from grounding_rl.preprocessing import GroundingConfig
+
+    out = tmp_path / "sft"
+    args, model_args = parse_args([
+        "--config", "configs/demo_sft.yaml", "--model_name_or_path", str(bpe_model_dir),
+        "--train_file", str(demo_dir / "train.jsonl"), "--output_dir", str(out), "--max_train_samples", "4",
+        "--per_device_train_batch_size", "2", "--max_steps", "8", "--warmup_steps", "0", "--learning_rate", "3e-3",
+        "--lr_scheduler_type", "constant", "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "4",
+        "--disable_tqdm", "true",
+    ])
+    assert train_sft(args, model_args) == out
+    state = json.loads((out / "checkpoint-8" / "trainer_state.json").read_text())
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert len(losses) == 8
+    assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2 - 0.5, losses
+    for folder in (out, out / "checkpoint-4", out / "checkpoint-8"):
+        config = GroundingConfig.load(folder)
+        assert config is not None and config.video.max_pixels == 3136 and config.prompt_template == "default"
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    assert AutoProcessor.from_pretrained(out).tokenizer.eos_token == "<|im_end|>"
+    before = load_file(str(bpe_model_dir / "model.safetensors"))
+    after = load_file(str(out / "model.safetensors"))
+    assert before.keys() == after.keys()
+    embed = next(k for k in before if k.endswith("embed_tokens.weight"))
+    assert not torch.equal(before[embed], after[embed])

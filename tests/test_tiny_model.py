@@ -1,0 +1,131 @@
+"""The tiny model builder (issue 5, point 1): with the real Qwen tokenizer and with the locally trained BPE tokenizer."""
+import json
+
+import pytest
+import torch
+
+from grounding_rl.models.tiny import QWEN_TOKEN_IDS, build_tiny_model
+from grounding_rl.models.tiny_tokenizer import SPECIAL_TOKENS, build_processor, special_token_ids, train_bpe, \
+    training_corpus
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def bpe_processor():
+    return build_processor()
+
+
+@pytest.fixture(scope="module")
+def bpe_model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_bpe"), tokenizer=None, seed=0)
+
+
+def test_bpe_special_tokens_follow_qwen_order(bpe_processor):
+    tok = bpe_processor.tokenizer
+    ids = [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
+    first = ids[0]
+    assert ids == list(range(first, first + len(SPECIAL_TOKENS)))  # <|endoftext|> = V, <|im_start|> = V+1, ...
+    assert len(tok) == first + len(SPECIAL_TOKENS)
+    assert set(bpe_processor.token_ids) == set(QWEN_TOKEN_IDS)
+    assert bpe_processor.token_ids["eos_token_id"] == first + 2  # <|im_end|>
+    assert bpe_processor.token_ids["pad_token_id"] == bpe_processor.token_ids["bos_token_id"] == first
+    assert bpe_processor.token_ids["video_token_id"] == first + 13
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert 300 < first <= 4096  # a small vocabulary (the real one has 151,643 BPE tokens)
+
+
+def test_bpe_digits_are_single_tokens_and_tags_compact(bpe_processor):
+    tok = bpe_processor.tokenizer
+    assert tok.tokenize("12.54 to 17.83") == ["1", "2", ".", "5", "4", "Ġto", "Ġ", "1", "7", ".", "8", "3"]
+    ids = tok("<answer>3.50 to 9.00</answer><|im_end|>", add_special_tokens=False).input_ids
+    assert ids[-1] == bpe_processor.token_ids["eos_token_id"]
+    assert len(ids) == 17  # "<" "answer" ">" 3 . 5 0 " to" " " 9 . 0 0 "</" "answer" ">" <|im_end|>
+    # unseen text falls back to bytes and round-trips
+    text = "Zebra quokka 42 ünïcode"
+    assert tok.decode(tok(text).input_ids) == text
+    # special tokens are skipped when decoding, like Qwen's
+    assert tok.decode(tok("<|im_start|>assistant\nok<|im_end|>").input_ids, skip_special_tokens=True) == "assistant\nok"
+
+
+def test_bpe_training_is_deterministic():
+    a = train_bpe(training_corpus())
+    b = train_bpe(training_corpus())
+    assert a == b
+
+
+def test_bpe_chat_template_renders_like_qwen(bpe_processor, qwen_processor_dir):
+    from transformers import AutoProcessor
+
+    from grounding_rl.rollout.prompts import render_prompt
+
+    real = AutoProcessor.from_pretrained(qwen_processor_dir)
+    for template in ("default", "timezero"):
+        ours = render_prompt(bpe_processor, "the red circle appears.", template)
+        assert ours == render_prompt(real, "the red circle appears.", template)
+    assert ours.endswith("<|vision_start|><|video_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_build_without_tokenizer_reloads_and_generates(bpe_model_dir, videos_dir):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from grounding_rl.data.video import VideoSettings, sample_frames
+    from grounding_rl.preprocessing import build_inputs
+
+    processor = AutoProcessor.from_pretrained(bpe_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(bpe_model_dir).eval()
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    ids = special_token_ids(processor.tokenizer)
+    assert model.config.video_token_id == ids["video_token_id"]
+    assert model.config.vision_start_token_id == ids["vision_start_token_id"]
+    assert model.config.text_config.vocab_size >= len(processor.tokenizer)
+    assert model.config.text_config.vocab_size % 64 == 0
+    assert model.generation_config.eos_token_id == [ids["eos_token_id"], ids["pad_token_id"]]
+    n_params = sum(p.numel() for p in model.parameters())
+    assert n_params < 1_000_000  # the small vocabulary keeps the whole model tiny
+
+    settings = VideoSettings(min_pixels=3136, max_pixels=3136)
+    videos = [sample_frames(videos_dir / "mmaction2_pool_cleaning.mp4", settings),
+              sample_frames(videos_dir / "mmaction2_eye_makeup.avi", settings)]
+    batch = build_inputs(processor, ["a person cleans the pool.", "a person applies eye makeup."], videos)
+    n_video_tokens = int((batch["input_ids"] == ids["video_token_id"]).sum())
+    assert n_video_tokens == int(batch["video_grid_thw"].prod(-1).sum()) // 4  # 2x2 merge
+    with torch.no_grad():
+        logits = model(**batch).logits
+        out = model.generate(**batch, max_new_tokens=6, do_sample=False)
+    assert logits.shape == (*batch["input_ids"].shape, model.config.text_config.vocab_size)
+    assert torch.isfinite(logits).all()
+    assert out.shape[0] == 2 and batch["input_ids"].shape[1] < out.shape[1] <= batch["input_ids"].shape[1] + 6
+    config = json.loads((bpe_model_dir / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2_5_VLForConditionalGeneration"]
+
+
+def test_build_is_deterministic_for_a_seed(bpe_model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    again = build_tiny_model(tmp_path / "again", tokenizer=None, seed=0)
+    a, b = load_file(str(bpe_model_dir / "model.safetensors")), load_file(str(again / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (bpe_model_dir / "tokenizer.json").read_text() == (again / "tokenizer.json").read_text()
+
+
+def test_build_with_real_tokenizer(tiny_model_dir, qwen_processor_dir):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    assert len(processor.tokenizer) == 151665
+    assert processor.tokenizer.convert_tokens_to_ids("<|video_pad|>") == model.config.video_token_id == 151656
+    assert model.config.text_config.vocab_size == 151680  # 151,665 rounded up to a multiple of 64
+    real = AutoProcessor.from_pretrained(qwen_processor_dir)
+    assert processor.chat_template == real.chat_template
+
+
+def test_cli_without_tokenizer(tmp_path, capsys):
+    from grounding_rl.models.tiny import main
+
+    assert main(["--out", str(tmp_path / "m"), "--hidden-size", "32", "--num-layers", "1"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["parameters"] < 200_000
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["text_config"]["hidden_size"] == 32 and config["text_config"]["num_hidden_layers"] == 1
