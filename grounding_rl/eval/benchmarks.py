@@ -1,0 +1,200 @@
+"""Benchmark definitions (``evaluation/*.yaml``): reader format, annotation file, expected query count, paper protocol
+and published anchor results (issue 6, point 3).
+
+A definition is a small YAML file::
+
+    name: charades_sta_test
+    format: charades_sta                      # a reader of grounding_rl.data.readers.READERS
+    annotations: ../shared/data/benchmarks/charades_sta/charades_sta_test.txt
+    durations: ../shared/data/benchmarks/charades_sta/charades.json   # optional
+    expected_queries: 3720                    # after the validation policy (grounding-rl prepare's "kept")
+    video_root: null                          # folder of the videos; null = pass --video-root
+    protocol:                                 # sampling of the paper protocol (used when a checkpoint has no config)
+      prompt_template: timezero
+      max_new_tokens: 1024
+      video: {fps: 2.0, min_pixels: 12544, total_pixels: 2809856}
+    anchors:                                  # published results, each with its source
+      - {method: ..., setting: ..., "R1@0.3": 83.3, "R1@0.5": 72.5, "R1@0.7": 47.9, mIoU: null, source: ...}
+
+Paths are relative to the repository root (``../shared/...`` honours ``$GROUNDING_RL_SHARED``).
+
+    python -m grounding_rl.eval.benchmarks prepare-args BENCH.yaml --out DATA.jsonl [--video-root DIR]
+
+prints, one per line, the arguments of ``grounding-rl prepare`` for the benchmark (used by ``scripts/eval.sh``; it
+imports neither torch nor transformers, so it starts in a fraction of a second).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from grounding_rl.paths import resolve_config_path
+
+if TYPE_CHECKING:  # importing the preprocessing pulls in transformers: only when a protocol is built
+    from grounding_rl.preprocessing import GroundingConfig
+
+ANCHOR_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")
+_REQUIRED = ("name", "format", "annotations", "expected_queries")
+
+
+class BenchmarkError(ValueError):
+    """A benchmark YAML is missing a field or has a bad value (the message names the file)."""
+
+
+@dataclass
+class Benchmark:
+    """One benchmark definition, with paths resolved.
+
+    Attributes:
+        name: short name (used for output folders).
+        format: reader name for ``grounding-rl prepare --format``.
+        annotations: annotation file (absolute).
+        durations: optional durations file (absolute) or None.
+        expected_queries: number of queries after the validation policy.
+        video_root: folder of the videos, or None when the user must give it.
+        protocol: template and video settings of the paper protocol (None when loaded with
+            ``build_protocol=False``).
+        max_new_tokens: generation budget of the paper protocol (None = the eval default).
+        anchors: published results, each a dict with ``method``, ``setting``, the :data:`ANCHOR_METRICS` (None when
+            not published) and ``source``.
+        description: free text.
+        path: the YAML file.
+    """
+
+    name: str
+    format: str
+    annotations: str
+    expected_queries: int
+    durations: str | None = None
+    video_root: str | None = None
+    protocol: "GroundingConfig | None" = None
+    max_new_tokens: int | None = None
+    anchors: list[dict] = field(default_factory=list)
+    description: str = ""
+    path: str = ""
+
+
+def load_benchmark(path: str | Path, *, build_protocol: bool = True) -> Benchmark:
+    """Read a benchmark YAML (``yaml.safe_load``).
+
+    Args:
+        path: the YAML file.
+        build_protocol: build and check ``protocol`` (imports transformers; the shell helper skips it).
+
+    Raises:
+        FileNotFoundError: no such file.
+        BenchmarkError: missing field, unknown reader format, unknown template/video setting, or a malformed anchor
+            (the message names the file).
+    """
+    from grounding_rl.data.readers import READERS  # light: no torch / transformers
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"benchmark definition not found: {path}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise BenchmarkError(f"{path}: expected a mapping at the top level")
+    missing = [key for key in _REQUIRED if data.get(key) is None]
+    if missing:
+        raise BenchmarkError(f"{path}: missing field(s) {', '.join(missing)}")
+    if data["format"] not in READERS:
+        raise BenchmarkError(f"{path}: unknown format {data['format']!r}; known: {', '.join(READERS)}")
+    protocol = data.get("protocol") or {}
+    config = None
+    if build_protocol:
+        from grounding_rl.data.video import VideoSettings
+        from grounding_rl.preprocessing import GroundingConfig
+
+        video = dict(protocol.get("video") or {})
+        known = set(VideoSettings.__dataclass_fields__)
+        if set(video) - known:
+            raise BenchmarkError(f"{path}: unknown protocol.video setting(s) {sorted(set(video) - known)}")
+        try:
+            config = GroundingConfig(prompt_template=protocol.get("prompt_template", "default"),
+                                     video=VideoSettings(**video))
+        except (TypeError, ValueError) as err:
+            raise BenchmarkError(f"{path}: protocol: {err}") from err
+    anchors = data.get("anchors") or []
+    for i, anchor in enumerate(anchors):
+        if not isinstance(anchor, dict) or not anchor.get("method") or not anchor.get("source"):
+            raise BenchmarkError(f"{path}: anchors[{i}] needs at least 'method' and 'source'")
+        for key in ANCHOR_METRICS:
+            value = anchor.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise BenchmarkError(f"{path}: anchors[{i}].{key} must be a number or null, got {value!r}")
+    return Benchmark(
+        name=str(data["name"]),
+        format=str(data["format"]),
+        annotations=resolve_config_path(data["annotations"]),
+        durations=resolve_config_path(data.get("durations")),
+        expected_queries=int(data["expected_queries"]),
+        video_root=resolve_config_path(data.get("video_root")),
+        protocol=config,
+        max_new_tokens=protocol.get("max_new_tokens"),
+        anchors=list(anchors),
+        description=str(data.get("description") or "").strip(),
+        path=str(path),
+    )
+
+
+def anchors_table(anchors: list[dict], ours: dict | None = None, ours_label: str = "this run") -> str:
+    """A markdown table of published results (R1@0.3/0.5/0.7, mIoU), with ``ours`` as the last row when given.
+
+    Missing numbers are shown as ``–``. Each anchor row names its setting and source.
+    """
+    def cell(value) -> str:
+        return "–" if value is None else f"{float(value):.1f}"
+
+    lines = ["| method | setting | " + " | ".join(ANCHOR_METRICS) + " | source |",
+             "|---|---|" + "---:|" * len(ANCHOR_METRICS) + "---|"]
+    for a in anchors:
+        lines.append(f"| {a['method']} | {a.get('setting', '')} | "
+                     + " | ".join(cell(a.get(k)) for k in ANCHOR_METRICS) + f" | {a['source']} |")
+    if ours is not None:
+        lines.append(f"| **{ours_label}** | | " + " | ".join(cell(ours.get(k)) for k in ANCHOR_METRICS) + " | |")
+    return "\n".join(lines)
+
+
+def prepare_args(bench: Benchmark, out: str, video_root: str | None = None) -> list[str]:
+    """Arguments of ``grounding-rl prepare`` for ``bench`` writing ``out``.
+
+    Raises:
+        BenchmarkError: neither ``video_root`` nor the YAML's ``video_root`` is set.
+    """
+    root = video_root or bench.video_root
+    if not root:
+        raise BenchmarkError(f"{bench.path}: no video_root in the benchmark; pass --video-root DIR (the folder of the "
+                             f"{bench.name} videos)")
+    args = ["--format", bench.format, "--annotations", bench.annotations, "--video-root", root, "--out", out]
+    if bench.durations:
+        args += ["--durations", bench.durations]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m grounding_rl.eval.benchmarks prepare-args YAML --out OUT [--video-root DIR]`` (scripts/eval.sh).
+
+    Exit code 2 with a one-line message when the YAML is missing or incomplete (e.g. no video root)."""
+    parser = argparse.ArgumentParser(prog="python -m grounding_rl.eval.benchmarks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare-args", help="print grounding-rl prepare arguments, one per line")
+    p.add_argument("yaml")
+    p.add_argument("--out", required=True)
+    p.add_argument("--video-root", default=None)
+    args = parser.parse_args(argv)
+    try:
+        bench = load_benchmark(args.yaml, build_protocol=False)
+        print("\n".join(prepare_args(bench, args.out, args.video_root)))
+    except (FileNotFoundError, BenchmarkError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+"""``grounding-rl eval``: R1@{0.3,0.5,0.7} and mIoU of a checkpoint on a canonical JSONL (issue 6, points 1-2).
+
+    grounding-rl eval --model DIR --data TEST.jsonl --out OUTDIR [--batch-size B] [--limit N] [--video-root DIR]
+                      [--benchmark evaluation/X.yaml] [--prompt-template NAME] [--fps F] [--max-pixels P]
+                      [--total-pixels P] [--max-new-tokens N] [--seed S] [--overwrite]
+
+* Preprocessing and prompt are the training ones: command-line overrides > the checkpoint's ``grounding_config.json``
+  > the benchmark's paper protocol (``--benchmark``) > built-in defaults; the source is printed and recorded.
+* Greedy, batched generation with the KV cache on (:func:`grounding_rl.eval.generation.generate_answers`).
+* ``OUTDIR/predictions.jsonl`` is written incrementally, one flushed line per query::
+
+      {"qid", "video", "query", "duration", "gt_start", "gt_end", "answer", "reasoning", "start", "end", "iou"[, "error"]}
+
+  ``start``/``end`` are the parsed prediction in seconds as the model wrote it (null when unparseable; ``iou`` applies
+  the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
+  --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and ends
+  with the same metrics as an uninterrupted run; a rerun with other settings is refused (``--overwrite`` restarts).
+* Under ``accelerate launch`` / ``torchrun`` each rank takes a disjoint shard (every world-size-th pending query) and
+  writes ``predictions.rank{r}.jsonl``; after a barrier rank 0 merges everything into ``predictions.jsonl`` in
+  annotation order. One process works the same way without the rank files.
+* A clip that fails to load (:class:`~grounding_rl.data.video.VideoLoadError`) is a recorded failure: ``answer`` null,
+  ``iou`` 0 and an ``error`` message; it is never dropped and never stops the run.
+* Rank 0 writes ``metrics.json`` (metrics, model, data, sampling settings, seed, package versions), ``report.md`` and
+  ``iou_hist.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from grounding_rl.data.samples import Sample, load_samples
+from grounding_rl.data.video import VideoLoadError, VideoSettings, sample_frames
+from grounding_rl.eval.generation import (
+    DEFAULT_MAX_NEW_TOKENS,
+    describe_config,
+    generate_answers,
+    load_model,
+    resolve_config,
+    video_settings_dict,
+)
+from grounding_rl.reward.metrics import compute_metrics, format_metrics_table
+from grounding_rl.reward.parsing import extract_think, parse_answer
+from grounding_rl.reward.rewards import query_iou
+
+logger = logging.getLogger(__name__)
+
+PREDICTIONS = "predictions.jsonl"
+RUN_FILE = "eval_config.json"
+METRICS = "metrics.json"
+REPORT = "report.md"
+HISTOGRAM = "iou_hist.png"
+# Settings that must match for a rerun to reuse earlier predictions.
+RUN_KEYS = ("model", "data", "video_root", "prompt_template", "video", "max_new_tokens")
+
+
+# ------------------------------------------------------------------------------------------------------ records
+def prediction_record(sample: Sample, answer: str | None, error: str | None = None) -> dict:
+    """One line of ``predictions.jsonl`` for ``sample``.
+
+    Args:
+        sample: the annotated query (ground truth in seconds).
+        answer: the decoded completion, or None when there is none (the clip failed to load).
+        error: why there is no answer (recorded as ``error``).
+
+    Returns:
+        ``{"qid", "video", "query", "duration", "gt_start", "gt_end", "answer", "reasoning", "start", "end", "iou"}``
+        (+ ``error``): ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
+        :func:`grounding_rl.reward.rewards.query_iou` (prediction clamped to [0, duration]; reversed or none → 0).
+    """
+    parsed = parse_answer(answer) if answer is not None else None
+    record = {
+        "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
+        "gt_start": sample.start, "gt_end": sample.end, "answer": answer,
+        "reasoning": extract_think(answer) if answer is not None else None,
+        "start": parsed[0] if parsed else None, "end": parsed[1] if parsed else None,
+        "iou": query_iou(parsed, (sample.start, sample.end), sample.duration),
+    }
+    if error is not None:
+        record["error"] = error
+    return record
+
+
+def metrics_from_records(records: list[dict]) -> dict:
+    """``compute_metrics`` over prediction records (one per query), plus ``video_load_failures`` (records with an
+    ``error``). Raises ValueError when ``records`` is empty."""
+    rows = [{"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
+             "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")} for r in records]
+    metrics = compute_metrics(rows)
+    metrics["video_load_failures"] = sum(1 for r in records if r.get("error"))
+    return metrics
+
+
+def read_predictions(path: str | Path) -> tuple[list[dict], int]:
+    """Prediction records of one file, tolerating what a killed run leaves behind.
+
+    Returns:
+        (records with a ``qid``, number of skipped lines: invalid JSON such as a half-written last line, or objects
+        without ``qid``). A missing file gives ``([], 0)``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return [], 0
+    records, skipped = [], 0
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                skipped += 1
+                continue
+            if isinstance(obj, dict) and obj.get("qid") is not None:
+                records.append(obj)
+            else:
+                skipped += 1
+    return records, skipped
+
+
+def prediction_files(outdir: Path) -> list[Path]:
+    """``predictions.jsonl`` then the rank files of an interrupted sharded run, in a fixed order."""
+    return [outdir / PREDICTIONS] + sorted(outdir.glob("predictions.rank*.jsonl"))
+
+
+def existing_predictions(outdir: Path) -> dict[str, dict]:
+    """``{qid: record}`` over all prediction files in ``outdir`` (first occurrence wins)."""
+    done: dict[str, dict] = {}
+    for path in prediction_files(outdir):
+        records, skipped = read_predictions(path)
+        if skipped:
+            logger.warning("%s: skipped %d unreadable line(s) (an interrupted write?)", path, skipped)
+        for record in records:
+            done.setdefault(str(record["qid"]), record)
+    return done
+
+
+def merge_predictions(outdir: Path, samples: list[Sample]) -> list[dict]:
+    """Merge all prediction files of ``outdir`` into ``predictions.jsonl`` (atomically) and delete the rank files.
+
+    Records of ``samples`` come first, in annotation order; records of other qids (an earlier run on a larger
+    ``--limit``) are kept after them.
+
+    Returns:
+        the records of ``samples`` in order (a missing one raises RuntimeError: every query must have a record).
+    """
+    done = existing_predictions(outdir)
+    ordered, missing = [], []
+    for sample in samples:
+        record = done.pop(sample.qid, None)
+        (ordered.append(record) if record is not None else missing.append(sample.qid))
+    if missing:
+        raise RuntimeError(f"{outdir}: {len(missing)} querie(s) have no prediction after the run, e.g. {missing[:3]}")
+    tmp = outdir / f".{PREDICTIONS}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for record in ordered + list(done.values()):
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, outdir / PREDICTIONS)
+    for path in prediction_files(outdir)[1:]:
+        path.unlink()
+    return ordered
+
+
+class _Writer:
+    """Appends one flushed JSON line per record; repairs a half-written last line left by a killed run."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        needs_newline = path.is_file() and path.stat().st_size > 0 and path.read_bytes()[-1:] != b"\n"
+        self.handle = open(path, "a", encoding="utf-8")
+        if needs_newline:
+            self.handle.write("\n")
+
+    def write(self, record: dict) -> None:
+        self.handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+# ------------------------------------------------------------------------------------------------------ data
+class ClipDataset(torch.utils.data.Dataset):
+    """``(position, SampledVideo | None, error | None)`` per sample; decoding runs in DataLoader workers.
+
+    Keeps the last few decoded clips (a video usually has several queries in a row) and optionally uses the shared
+    on-disk frame cache (``grounding_rl.data.cache.FrameCache``).
+    """
+
+    def __init__(self, samples: list[Sample], settings: VideoSettings, frame_cache: str | None = None,
+                 frame_cache_bytes: int = 0, keep: int = 4):
+        self.samples, self.settings = samples, settings
+        self.frame_cache, self.frame_cache_bytes = frame_cache, frame_cache_bytes
+        self.keep = keep
+        self._recent: OrderedDict = OrderedDict()
+        self._cache = None
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _load(self, path: str):
+        if path in self._recent:
+            self._recent.move_to_end(path)
+            return self._recent[path]
+        if self.frame_cache and self._cache is None:
+            from grounding_rl.data.cache import FrameCache
+
+            self._cache = FrameCache(self.frame_cache, self.frame_cache_bytes)
+        video = sample_frames(path, self.settings, cache=self._cache)
+        self._recent[path] = video
+        while len(self._recent) > self.keep:
+            self._recent.popitem(last=False)
+        return video
+
+    def __getitem__(self, position: int):
+        try:
+            return position, self._load(self.samples[position].video), None
+        except VideoLoadError as err:
+            return position, None, str(err)
+
+
+def _collate(items):
+    return items
+
+
+# ------------------------------------------------------------------------------------------------------ run
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grounding-rl eval", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="checkpoint folder (or hub id already in the local cache)")
+    parser.add_argument("--data", required=True, help="canonical JSONL (grounding-rl prepare)")
+    parser.add_argument("--out", required=True, help="output folder (predictions, metrics, report)")
+    parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call (per process)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries")
+    parser.add_argument("--video-root", default=None, help="folder for relative video paths in --data")
+    parser.add_argument("--benchmark", default=None,
+                        help="benchmark YAML (evaluation/*.yaml): its paper protocol is used when the checkpoint has "
+                             "no grounding_config.json, its expected query count is checked, its anchors are reported")
+    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
+    parser.add_argument("--fps", type=float, default=None, help="override frames per second")
+    parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
+    parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
+    parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
+    parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"generation budget (default: the benchmark's, else {DEFAULT_MAX_NEW_TOKENS})")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (decoding is greedy; recorded)")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
+    parser.add_argument("--attn-implementation", default=None, help="e.g. sdpa, flash_attention_2")
+    parser.add_argument("--num-workers", type=int, default=2, help="DataLoader workers decoding clips per process")
+    parser.add_argument("--frame-cache", default=None, help="folder of the on-disk frame cache (optional)")
+    parser.add_argument("--frame-cache-gb", type=float, default=20.0, help="frame cache size limit in GB")
+    parser.add_argument("--overwrite", action="store_true", help="discard earlier predictions in --out")
+    return parser
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _check_run(outdir: Path, run: dict) -> None:
+    """Refuse to resume predictions made with other settings (compares ``eval_config.json``)."""
+    path = outdir / RUN_FILE
+    if not path.is_file():
+        return
+    try:
+        previous = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return
+    differ = [k for k in RUN_KEYS if k in previous and previous.get(k) != run.get(k)]
+    if differ:
+        detail = "; ".join(f"{k}: {previous.get(k)!r} → {run.get(k)!r}" for k in differ)
+        raise ValueError(f"{outdir} holds predictions made with other settings ({detail}); use another --out or "
+                         f"--overwrite")
+
+
+def evaluate(args: argparse.Namespace) -> dict | None:
+    """Run the evaluation described by parsed ``args`` (see :func:`build_parser`).
+
+    Returns:
+        on the main process, the ``metrics.json`` object; None on the other ranks.
+
+    Raises:
+        ValueError: bad settings, duplicate qids, or an OUTDIR holding predictions made with other settings.
+        AnnotationError: a bad data file (names file and line).
+    """
+    from accelerate import PartialState
+
+    state = PartialState(cpu=not torch.cuda.is_available())
+    main_process = state.is_main_process
+    outdir = Path(args.out)
+    bench = None
+    if args.benchmark:
+        from grounding_rl.eval.benchmarks import load_benchmark
+
+        bench = load_benchmark(args.benchmark)
+
+    samples = load_samples(args.data, video_root=args.video_root)
+    total_in_file = len(samples)
+    if args.limit is not None:
+        samples = samples[: max(args.limit, 0)]
+    if not samples:
+        raise ValueError(f"{args.data}: no queries to evaluate")
+    qids = [s.qid for s in samples]
+    if len(set(qids)) != len(qids):
+        dup = next(q for q in qids if qids.count(q) > 1)
+        raise ValueError(f"{args.data}: duplicate qid {dup!r}; qids must be unique to resume and merge predictions")
+    if bench is not None and args.limit is None and total_in_file != bench.expected_queries and main_process:
+        print(f"warning: {args.data} has {total_in_file} queries; benchmark {bench.name} expects "
+              f"{bench.expected_queries}", file=sys.stderr)
+
+    config, source = resolve_config(
+        args.model, prompt_template=args.prompt_template,
+        fallback=bench.protocol if bench else None,
+        fallback_name=f"benchmark {bench.name} paper protocol" if bench else "benchmark protocol",
+        fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
+        max_frames=args.max_frames)
+    max_new_tokens = args.max_new_tokens or (bench.max_new_tokens if bench else None) or DEFAULT_MAX_NEW_TOKENS
+    model_id = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
+    run = {"model": model_id, "data": str(Path(args.data).resolve()),
+           "video_root": str(Path(args.video_root).resolve()) if args.video_root else None,
+           "prompt_template": config.prompt_template,
+           "video": video_settings_dict(config.video), "max_new_tokens": max_new_tokens}
+    if main_process:
+        print(f"eval: settings from {source}")
+        print(f"eval: {describe_config(config)} max_new_tokens={max_new_tokens} (greedy)")
+
+    # Every rank reads the same finished set before anyone writes (barrier), so the shards are disjoint.
+    if main_process:
+        outdir.mkdir(parents=True, exist_ok=True)
+        if args.overwrite:
+            for path in prediction_files(outdir) + [outdir / RUN_FILE, outdir / METRICS, outdir / REPORT,
+                                                    outdir / HISTOGRAM]:
+                path.unlink(missing_ok=True)
+    state.wait_for_everyone()
+    _check_run(outdir, run)
+    done = existing_predictions(outdir)
+    state.wait_for_everyone()
+    if main_process:
+        (outdir / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+    pending = [s for s in samples if s.qid not in done]
+    shard = pending[state.process_index:: state.num_processes]
+    if main_process:
+        print(f"eval: {len(samples)} queries, {len(samples) - len(pending)} already in {outdir}, "
+              f"{len(pending)} to run on {state.num_processes} process(es)")
+
+    if shard:
+        _seed_everything(args.seed)
+        model, processor = load_model(args.model, state.device, args.dtype, args.attn_implementation)
+        name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
+        writer = _Writer(outdir / name)
+        dataset = ClipDataset(shard, config.video, args.frame_cache, int(args.frame_cache_gb * 1e9))
+        loader = torch.utils.data.DataLoader(dataset, batch_size=max(1, args.batch_size), shuffle=False,
+                                             num_workers=max(0, args.num_workers), collate_fn=_collate)
+        bar = tqdm(total=len(shard), desc=f"eval (rank 0 of {state.num_processes})", unit="query",
+                   disable=not main_process, file=sys.stderr)
+        try:
+            for batch in loader:
+                for record in _run_batch(model, processor, batch, shard, config, max_new_tokens):
+                    writer.write(record)
+                bar.update(len(batch))
+        finally:
+            writer.close()
+            bar.close()
+        del model
+    state.wait_for_everyone()
+    if not main_process:
+        return None
+
+    records = merge_predictions(outdir, samples)
+    metrics = metrics_from_records(records)
+    info = {"model": model_id, "data": run["data"], "benchmark": bench.name if bench else None,
+            "limit": args.limit,
+            "sampling": {"source": source, "prompt_template": config.prompt_template,
+                         "video": video_settings_dict(config.video), "max_new_tokens": max_new_tokens,
+                         "do_sample": False, "batch_size": args.batch_size, "dtype": args.dtype},
+            "seed": args.seed, "num_processes": state.num_processes}
+    from grounding_rl.eval import report
+
+    payload = report.write_metrics_json(outdir / METRICS, metrics, info)
+    failures = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
+    report.plot_iou_hist([r["iou"] for r in records], outdir / HISTOGRAM, failures=failures)
+    anchors_md = None
+    if bench is not None and bench.anchors:
+        from grounding_rl.eval.benchmarks import anchors_table
+
+        anchors_md = anchors_table(bench.anchors, ours=metrics, ours_label=Path(model_id).name or "this run")
+    report.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM)
+    print(format_metrics_table(metrics))
+    print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
+    return payload
+
+
+def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tokens: int) -> list[dict]:
+    """Records for one DataLoader batch, in batch order: failures for clips that did not load, answers for the rest.
+
+    On out-of-memory with more than one clip, the clips are retried one at a time; a single clip that still does not
+    fit is recorded as a failure (``error``), like a clip that does not load.
+    """
+    records: dict[int, dict] = {}
+    ok = []
+    for position, video, error in batch:
+        if video is None:
+            records[position] = prediction_record(shard[position], None, error=error)
+        else:
+            ok.append((position, video))
+    groups = [ok] if ok else []
+    while groups:
+        group = groups.pop(0)
+        try:
+            answers = generate_answers(model, processor, [shard[p].query for p, _ in group], [v for _, v in group],
+                                       config.prompt_template, max_new_tokens)
+        except torch.OutOfMemoryError as err:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            if len(group) > 1:
+                groups = [[item] for item in group] + groups
+                continue
+            position = group[0][0]
+            records[position] = prediction_record(shard[position], None, error=f"out of memory: {err}"[:300])
+            continue
+        for (position, _), answer in zip(group, answers):
+            records[position] = prediction_record(shard[position], answer)
+    return [records[position] for position, _, _ in batch]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point. Returns 0 on success, 1 on bad input (one-line message on stderr)."""
+    from grounding_rl.data.samples import AnnotationError, VideoProbeError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        evaluate(args)
+    except (ValueError, FileNotFoundError, AnnotationError, VideoProbeError) as err:
+        print(f"grounding-rl eval: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""``grounding-rl infer``: ask when something happens in a video (issue 6, point 4).
+
+    grounding-rl infer --model DIR --video FILE --query TEXT [--query TEXT ...] [--gt S E ...] [--plot OUT.png] [--json]
+
+For each query it prints the start and end in seconds (clamped to the video), the answer text and the reasoning. With
+``--json`` stdout is exactly one JSON list with an object per query, ``{"query", "start", "end", "answer",
+"reasoning"}`` (start/end null when the answer cannot be parsed); everything else goes to stderr. ``--plot`` writes a
+timeline picture (frames with timestamps, predicted intervals, and the ground truth given by one ``--gt S E`` per
+query, in order). A missing or unreadable video is a one-line error and exit code 2.
+
+Preprocessing and prompt are the checkpoint's (``grounding_config.json``), overridable, as in ``grounding-rl eval``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from grounding_rl.data.video import SampledVideo, VideoLoadError, sample_frames
+from grounding_rl.eval.generation import describe_config, generate_answers, load_model, resolve_config
+from grounding_rl.reward.iou import clamp_interval
+from grounding_rl.reward.parsing import extract_think, parse_answer
+
+EXIT_VIDEO = 2
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Silence file descriptor 2 for the block: decord and FFmpeg print their own error lines from C code when a file
+    is unreadable, and the command promises a one-line error."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no real stderr (e.g. captured by a test harness without a descriptor)
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grounding-rl infer", description="Ask when something happens in a video.")
+    parser.add_argument("--model", required=True, help="checkpoint folder")
+    parser.add_argument("--video", required=True, help="video file")
+    parser.add_argument("--query", action="append", required=True, help="event to find (repeat for several)")
+    parser.add_argument("--gt", nargs=2, type=float, action="append", metavar=("S", "E"), default=None,
+                        help="ground truth in seconds for the plot, one per --query in order")
+    parser.add_argument("--plot", default=None, help="write a timeline PNG here")
+    parser.add_argument("--json", action="store_true", help="print one JSON list on stdout, nothing else")
+    parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
+    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
+    parser.add_argument("--fps", type=float, default=None, help="override frames per second")
+    parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
+    parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
+    parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
+    parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="generation budget")
+    parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda when available)")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32")
+    return parser
+
+
+def answer_result(query: str, answer: str, duration: float) -> dict:
+    """The output object for one query: ``{"query", "start", "end", "answer", "reasoning"}``.
+
+    ``start``/``end`` are the parsed answer clamped to [0, duration] seconds (order kept), None when unparseable;
+    ``reasoning`` is the ``<think>`` text or None.
+    """
+    parsed = parse_answer(answer)
+    start, end = clamp_interval(parsed, duration) if parsed is not None else (None, None)
+    return {"query": query, "start": start, "end": end, "answer": answer, "reasoning": extract_think(answer)}
+
+
+def infer(model, processor, video: SampledVideo, queries: list[str], template: str, max_new_tokens: int,
+          batch_size: int = 4) -> list[dict]:
+    """Answer every query on one sampled clip (greedy, batched). Returns one :func:`answer_result` per query."""
+    results = []
+    step = max(1, batch_size)
+    for i in range(0, len(queries), step):
+        chunk = queries[i:i + step]
+        answers = generate_answers(model, processor, chunk, [video] * len(chunk), template, max_new_tokens)
+        results += [answer_result(q, a, video.duration) for q, a in zip(chunk, answers)]
+    return results
+
+
+def format_text(results: list[dict], video: SampledVideo) -> str:
+    """Human-readable output: per query its interval, answer text and reasoning."""
+    lines = [f"{video.path}  ({video.duration:.2f} s)"]
+    for i, r in enumerate(results, 1):
+        lines.append(f"[{i}] {r['query']}")
+        if r["start"] is None:
+            lines.append("    interval: (no parseable answer)")
+        else:
+            lines.append(f"    interval: {r['start']:.2f} s to {r['end']:.2f} s")
+        lines.append(f"    answer: {r['answer'].strip()!r}")
+        lines.append(f"    reasoning: {r['reasoning'] if r['reasoning'] is not None else '(none)'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point. Exit codes: 0 ok, 2 missing/unreadable video or bad arguments."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.gt is not None and len(args.gt) != len(args.query):
+        parser.error(f"--gt was given {len(args.gt)} time(s) for {len(args.query)} --query; give one per query")
+    log = sys.stderr if args.json else sys.stdout
+
+    try:
+        config, source = resolve_config(args.model, prompt_template=args.prompt_template, fps=args.fps,
+                                        min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                                        total_pixels=args.total_pixels, max_frames=args.max_frames)
+    except ValueError as err:
+        print(f"grounding-rl infer: error: {err}", file=sys.stderr)
+        return EXIT_VIDEO
+    if not Path(args.video).is_file():
+        print(f"grounding-rl infer: error: video not found: {args.video}", file=sys.stderr)
+        return EXIT_VIDEO
+    try:
+        with _quiet_native_stderr():
+            video = sample_frames(args.video, config.video)
+    except VideoLoadError as err:
+        print(f"grounding-rl infer: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return EXIT_VIDEO
+    print(f"infer: settings from {source}", file=log)
+    print(f"infer: {describe_config(config)}", file=log)
+
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, processor = load_model(args.model, device, args.dtype)
+    results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
+                    args.batch_size)
+    if args.plot:
+        from grounding_rl.eval.report import plot_timeline
+
+        path = plot_timeline(video, results, args.plot, gts=args.gt)
+        print(f"infer: wrote {path}", file=log)
+    if args.json:
+        sys.stdout.write(json.dumps(results, ensure_ascii=False) + "\n")
+    else:
+        print(format_text(results, video))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

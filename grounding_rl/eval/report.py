@@ -1,0 +1,242 @@
+"""Evaluation reports and pictures (issue 6, points 2 and 4): ``metrics.json``, ``report.md``, ``iou_hist.png`` and the
+``grounding-rl infer --plot`` timeline. Plots use matplotlib's Agg backend (no display needed).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+import textwrap
+from importlib import metadata
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from grounding_rl.reward.metrics import format_metrics_table
+
+# Distributions whose versions every metrics.json records (issue 6, point 2), plus a few that change results.
+VERSION_PACKAGES = ("torch", "transformers", "trl", "qwen-vl-utils", "decord", "accelerate", "grounding-rl")
+THRESHOLDS = (0.3, 0.5, 0.7)
+
+
+def package_versions(packages: Sequence[str] = VERSION_PACKAGES) -> dict[str, str | None]:
+    """``{distribution name: version}`` from the installed metadata; None for one that is not installed."""
+    out: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_metrics_json(path: str | Path, metrics: Mapping, info: Mapping) -> dict:
+    """Write ``metrics.json``: the metric names at the top level, then ``info`` (model, data, sampling, seed, ...),
+    ``versions`` (:func:`package_versions`) and ``created`` (UTC, ISO 8601). Returns the written object."""
+    payload = {**metrics, **info, "versions": package_versions(),
+               "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    _atomic_write_text(Path(path), json.dumps(payload, indent=2) + "\n")
+    return payload
+
+
+def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_md: str | None = None,
+                    hist_name: str | None = "iou_hist.png") -> str:
+    """Write ``report.md``: title, the metrics table, run details, the anchors table when known, the histogram.
+
+    Args:
+        path: output file.
+        metrics: ``compute_metrics`` output (percentages) plus extra counts.
+        info: run details (``model``, ``data``, ``sampling``, ``seed``, ``benchmark``...).
+        anchors_md: a markdown table of published results (see ``benchmarks.anchors_table``), or None.
+        hist_name: file name of the IoU histogram next to the report, or None.
+
+    Returns:
+        the markdown text.
+    """
+    sampling = info.get("sampling", {})
+    lines = [f"# Evaluation: {Path(str(info.get('model', '?'))).name or info.get('model')}", "",
+             format_metrics_table(metrics), "",
+             "R1@m: percent of queries with IoU ≥ m; mIoU: mean IoU in percent. Every query counts: an unparseable "
+             "answer or a clip that failed to load is IoU 0.", "",
+             "## Run", "",
+             f"- model: `{info.get('model')}`",
+             f"- data: `{info.get('data')}`" + (f" (benchmark `{info['benchmark']}`)" if info.get("benchmark") else ""),
+             f"- settings from: {sampling.get('source', '?')}",
+             f"- prompt template: `{sampling.get('prompt_template')}`; video: `{json.dumps(sampling.get('video'))}`",
+             f"- decoding: greedy, max_new_tokens {sampling.get('max_new_tokens')}, batch size "
+             f"{sampling.get('batch_size')}, {info.get('num_processes', 1)} process(es); seed {info.get('seed')}",
+             f"- video load failures: {metrics.get('video_load_failures', 0)}"]
+    if anchors_md:
+        lines += ["", "## Published results (anchors)", "",
+                  "Published numbers come from the cited sources; their protocols (checkpoint, prompt, frames, "
+                  "pixel budget) may differ from this run's.", "", anchors_md]
+    if hist_name:
+        lines += ["", "## IoU distribution", "", f"![IoU histogram]({hist_name})"]
+    text = "\n".join(lines) + "\n"
+    _atomic_write_text(Path(path), text)
+    return text
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0, title: str | None = None) -> Path:
+    """Histogram of per-query IoU in 20 bins over [0, 1], with the R1 thresholds marked.
+
+    Args:
+        ious: one IoU per query (failures included, as 0).
+        path: output PNG.
+        failures: how many of the IoU-0 queries had no usable prediction (unparsed answer or unreadable clip);
+            drawn as a separate, hatched part of the first bar.
+        title: figure title (default: n and mIoU).
+
+    Returns:
+        the PNG path.
+    """
+    plt = _pyplot()
+    values = np.asarray(list(ious), dtype=float)
+    bins = np.linspace(0.0, 1.0, 21)
+    counts, _ = np.histogram(values, bins=bins)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    width = bins[1] - bins[0]
+    ax.bar(bins[:-1], counts, width=width, align="edge", color="#4C72B0", edgecolor="white", label="queries")
+    if failures:
+        ax.bar([0.0], [failures], width=width, align="edge", color="#DD8452", edgecolor="white", hatch="//",
+               label=f"no prediction ({failures})")
+    for m in THRESHOLDS:
+        share = 100.0 * float((values >= m).mean()) if values.size else 0.0
+        ax.axvline(m, color="0.3", linestyle="--", linewidth=1)
+        ax.text(m + 0.005, 0.97, f"R1@{m}\n{share:.1f}%", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("temporal IoU (prediction vs ground truth)")
+    ax.set_ylabel("queries")
+    miou = 100.0 * float(values.mean()) if values.size else 0.0
+    ax.set_title(title or f"IoU distribution: n = {values.size}, mIoU = {miou:.2f}")
+    ax.legend(loc="upper right", fontsize=8, bbox_to_anchor=(1.0, 0.8))
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+_COLORS = ("#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22")
+
+
+def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: Sequence[Sequence[float]] | None = None,
+                  max_frames: int = 10, title: str | None = None) -> Path:
+    """A timeline picture for ``grounding-rl infer --plot``.
+
+    Top: a strip of up to ``max_frames`` of the frames the model saw, each placed in its own slot of the time axis and
+    labelled with its timestamp; predicted intervals are shaded over the strip. Below: one lane per query with the
+    predicted interval (filled bar, labelled with its times) and the ground truth (green outline) when given.
+
+    Args:
+        video: the :class:`~grounding_rl.data.video.SampledVideo` used for generation (frames (T, H, W, 3) uint8,
+            ``timestamps`` in seconds, ``duration``).
+        results: one mapping per query with ``query``, ``start``, ``end`` (seconds, clamped; None when unparseable).
+        path: output PNG.
+        gts: one (start, end) per query in order, or None.
+        max_frames: thumbnails in the strip.
+        title: figure title (default: the video file name and duration).
+
+    Returns:
+        the PNG path.
+    """
+    plt = _pyplot()
+    from matplotlib.patches import Rectangle
+
+    duration = float(video.duration)
+    frames, stamps = video.frames, list(video.timestamps)
+    k = max(1, min(max_frames, len(stamps)))
+    slot = duration / k
+    centers = (np.arange(k) + 0.5) * slot
+    picks = [int(np.argmin(np.abs(np.asarray(stamps) - c))) for c in centers]
+
+    h, w = frames.shape[1], frames.shape[2]
+    fig_w = 12.0
+    strip_h = max(0.9, min(2.4, (fig_w * 0.8 / k) * h / w))  # slot height that keeps the frames' aspect roughly
+    lane_h = 0.55
+    n = len(results)
+    lanes_h = lane_h * max(n, 1) + 0.5
+    fig = plt.figure(figsize=(fig_w, strip_h + lanes_h + 1.5), dpi=110, layout="constrained")
+    grid = fig.add_gridspec(2, 1, height_ratios=[strip_h + 0.3, lanes_h])
+    strip = fig.add_subplot(grid[0])
+    lanes = fig.add_subplot(grid[1], sharex=strip)
+
+    for j, i in enumerate(picks):
+        strip.imshow(frames[i], extent=(j * slot, (j + 1) * slot, 0, 1), aspect="auto", interpolation="bilinear")
+        strip.text((j + 0.5) * slot, -0.03, f"{stamps[i]:.1f}s", ha="center", va="top", fontsize=8)
+    for q, result in enumerate(results):
+        if result.get("start") is not None and result.get("end") is not None:
+            s, e = sorted((float(result["start"]), float(result["end"])))
+            strip.axvspan(s, e, color=_COLORS[q % len(_COLORS)], alpha=0.28, linewidth=0)
+            strip.axvline(s, color=_COLORS[q % len(_COLORS)], linewidth=1.2)
+            strip.axvline(e, color=_COLORS[q % len(_COLORS)], linewidth=1.2)
+    strip.set_xlim(0, duration)
+    strip.set_ylim(0, 1)
+    strip.set_xlabel(" ", fontsize=8)  # room for the timestamp labels under the frames
+    strip.set_yticks([])
+    strip.tick_params(axis="x", labelbottom=False, bottom=False)
+    strip.set_title(title or f"{Path(video.path).name}  ({duration:.2f} s, {video.num_frames} frames at "
+                              f"{video.sampled_fps:.2g} fps)", fontsize=10)
+
+    labels = []
+    for q, result in enumerate(results):
+        y = n - 1 - q
+        color = _COLORS[q % len(_COLORS)]
+        if gts is not None and q < len(gts) and gts[q] is not None:
+            gs, ge = float(gts[q][0]), float(gts[q][1])
+            lanes.add_patch(Rectangle((gs, y - 0.36), ge - gs, 0.72, fill=False, edgecolor="#2ca02c", linewidth=2,
+                                      label="ground truth" if q == 0 else None))
+        if result.get("start") is not None and result.get("end") is not None:
+            s, e = float(result["start"]), float(result["end"])
+            lo, hi = sorted((s, e))
+            lanes.add_patch(Rectangle((lo, y - 0.22), max(hi - lo, duration * 0.002), 0.44, color=color, alpha=0.85,
+                                      label="prediction" if q == 0 else None))
+            lanes.text(min(hi + duration * 0.01, duration * 0.99), y, f"{s:.2f}–{e:.2f} s",
+                       ha="left" if hi < duration * 0.85 else "right", va="center", fontsize=8)
+        else:
+            lanes.text(duration / 2, y, "no parseable answer", ha="center", va="center", fontsize=8, color="0.4",
+                       style="italic")
+        labels.append("\n".join(textwrap.wrap(str(result.get("query", "")), 38)[:2]))
+    lanes.set_ylim(-0.6, max(n, 1) - 0.4)
+    lanes.set_yticks(list(range(n - 1, -1, -1)))
+    lanes.set_yticklabels(labels, fontsize=8)
+    for tick, q in zip(lanes.get_yticklabels(), range(n)):
+        tick.set_color(_COLORS[q % len(_COLORS)])
+    lanes.set_xlabel("time (s)")
+    lanes.grid(axis="x", color="0.85", linewidth=0.6)
+    lanes.set_axisbelow(True)
+    handles, names = lanes.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, names, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,299 @@
+"""grounding-rl eval (issue 6, points 1-3 and 5): files and keys, resume, sharding, failures, benchmarks, eval.sh."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from grounding_rl.data.samples import Sample
+from grounding_rl.eval import evaluate as ev
+from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
+from grounding_rl.eval.generation import resolve_config
+from grounding_rl.paths import REPO_ROOT
+from grounding_rl.preprocessing import GroundingConfig
+from grounding_rl.data.video import VideoSettings
+
+torch.set_num_threads(1)
+
+# A small pixel budget and short generations so that a 15-query eval takes a few seconds on CPU.
+FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens", "12",
+        "--num-workers", "0", "--batch-size", "4"]
+METRIC_KEYS = ("n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate")
+RECORD_KEYS = {"qid", "video", "query", "duration", "gt_start", "gt_end", "answer", "reasoning", "start", "end", "iou"}
+
+
+def _env() -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+    return env
+
+
+@pytest.fixture(scope="module")
+def noisy_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny model with its matrices re-drawn from N(0, 0.3): the greedy answers then depend on the clip and the
+    query (the plain tiny model answers newlines to everything), so comparisons between runs have teeth."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    out = tmp_path_factory.mktemp("noisy_model")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, 0.3, generator=generator)
+    model.save_pretrained(out)
+    AutoProcessor.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out
+
+
+def _eval(model, data, out, *extra) -> int:
+    return ev.main(["--model", str(model), "--data", str(data), "--out", str(out), *FAST, *extra])
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _metrics(out: Path) -> dict:
+    data = json.loads((out / "metrics.json").read_text())
+    return {k: data[k] for k in METRIC_KEYS + ("video_load_failures",)}
+
+
+# ------------------------------------------------------------------------------------------------ pure functions
+def _sample(start=2.0, end=4.5, duration=35.2, qid="q") -> Sample:
+    return Sample(video="v.mp4", query="q", start=start, end=end, duration=duration, qid=qid, source="t")
+
+
+def test_prediction_record_parses_and_scores_like_the_reward():
+    rec = ev.prediction_record(_sample(), "<think>she sits</think><answer>2.0 to 4.5</answer>")
+    assert set(rec) == RECORD_KEYS
+    assert (rec["start"], rec["end"], rec["iou"], rec["reasoning"]) == (2.0, 4.5, 1.0, "she sits")
+    # clamped to the clip before IoU: 30-50 on a 35.2 s clip vs GT 30-35.2 → IoU 1
+    assert ev.prediction_record(_sample(30.0, 35.2), "<answer>30 to 50</answer>")["iou"] == pytest.approx(1.0)
+    reversed_ = ev.prediction_record(_sample(), "<answer>4.5 to 2.0</answer>")
+    assert (reversed_["start"], reversed_["end"], reversed_["iou"]) == (4.5, 2.0, 0.0)
+    failed = ev.prediction_record(_sample(), None, error="x.mp4: no such video file")
+    assert failed["error"] == "x.mp4: no such video file" and failed["iou"] == 0.0 and failed["answer"] is None
+
+
+def test_metrics_from_records_counts_failures_as_zero():
+    recs = [ev.prediction_record(_sample(0.0, 10.0, 20.0, "a"), "<think>t</think><answer>0 to 10</answer>"),  # 1.0
+            ev.prediction_record(_sample(0.0, 10.0, 20.0, "b"), "<think>t</think><answer>0 to 5</answer>"),  # 0.5
+            ev.prediction_record(_sample(0.0, 10.0, 20.0, "c"), "no tags"),  # unparseable
+            ev.prediction_record(_sample(0.0, 10.0, 20.0, "d"), None, error="broken")]  # load failure
+    m = ev.metrics_from_records(recs)
+    assert m["n"] == 4
+    assert (m["R1@0.3"], m["R1@0.5"], m["R1@0.7"]) == (50.0, 50.0, 25.0)
+    assert m["mIoU"] == pytest.approx(37.5)
+    assert m["parse_failure_rate"] == 50.0 and m["format_rate"] == 50.0 and m["video_load_failures"] == 1
+
+
+def test_read_predictions_skips_a_half_written_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"qid": "0", "iou": 0.5}\n{"qid": "1", "io')
+    records, skipped = ev.read_predictions(path)
+    assert [r["qid"] for r in records] == ["0"] and skipped == 1
+
+
+def test_resolve_config_precedence(tmp_path):
+    bench = GroundingConfig(prompt_template="timezero", video=VideoSettings(fps=2.0, total_pixels=3584 * 28 * 28))
+    cfg, source = resolve_config(tmp_path)  # no grounding_config.json
+    assert cfg == GroundingConfig() and "built-in defaults" in source
+    cfg, source = resolve_config(tmp_path, fallback=bench, fallback_name="benchmark X")
+    assert cfg.prompt_template == "timezero" and cfg.video.total_pixels == 3584 * 28 * 28 and "benchmark X" in source
+    GroundingConfig(prompt_template="default", video=VideoSettings(fps=1.0, max_pixels=50176)).save(tmp_path)
+    cfg, source = resolve_config(tmp_path, fallback=bench)  # the checkpoint's own config beats the benchmark
+    assert (cfg.prompt_template, cfg.video.fps, cfg.video.max_pixels) == ("default", 1.0, 50176)
+    assert "grounding_config.json" in source
+    cfg, source = resolve_config(tmp_path, prompt_template="timezero", fps=0.5, max_pixels=None)
+    assert (cfg.prompt_template, cfg.video.fps, cfg.video.max_pixels) == ("timezero", 0.5, 50176)
+    assert "overridden on the command line: fps, prompt_template" in source
+    with pytest.raises(ValueError, match="unknown prompt_template"):
+        resolve_config(tmp_path, prompt_template="nope")
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+def test_eval_writes_all_files_with_the_right_keys(tiny_model_dir, videos_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _eval(tiny_model_dir, videos_dir / "annotations.jsonl", out) == 0
+    stdout = capsys.readouterr().out
+    assert "built-in defaults" in stdout  # the tiny model has no grounding_config.json: it says so
+    for name in ("predictions.jsonl", "metrics.json", "report.md", "iou_hist.png", "eval_config.json"):
+        assert (out / name).is_file(), name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["n"] == 15
+    assert set(METRIC_KEYS) <= set(metrics)
+    for key in ("model", "data", "sampling", "seed", "versions"):
+        assert key in metrics
+    assert metrics["model"] == str(Path(tiny_model_dir).resolve())
+    assert metrics["data"] == str((videos_dir / "annotations.jsonl").resolve())
+    assert metrics["sampling"]["video"]["fps"] == 1.0 and metrics["sampling"]["max_new_tokens"] == 12
+    assert metrics["sampling"]["do_sample"] is False and metrics["seed"] == 0
+    for package in ("torch", "transformers", "trl", "qwen-vl-utils", "decord"):
+        assert metrics["versions"][package], package
+    preds = _lines(out / "predictions.jsonl")
+    annotations = _lines(videos_dir / "annotations.jsonl")
+    assert [p["qid"] for p in preds] == [str(i) for i in range(15)]  # annotation order, one per query
+    assert [p["query"] for p in preds] == [a["query"] for a in annotations]
+    assert all(RECORD_KEYS <= set(p) for p in preds)
+    # the metrics are those of the predictions: mIoU is the mean of the recorded IoUs
+    assert metrics["mIoU"] == pytest.approx(100 * sum(p["iou"] for p in preds) / 15)
+    report = (out / "report.md").read_text()
+    assert "| n | R1@0.3 | R1@0.5 | R1@0.7 | mIoU |" in report and "iou_hist.png" in report
+    assert (out / "iou_hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob("predictions.rank*.jsonl"))
+
+
+def test_interrupted_eval_resumes_to_the_same_metrics(noisy_model_dir, videos_dir, tmp_path, capsys):
+    data = videos_dir / "annotations.jsonl"
+    once, limited, killed = tmp_path / "once", tmp_path / "limited", tmp_path / "killed"
+    assert _eval(noisy_model_dir, data, once) == 0
+    reference = _lines(once / "predictions.jsonl")
+    assert len({p["answer"] for p in reference}) > 1  # the answers differ between queries
+
+    # stopped after 6 queries (--limit), then run to the end
+    assert _eval(noisy_model_dir, data, limited, "--limit", "6") == 0
+    assert _metrics(limited)["n"] == 6
+    capsys.readouterr()
+    assert _eval(noisy_model_dir, data, limited) == 0
+    assert "6 already in" in capsys.readouterr().out
+    assert _metrics(limited) == _metrics(once)
+    assert _lines(limited / "predictions.jsonl") == reference
+
+    # killed while writing line 8: 7 full lines and half a line remain
+    shutil.copytree(once, killed)
+    text = (killed / "predictions.jsonl").read_text().splitlines(keepends=True)
+    (killed / "predictions.jsonl").write_text("".join(text[:7]) + text[7][:25])
+    (killed / "metrics.json").unlink()
+    assert _eval(noisy_model_dir, data, killed) == 0
+    assert "7 already in" in capsys.readouterr().out
+    assert _metrics(killed) == _metrics(once)
+    assert _lines(killed / "predictions.jsonl") == reference
+
+
+def test_rerun_with_other_settings_is_refused(tiny_model_dir, videos_dir, tmp_path, capsys):
+    data, out = videos_dir / "annotations.jsonl", tmp_path / "out"
+    assert _eval(tiny_model_dir, data, out, "--limit", "2") == 0
+    capsys.readouterr()
+    assert _eval(tiny_model_dir, data, out, "--limit", "2", "--prompt-template", "timezero") == 1
+    err = capsys.readouterr().err
+    assert "other settings" in err and "prompt_template" in err
+    assert _eval(tiny_model_dir, data, out, "--limit", "2", "--prompt-template", "timezero", "--overwrite") == 0
+    assert json.loads((out / "metrics.json").read_text())["sampling"]["prompt_template"] == "timezero"
+
+
+def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_path):
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"this is not a video")
+    rows = [{"video": str(videos_dir / "mmaction2_pool_cleaning.mp4"), "query": "cleaning the pool", "start": 0.0,
+             "end": 10.0, "duration": 10.0, "qid": "ok"},
+            {"video": str(tmp_path / "missing.mp4"), "query": "x", "start": 1.0, "end": 2.0, "duration": 5.0,
+             "qid": "missing"},
+            {"video": str(broken), "query": "y", "start": 1.0, "end": 2.0, "duration": 5.0, "qid": "broken"}]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert _eval(tiny_model_dir, data, out) == 0
+    preds = {p["qid"]: p for p in _lines(out / "predictions.jsonl")}
+    assert list(preds) == ["ok", "missing", "broken"]  # never dropped, annotation order
+    assert "missing.mp4" in preds["missing"]["error"] and "broken.mp4" in preds["broken"]["error"]
+    assert preds["missing"]["iou"] == 0.0 and preds["broken"]["answer"] is None
+    assert "error" not in preds["ok"] and isinstance(preds["ok"]["answer"], str)
+    metrics = _metrics(out)
+    assert metrics["n"] == 3 and metrics["video_load_failures"] == 2
+
+
+@pytest.mark.slow
+def test_two_process_sharded_eval_matches_one_process(noisy_model_dir, videos_dir, tmp_path):
+    data = videos_dir / "annotations.jsonl"
+    single, sharded = tmp_path / "single", tmp_path / "sharded"
+    assert _eval(noisy_model_dir, data, single, "--batch-size", "2") == 0
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", "29517", "-m", "grounding_rl.cli", "eval",
+           "--model", str(noisy_model_dir), "--data", str(data), "--out", str(sharded), *FAST, "--batch-size", "2"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "15 to run on 2 process(es)" in proc.stdout
+    assert not list(sharded.glob("predictions.rank*.jsonl"))  # merged by rank 0
+    assert _lines(sharded / "predictions.jsonl") == _lines(single / "predictions.jsonl")
+    assert _metrics(sharded) == _metrics(single)
+    assert json.loads((sharded / "metrics.json").read_text())["num_processes"] == 2
+
+
+# ------------------------------------------------------------------------------------------------ benchmarks
+BENCHMARKS = ("charades_sta_test", "activitynet_val2", "charades_cd_ood", "tvgbench")
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_benchmark_definitions_match_their_annotation_files(name, benchmarks_dir):
+    from grounding_rl.data.readers import read_annotations
+    from grounding_rl.data.samples import validate
+
+    bench = load_benchmark(REPO_ROOT / "evaluation" / f"{name}.yaml")
+    assert bench.name == name
+    assert Path(bench.annotations).is_file() and str(benchmarks_dir) in bench.annotations
+    kept, counts = validate(read_annotations(bench.format, bench.annotations, durations=bench.durations),
+                            log_limit=0)
+    assert counts["kept"] == bench.expected_queries
+    # paper protocol (TimeZero / Time-R1): 2 fps, 3584·28·28 pixels per clip, 16·28·28 minimum per frame
+    assert (bench.protocol.video.fps, bench.protocol.video.total_pixels) == (2.0, 3584 * 28 * 28)
+    assert bench.protocol.video.min_pixels == 16 * 28 * 28 and bench.protocol.prompt_template == "timezero"
+    for anchor in bench.anchors:
+        assert anchor["source"] and any(anchor.get(k) is not None for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU"))
+
+
+def test_tvgbench_count_and_anchor_numbers():
+    assert load_benchmark(REPO_ROOT / "evaluation" / "tvgbench.yaml").expected_queries == 789
+    charades = load_benchmark(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
+    timezero = next(a for a in charades.anchors if a["method"].startswith("TimeZero"))
+    assert (timezero["R1@0.3"], timezero["R1@0.5"], timezero["R1@0.7"]) == (83.3, 72.5, 47.9)
+
+
+def test_anchors_page_agrees_with_the_yaml_files():
+    page = (REPO_ROOT / "evaluation" / "anchors.md").read_text()
+    for name in BENCHMARKS:
+        bench = load_benchmark(REPO_ROOT / "evaluation" / f"{name}.yaml")
+        if bench.anchors:
+            assert anchors_table(bench.anchors) in page, name
+
+
+def _bench_yaml(tmp_path, videos_dir, video_root=True) -> Path:
+    spec = {"name": "clips", "format": "jsonl", "annotations": str(videos_dir / "annotations.jsonl"),
+            "expected_queries": 15, "video_root": str(videos_dir) if video_root else None,
+            "protocol": {"prompt_template": "default", "max_new_tokens": 10,
+                         "video": {"fps": 1.0, "max_pixels": 28 * 28 * 16, "min_pixels": 28 * 28 * 4}},
+            "anchors": [{"method": "Paper X", "setting": "zero-shot", "R1@0.3": 50.0, "R1@0.5": 30.0,
+                         "R1@0.7": None, "mIoU": None, "source": "a README"}]}
+    path = tmp_path / "clips.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.slow
+def test_eval_sh_prepares_a_benchmark_and_evaluates(tiny_model_dir, videos_dir, tmp_path):
+    out = tmp_path / "out"
+    cmd = ["bash", str(REPO_ROOT / "scripts" / "eval.sh"), str(_bench_yaml(tmp_path, videos_dir)),
+           str(tiny_model_dir), "--out", str(out), "--num-workers", "0", "--limit", "3"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len((out / "data.jsonl").read_text().splitlines()) == 15  # prepared by grounding-rl prepare
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["n"] == 3 and metrics["benchmark"] == "clips"
+    # no grounding_config.json in the tiny model: the benchmark's protocol applies
+    assert "benchmark clips paper protocol" in metrics["sampling"]["source"]
+    assert metrics["sampling"]["video"]["fps"] == 1.0 and metrics["sampling"]["max_new_tokens"] == 10
+    report = (out / "report.md").read_text()
+    assert "| Paper X | zero-shot | 50.0 | 30.0 | – | – | a README |" in report
+
+
+def test_eval_sh_without_video_root_fails_clearly(tiny_model_dir, videos_dir, tmp_path):
+    cmd = ["bash", str(REPO_ROOT / "scripts" / "eval.sh"), str(_bench_yaml(tmp_path, videos_dir, video_root=False)),
+           str(tiny_model_dir), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--video-root" in proc.stderr

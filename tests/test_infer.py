@@ -1,0 +1,136 @@
+"""grounding-rl infer (issue 6, points 4-5): intervals clamped to the video, --json, --plot, exit code 2."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from grounding_rl.data.video import VideoSettings, sample_frames
+from grounding_rl.eval import infer as inf
+from grounding_rl.eval.report import plot_timeline
+from grounding_rl.paths import REPO_ROOT
+
+torch.set_num_threads(1)
+
+FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens", "12"]
+KEYS = {"query", "start", "end", "answer", "reasoning"}
+QUERIES = ["person sitting down in a chair.", "a person is eating some food."]
+
+
+def _png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_answer_result_clamps_to_the_video():
+    r = inf.answer_result("q", "<think>at the end</think><answer>30.0 to 50.0</answer>", 35.2)
+    assert r == {"query": "q", "start": 30.0, "end": 35.2, "answer": "<think>at the end</think><answer>30.0 to 50.0"
+                 "</answer>", "reasoning": "at the end"}
+    assert inf.answer_result("q", "I cannot tell", 35.2)["start"] is None
+
+
+def test_infer_real_tiny_model_json_and_plot(tiny_model_dir, videos_dir, tmp_path, capsys):
+    plot = tmp_path / "timeline.png"
+    rc = inf.main(["--model", str(tiny_model_dir), "--video", str(videos_dir / "charades_OHOFG.mp4"),
+                   "--query", QUERIES[0], "--query", QUERIES[1], "--gt", "1.0", "7.5", "--gt", "22.3", "33.0",
+                   "--plot", str(plot), "--json", *FAST])
+    assert rc == 0
+    out = capsys.readouterr().out
+    results = json.loads(out)  # stdout is exactly one JSON list
+    assert isinstance(results, list) and [r["query"] for r in results] == QUERIES
+    for r in results:
+        assert set(r) == KEYS and isinstance(r["answer"], str)
+        # a random tiny model rarely writes a parseable answer; when it does, the interval lies inside the clip
+        if r["start"] is not None:
+            assert 0.0 <= r["start"] <= 35.3 and 0.0 <= r["end"] <= 35.3
+    width, height = _png_size(plot)
+    assert width > 800 and height > 300
+
+
+@pytest.fixture
+def fake_model(monkeypatch):
+    """Replace model loading and generation: answers are chosen per query, so clamping and JSON can be checked."""
+    answers = {
+        "late": "<think>near the end</think><answer>30.00 to 50.00</answer>",
+        "early": "<think>she sits</think><answer>1.50 to 7.50</answer>",
+        "none": "I do not know",
+    }
+    calls = []
+
+    def generate(model, processor, queries, videos, template, max_new_tokens):
+        calls.append((list(queries), template, max_new_tokens, videos[0].num_frames))
+        return [answers[q] for q in queries]
+
+    monkeypatch.setattr(inf, "load_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr(inf, "generate_answers", generate)
+    return calls
+
+
+def test_infer_json_clamps_intervals_with_a_fake_model(fake_model, videos_dir, tmp_path, capsys):
+    plot = tmp_path / "t.png"
+    rc = inf.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "late",
+                   "--query", "early", "--query", "none", "--json", "--plot", str(plot), "--batch-size", "2", *FAST])
+    assert rc == 0
+    captured = capsys.readouterr()
+    results = json.loads(captured.out)
+    duration = sample_frames(videos_dir / "charades_OHOFG.mp4", VideoSettings(fps=1.0)).duration
+    assert 35.0 < duration <= 35.3
+    assert results[0]["start"] == 30.0 and results[0]["end"] == pytest.approx(duration)  # 50 clamped to the clip
+    assert (results[1]["start"], results[1]["end"], results[1]["reasoning"]) == (1.5, 7.5, "she sits")
+    assert results[2]["start"] is None and results[2]["end"] is None and results[2]["reasoning"] is None
+    assert "built-in defaults" in captured.err  # notices go to stderr under --json
+    assert [c[0] for c in fake_model] == [["late", "early"], ["none"]]  # batched, in order
+    assert fake_model[0][1] == "default" and fake_model[0][2] == 12
+    assert _png_size(plot)[0] > 800
+
+
+def test_infer_text_output(fake_model, videos_dir, tmp_path, capsys):
+    rc = inf.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
+                   "--query", "none", *FAST])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "interval: 1.50 s to 7.50 s" in out and "reasoning: she sits" in out
+    assert "(no parseable answer)" in out
+
+
+def test_missing_video_is_exit_code_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(inf, "load_model", lambda *a, **k: pytest.fail("the model must not be loaded"))
+    missing = tmp_path / "nowhere.mp4"
+    assert inf.main(["--model", str(tmp_path), "--video", str(missing), "--query", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(missing) in err
+
+    unreadable = tmp_path / "notes.mp4"
+    unreadable.write_text("not a video")
+    assert inf.main(["--model", str(tmp_path), "--video", str(unreadable), "--query", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "notes.mp4" in err
+
+
+def test_missing_video_from_the_command_line(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "grounding_rl.cli", "infer", "--model", str(tmp_path), "--video",
+                           str(tmp_path / "gone.mp4"), "--query", "x", "--json"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1].endswith("gone.mp4")
+
+
+def test_gt_must_match_the_queries(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        inf.main(["--model", str(tmp_path), "--video", "v.mp4", "--query", "a", "--query", "b", "--gt", "1", "2"])
+    assert exit_.value.code == 2
+    assert "one per query" in capsys.readouterr().err
+
+
+def test_plot_timeline_draws_predictions_and_ground_truth(videos_dir, tmp_path):
+    video = sample_frames(videos_dir / "mmaction2_eye_makeup.avi", VideoSettings(fps=2.0, max_pixels=28 * 28 * 16,
+                                                                                  min_pixels=28 * 28 * 4))
+    path = plot_timeline(video, [{"query": "eye makeup", "start": 0.5, "end": 6.0},
+                                 {"query": "unparsed", "start": None, "end": None}],
+                         tmp_path / "p.png", gts=[(0.0, 6.5), (1.0, 2.0)])
+    width, height = _png_size(path)
+    assert width > 800 and height > 250
