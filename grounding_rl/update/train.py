@@ -61,6 +61,22 @@ def parse_args(argv: list[str] | None):
     return script_args, training_args, model_args
 
 
+def init_deepspeed_comm(training_args) -> None:
+    """Hand an existing process group to DeepSpeed before any model loads.
+
+    With ``use_cpu`` (gloo) the process group is created by accelerate's ``PartialState`` while building the
+    TrainingArguments, but ``deepspeed.comm`` stays uninitialised, so ZeRO-3's ``zero.Init`` inside
+    ``from_pretrained`` would see a world size of 1 and reject the batch sizes. No-op without DeepSpeed.
+    """
+    if not (training_args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"):
+        return
+    import deepspeed
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and not deepspeed.comm.is_initialized():
+        deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     script_args, training_args, model_args = parse_args(argv)
@@ -73,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from grounding_rl.update.data import GroundingDataset
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
+    init_deepspeed_comm(training_args)
     dataset = GroundingDataset.from_jsonl(script_args.train_file, video_root=script_args.video_root)
     if script_args.max_train_samples:
         dataset = GroundingDataset(dataset.samples[: script_args.max_train_samples])
