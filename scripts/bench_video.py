@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--videos", type=Path, default=None, help="folder of clips (default ../shared/data/videos)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per clip (median reported)")
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
 
     videos = args.videos or ((shared_dir() or Path("../shared")) / "data" / "videos")
     clips = sorted(p for p in videos.iterdir() if p.suffix.lower() in VIDEO_EXTENSIONS) if videos.is_dir() else []

@@ -3,7 +3,8 @@
 Sizes follow ``qwen_vl_utils.fetch_video`` exactly (its ``smart_nframes`` and ``smart_resize``, and its inline rule that
 turns ``total_pixels`` into a per-frame maximum), so a model trained with qwen-vl-utils sees the same tensor shapes.
 Frame *times* do not: qwen-vl-utils spreads T frames uniformly over the clip (``linspace``), whose spacing drifts from
-1 / fps; we take frame k at t = k / f on an exact time scale (see :func:`frame_times`).
+1 / fps; we take frame k at t = k / f on an exact time scale (see :func:`frame_times`). Decoding: decord's batched
+``get_batch`` (PyAV when decord fails), then one batched uint8 resize; timings in docs/BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -92,16 +93,13 @@ def num_sampled_frames(settings: VideoSettings, total_frames: int, source_fps: f
     """T, from ``qwen_vl_utils.vision_process.smart_nframes`` (fps, min_frames, max_frames; even; ≤ total_frames).
 
     Raises:
-        VideoLoadError: when fewer than 2 frames can be sampled.
+        ValueError: when fewer than 2 frames can be sampled (from ``smart_nframes``).
     """
-    try:
-        return smart_nframes(
-            {"fps": settings.fps, "min_frames": settings.min_frames, "max_frames": settings.max_frames},
-            total_frames=total_frames,
-            video_fps=source_fps,
-        )
-    except ValueError as err:
-        raise VideoLoadError(str(err)) from err
+    return smart_nframes(
+        {"fps": settings.fps, "min_frames": settings.min_frames, "max_frames": settings.max_frames},
+        total_frames=total_frames,
+        video_fps=source_fps,
+    )
 
 
 def frame_times(num_frames: int, duration: float, fps: float) -> tuple[np.ndarray, float]:
