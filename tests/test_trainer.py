@@ -256,3 +256,31 @@ def test_checkpoints_hold_grounding_config_and_resume(tmp_path, tiny_model_dir, 
                            prompt_template="timezero")
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
     assert resumed.state.global_step == 2
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def test_completion_mask_stops_at_first_eos():
+    from grounding_rl.rollout.generation import completion_mask
+
+    ids = torch.tensor([[5, 7, 2, 9, 2], [5, 6, 7, 8, 9], [3, 3, 3, 1, 1]])
+    mask, truncated = completion_mask(ids, [2, 3])
+    assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
+    assert truncated.tolist() == [False, True, False]
+
+
+def test_select_and_split_rows_keep_pixels_with_their_rows():
+    grid = torch.tensor([[1, 2, 2], [2, 2, 2], [1, 2, 4]])  # 4, 8, 8 patches
+    pixels = torch.arange(20).float().unsqueeze(1).expand(20, 3)
+    batch = {"pixel_values_videos": pixels, "video_grid_thw": grid, "prompt_ids": torch.tensor([[0], [1], [2]]),
+             "num_items_in_batch": torch.tensor(7), "qid": ["a", "b", "c"]}
+    picked = batching.select_rows(batch, [2, 0, 0])
+    assert picked["prompt_ids"].flatten().tolist() == [2, 0, 0] and picked["qid"] == ["c", "a", "a"]
+    assert picked["pixel_values_videos"][:, 0].tolist() == list(range(12, 20)) + [0, 1, 2, 3] * 2
+    assert picked["num_items_in_batch"].item() == 7
+    with pytest.raises(ValueError, match="3 rows into 2"):
+        batching.split_rows(batch, 2)
+
+
+def test_config_rejects_evaluation_inside_training(tmp_path):
+    with pytest.raises(ValueError, match="eval_strategy"):
+        make_args(tmp_path, eval_strategy="steps", eval_steps=1)

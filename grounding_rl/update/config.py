@@ -216,6 +216,8 @@ class GroundingGRPOConfig(TrainingArguments):
             problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
         if self.prompt_template not in TEMPLATES:
             problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
+        if str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no":
+            problems.append("eval_strategy must be 'no': evaluate checkpoints with `grounding-rl eval` instead")
         if self.auto_find_batch_size:
             problems.append("auto_find_batch_size is not supported: the generation batch must hold whole groups")
         try:

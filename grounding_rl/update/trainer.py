@@ -18,7 +18,7 @@ import logging
 from collections import defaultdict
 
 import torch
-from accelerate.utils import gather_object, is_peft_model
+from accelerate.utils import gather_object, is_peft_model, set_seed
 from transformers import Trainer
 from trl.trainer.utils import RepeatSampler
 
@@ -85,6 +85,9 @@ class GroundingGRPOTrainer(Trainer):
         super().__init__(model=model, args=args, train_dataset=train_dataset, data_collator=collator,
                          processing_class=processing_class, callbacks=callbacks)
         self.model_accepts_loss_kwargs = False
+        # Trainer seeded every rank alike; sampling must differ between ranks, or the rows of a group that sit on
+        # different ranks would draw identical completions (TRL does the same)
+        set_seed(args.seed, device_specific=True)
         self.ref_model = self._build_ref_model(ref_model)
         self.rollout_engine = rollout_engine or HFGenerateEngine(
             self.accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
