@@ -297,3 +297,35 @@ def test_eval_sh_without_video_root_fails_clearly(tiny_model_dir, videos_dir, tm
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "--video-root" in proc.stderr
+
+
+def _clips(videos_dir):
+    from grounding_rl.data.video import sample_frames
+
+    return [sample_frames(videos_dir / name, VideoSettings(fps=1.0, max_pixels=28 * 28 * 16, min_pixels=28 * 28 * 4))
+            for name in ("charades_OHOFG.mp4", "mmaction2_eye_makeup.avi")]
+
+
+def test_generation_ignores_sampling_defaults_of_the_checkpoint(noisy_model_dir, videos_dir):
+    from grounding_rl.eval.generation import generate_answers, load_model
+
+    model, processor = load_model(noisy_model_dir)
+    clips, queries = _clips(videos_dir), ["person sits down", "eye makeup"]
+    greedy = generate_answers(model, processor, queries, clips, "default", 12)
+    model.generation_config.do_sample = True  # Qwen2.5-VL's generation_config.json says so
+    model.generation_config.temperature = 1.0
+    torch.manual_seed(1)
+    assert generate_answers(model, processor, queries, clips, "default", 12) == greedy
+    # batching does not change the answers (left padding, per-row 3D positions)
+    assert [generate_answers(model, processor, [q], [c], "default", 12)[0] for q, c in zip(queries, clips)] == greedy
+
+
+def test_generation_ignores_the_checkpoint_repetition_penalty(tiny_model_dir, videos_dir):
+    from grounding_rl.eval.generation import generate_answers, load_model
+
+    model, processor = load_model(tiny_model_dir)
+    clips = _clips(videos_dir)[:1]
+    greedy = generate_answers(model, processor, ["person sits down"], clips, "default", 12)
+    assert len(set(greedy[0])) == 1  # the plain tiny model repeats one token: a penalty would change that
+    model.generation_config.repetition_penalty = 5.0  # Qwen2.5-VL ships 1.05
+    assert generate_answers(model, processor, ["person sits down"], clips, "default", 12) == greedy

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -59,6 +60,7 @@ RUN_FILE = "eval_config.json"
 METRICS = "metrics.json"
 REPORT = "report.md"
 HISTOGRAM = "iou_hist.png"
+BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
 RUN_KEYS = ("model", "data", "video_root", "prompt_template", "video", "max_new_tokens")
 
@@ -297,7 +299,8 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     """
     from accelerate import PartialState
 
-    state = PartialState(cpu=not torch.cuda.is_available())
+    # Ranks wait for the slowest shard at the final barrier: a long timeout instead of NCCL's 10 minutes.
+    state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(hours=BARRIER_TIMEOUT_H))
     main_process = state.is_main_process
     outdir = Path(args.out)
     bench = None
@@ -384,7 +387,8 @@ def evaluate(args: argparse.Namespace) -> dict | None:
             "limit": args.limit,
             "sampling": {"source": source, "prompt_template": config.prompt_template,
                          "video": video_settings_dict(config.video), "max_new_tokens": max_new_tokens,
-                         "do_sample": False, "batch_size": args.batch_size, "dtype": args.dtype},
+                         "do_sample": False, "repetition_penalty": 1.0, "batch_size": args.batch_size,
+                         "dtype": args.dtype},
             "seed": args.seed, "num_processes": state.num_processes}
     from grounding_rl.eval import report
 

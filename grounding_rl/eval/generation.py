@@ -111,6 +111,9 @@ def generate_answers(model, processor, queries: list[str], videos: list[SampledV
                      max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[str]:
     """Greedy, batched generation with the KV cache on: one decoded completion per (query, clip) row.
 
+    Pure greedy whatever the checkpoint's ``generation_config.json`` says (Qwen2.5-VL ships ``do_sample: true``,
+    ``temperature: 1e-6`` and ``repetition_penalty: 1.05``): sampling is off and the repetition penalty is 1.
+
     Inputs are built only by :func:`grounding_rl.preprocessing.build_inputs` (all of its tensors, including
     ``mm_token_type_ids`` and ``second_per_grid_ts``, go to ``generate``), so eval and infer see exactly the training
     preprocessing. Special tokens are removed from the decoded text.
@@ -137,6 +140,7 @@ def generate_answers(model, processor, queries: list[str], videos: list[SampledV
         temperature=None,  # the checkpoint's generation_config may carry sampling defaults; greedy ignores them
         top_p=None,
         top_k=None,
+        repetition_penalty=1.0,  # Qwen2.5-VL checkpoints ship 1.05; pure greedy is reproducible across checkpoints
         use_cache=True,
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
     )
