@@ -1,0 +1,195 @@
+"""The GPU recipes in configs/ (issue 5, point 7): each parses through the training parser, holds the values its
+source comment promises, fits its prompts in max_prompt_length, and names a model whose real size (instantiated on
+the ``meta`` device from ../shared/models/<name>/config.json, no weights) is the one the recipe is written for."""
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from grounding_rl.paths import REPO_ROOT
+
+CONFIGS = REPO_ROOT / "configs"
+
+# Parameter counts measured with transformers 5.24 on the meta device (all parameters, vision tower included; the 3B
+# ties its input and output embeddings, counted once).
+SIZE_7B = (8.28e9, 8.30e9)  # measured 8,292,166,656
+SIZE_3B = (3.75e9, 3.76e9)  # measured 3,754,622,976
+VISION_PARAMS = (0.66e9, 0.68e9)  # measured 676,550,144 (7B) and 668,684,288 (3B)
+
+TIMEZERO_PIXELS = 3584 * 28 * 28  # 2,809,856
+MIN_PIXELS = 16 * 28 * 28  # 12,544
+
+EXPECTED = {
+    "qwen2_5_vl_7b_charades_timezero.yaml": dict(
+        size=SIZE_7B, num_generations=8, beta=0.04, epsilon=0.2, learning_rate=1e-6, max_completion_length=1024,
+        video_fps=2.0, video_total_pixels=TIMEZERO_PIXELS, video_min_pixels=MIN_PIXELS, prompt_template="timezero",
+        reward_funcs=["iou", "format"], loss_type="grpo", freeze_vision_tower=False, use_peft=False,
+        train_file="data/charades_sta/train.jsonl"),
+    "qwen2_5_vl_7b_activitynet_timezero.yaml": dict(
+        size=SIZE_7B, num_generations=8, beta=0.04, epsilon=0.2, learning_rate=1e-6, max_completion_length=1024,
+        video_fps=2.0, video_total_pixels=TIMEZERO_PIXELS, video_min_pixels=MIN_PIXELS, prompt_template="timezero",
+        reward_funcs=["iou", "format"], loss_type="grpo", freeze_vision_tower=False, use_peft=False,
+        train_file="data/activitynet/train.jsonl"),
+    "qwen2_5_vl_3b_charades_time_r1.yaml": dict(
+        size=SIZE_3B, num_generations=8, beta=0.0, epsilon=0.2, learning_rate=1e-6, max_completion_length=1024,
+        video_fps=2.0, video_total_pixels=TIMEZERO_PIXELS, video_min_pixels=MIN_PIXELS, prompt_template="timezero",
+        reward_funcs=["tiou", "format"], loss_type="bnpo", freeze_vision_tower=True, use_peft=False,
+        train_file="data/charades_sta/train.jsonl"),
+    "qwen2_5_vl_3b_lora_24gb.yaml": dict(
+        size=SIZE_3B, num_generations=4, beta=0.0, epsilon=0.2, learning_rate=1e-5, max_completion_length=512,
+        video_fps=2.0, video_total_pixels=1024 * 28 * 28, video_min_pixels=MIN_PIXELS, prompt_template="timezero",
+        reward_funcs=["iou", "format"], loss_type="dapo", freeze_vision_tower=True, use_peft=True,
+        train_file="data/charades_sta/train.jsonl"),
+}
+
+
+def _hub_recipes() -> list[str]:
+    """Config files in configs/ whose model is a hub id ``Qwen/<name>`` (the GPU recipes)."""
+    names = []
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        if str(data.get("model_name_or_path", "")).startswith("Qwen/"):
+            names.append(path.name)
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(name: str):
+    """(script_args, GroundingGRPOConfig, ModelConfig) from the training parser, as ``grounding-rl train`` reads them.
+
+    bf16 needs a GPU unless ``use_cpu`` is set (TrainingArguments refuses it otherwise), so on a CPU-only machine the
+    one override ``--use_cpu true`` is added, as a user would on the command line. Cached: tests only read it.
+    """
+    from grounding_rl.update.train import parse_args
+
+    argv = ["--config", f"configs/{name}"]
+    if not torch.cuda.is_available():
+        argv += ["--use_cpu", "true"]
+    return parse_args(argv)
+
+
+def _meta_model(shared: Path, hub_id: str):
+    """Qwen2_5_VLForConditionalGeneration of the hub id's size on the meta device (config only, no weights)."""
+    from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
+
+    org, name = hub_id.split("/", 1)
+    assert org == "Qwen", hub_id
+    config_dir = shared / "models" / name
+    assert (config_dir / "config.json").is_file(), f"no ../shared/models/{name}/config.json for {hub_id}"
+    config = AutoConfig.from_pretrained(config_dir)
+    with torch.device("meta"):
+        return Qwen2_5_VLForConditionalGeneration(config)
+
+
+def test_every_hub_recipe_is_known():
+    """The four recipes exist, and a new Qwen recipe must be added to EXPECTED (so its values get checked)."""
+    assert sorted(_hub_recipes()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recipe_parses_with_promised_values(name):
+    script_args, args, model_args = _parse(name)
+    want = EXPECTED[name]
+    for key in ("num_generations", "beta", "epsilon", "learning_rate", "max_completion_length", "video_fps",
+                "video_total_pixels", "video_min_pixels", "prompt_template", "reward_funcs", "loss_type"):
+        got, expected = getattr(args, key), want[key]
+        if isinstance(expected, float):
+            assert got == pytest.approx(expected), (name, key, got)
+        else:
+            assert got == expected, (name, key, got)
+    assert args.bf16 is True and args.gradient_checkpointing is True, name
+    assert args.temperature == 1.0
+    assert model_args.dtype == "bfloat16"
+    assert model_args.use_peft is want["use_peft"]
+    assert script_args.freeze_vision_tower is want["freeze_vision_tower"]
+    # the data file need not exist to parse; it resolves against the repository root
+    assert script_args.train_file == str(REPO_ROOT / want["train_file"])
+    assert script_args.video_root is None
+    # what every checkpoint will carry for evaluation
+    saved = args.grounding_config()
+    assert saved.prompt_template == "timezero" and saved.video.total_pixels == want["video_total_pixels"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_generation_batch_holds_whole_groups_on_any_gpu_count(name):
+    """TRL's rule: per_device_train_batch_size × processes × steps_per_generation must be a multiple of G."""
+    _, args, _ = _parse(name)
+    steps = args.steps_per_generation
+    assert steps == args.gradient_accumulation_steps
+    for processes in (1, 2, 4, 8, 16, 32):
+        assert args.per_device_train_batch_size * processes * steps % args.num_generations == 0, (name, processes)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_longest_prompt_fits_max_prompt_length(name):
+    """Video tokens for clips of 1 s to 20 min at common aspect ratios, plus a generous 300 text tokens, never exceed
+    max_prompt_length (which is an error, not a truncation, in training)."""
+    from grounding_rl.data.video import frame_size, num_sampled_frames
+
+    _, args, _ = _parse(name)
+    settings = args.video_settings
+    longest = 0
+    for seconds in (1, 5, 10, 30, 60, 120, 200, 300, 384, 400, 600, 1200):
+        frames = num_sampled_frames(settings, int(seconds * 30), 30.0)
+        for height, width in ((360, 480), (360, 640), (480, 640), (1080, 1920), (1920, 1080), (480, 480)):
+            h, w = frame_size(height, width, frames, settings)
+            longest = max(longest, (frames // 2) * (h // 28) * (w // 28))
+    assert longest + 300 <= args.max_prompt_length, (name, longest)
+    if settings.total_pixels == TIMEZERO_PIXELS:
+        assert longest == 6144  # 768 frames at the 16·28·28 floor: 384 × 4 × 4 (square), 5,760 at 16:9
+    else:
+        assert longest == 1024  # the LoRA recipe: 128 frames
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recipe_model_size_on_meta_device(name, shared):
+    _, args, model_args = _parse(name)
+    model = _meta_model(shared, model_args.model_name_or_path)
+    total = sum(p.numel() for p in model.parameters())
+    low, high = EXPECTED[name]["size"]
+    assert low <= total <= high, (name, total)
+    vision = sum(p.numel() for p in model.model.visual.parameters())
+    assert VISION_PARAMS[0] <= vision <= VISION_PARAMS[1], (name, vision)
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_time_r1_recipe_freezes_the_whole_vision_tower(shared):
+    from grounding_rl.models.loading import freeze_vision_tower
+
+    script_args, _, model_args = _parse("qwen2_5_vl_3b_charades_time_r1.yaml")
+    assert script_args.freeze_vision_tower
+    model = _meta_model(shared, model_args.model_name_or_path)
+    frozen = freeze_vision_tower(model)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert frozen == 668_684_288
+    assert trainable == 3_754_622_976 - 668_684_288
+
+
+def test_lora_recipe_targets_only_the_language_model(shared):
+    """The LoRA regex matches the 7 projections of each of the 36 LLM layers and nothing in the vision tower; the
+    adapter size is the 29.9e6 the memory comment counts."""
+    from peft.tuners.tuners_utils import check_target_module_exists
+    from trl import get_peft_config
+
+    _, _, model_args = _parse("qwen2_5_vl_3b_lora_24gb.yaml")
+    lora = get_peft_config(model_args)
+    assert lora is not None and lora.r == 16 and lora.lora_alpha == 32
+    assert isinstance(lora.target_modules, str)  # a single entry is a regex for PEFT
+    model = _meta_model(shared, model_args.model_name_or_path)
+    matched = [(n, m) for n, m in model.named_modules() if check_target_module_exists(lora, n)]
+    assert len(matched) == 36 * 7
+    assert not [n for n, _ in matched if "visual" in n]
+    assert {re.sub(r"\.\d+\.", ".N.", n) for n, _ in matched} == {
+        f"model.language_model.layers.N.{p}" for p in
+        ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    adapter = sum(lora.r * (m.in_features + m.out_features) for _, m in matched)
+    assert adapter == 29_933_568
+    # the memory estimate in the recipe: bf16 weights + fp32 adapter/grad/Adam stay well under 24 GB
+    weights = sum(p.numel() for p in model.parameters()) * 2
+    assert weights + adapter * 16 < 8.5e9
