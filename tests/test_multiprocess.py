@@ -63,7 +63,7 @@ def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout):
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
     accelerate = Path(sys.executable).parent / "accelerate"
     cmd = [str(accelerate), "launch", *launcher_args, str(worker), str(report),
-           "--config", str(REPO_ROOT / "configs" / "tiny_cpu_grpo.yaml"),
+           "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"),
            "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "out"),
            "--reward_funcs", "varied", "--reward_weights", "1.0", "--learning_rate", "1e-3",
            "--max_completion_length", "8", *train_args]

@@ -69,7 +69,7 @@ def test_cli_parser_reads_yaml_and_overrides(tmp_path, tiny_model_dir):
     from grounding_rl.paths import REPO_ROOT
     from grounding_rl.update.train import parse_args
 
-    config = str(REPO_ROOT / "configs" / "tiny_cpu_grpo.yaml")
+    config = str(REPO_ROOT / "configs" / "tiny_real_clips.yaml")
     script, args, model = parse_args(["--config", config, "--model_name_or_path", str(tiny_model_dir),
                                       "--output_dir", str(tmp_path), "--beta", "0.1"])
     assert args.beta == 0.1 and args.use_cpu and args.reward_funcs == ["iou", "format"]

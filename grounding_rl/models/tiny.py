@@ -127,8 +127,59 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
     return out
 
 
+SIZE_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vision_hidden_size",
+             "vision_depth", "vision_heads")
+
+
+def ensure_from_config(config_path: str | Path, overrides: list[str] | None = None) -> Path | None:
+    """Build the tiny model a training config names, when its directory is missing.
+
+    A config may hold ``tiny_model: {tokenizer: DIR, hidden_size: 64, ...}`` (keys of :func:`tiny_config` plus
+    ``tokenizer`` and ``seed``) next to ``model_name_or_path``. ``--model_name_or_path X`` in ``overrides`` wins.
+
+    Returns:
+        The model directory when the config names a tiny model, else None.
+
+    Raises:
+        ValueError: ``tiny_model`` is not a mapping or has unknown keys (names the config).
+    """
+    import yaml
+
+    from grounding_rl.paths import resolve_config_path
+
+    config = yaml.safe_load(Path(config_path).read_text()) or {}
+    spec = config.get("tiny_model")
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or set(spec) - {"tokenizer", "seed", *SIZE_KEYS}:
+        raise ValueError(f"{config_path}: tiny_model must be a mapping of tokenizer, seed and {', '.join(SIZE_KEYS)}")
+    target = config.get("model_name_or_path")
+    overrides = list(overrides or [])
+    for i, arg in enumerate(overrides):
+        if arg == "--model_name_or_path" and i + 1 < len(overrides):
+            target = overrides[i + 1]
+        elif arg.startswith("--model_name_or_path="):
+            target = arg.split("=", 1)[1]
+    out = Path(resolve_config_path(target))
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = resolve_config_path(spec.get("tokenizer")) if spec.get("tokenizer") else None
+    sizes = {k: spec[k] for k in SIZE_KEYS if k in spec}
+    print(f"tiny-model: building {out} (tokenizer: {tokenizer or 'trained locally'})", flush=True)
+    return build_tiny_model(out, tokenizer=tokenizer, seed=int(spec.get("seed", 0)), **sizes)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="grounding-rl tiny-model", description=__doc__.splitlines()[0])
+    argv = list(argv or [])
+    if argv[:1] == ["--from-config"]:
+        if len(argv) < 2:
+            print("usage: grounding-rl tiny-model --from-config CONFIG [training overrides]")
+            return 2
+        ensure_from_config(argv[1], argv[2:])
+        return 0
+    parser = argparse.ArgumentParser(prog="grounding-rl tiny-model", description=__doc__.splitlines()[0],
+                                     epilog="Or: --from-config CONFIG builds the `tiny_model:` a training config "
+                                            "names when its model_name_or_path is missing.")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--tokenizer", help="Qwen2.5-VL tokenizer/processor folder (default: train a small BPE)")
     parser.add_argument("--hidden-size", type=int, default=64)
@@ -141,9 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vision-heads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    sizes = {k: getattr(args, k) for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                                             "intermediate_size", "vision_hidden_size", "vision_depth",
-                                             "vision_heads")}
+    sizes = {k: getattr(args, k) for k in SIZE_KEYS}
     out = build_tiny_model(args.out, tokenizer=args.tokenizer, seed=args.seed, **sizes)
     n = sum(p.numel() for p in __import__("safetensors.torch", fromlist=["load_file"]).load_file(
         str(out / "model.safetensors")).values())

@@ -27,12 +27,18 @@ class GroundingScriptArguments:
         video_root: folder holding the videos, or None.
         freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
         max_train_samples: use only the first N samples (smoke runs), None = all.
+        tiny_model: used only by ``scripts/train.sh`` (:func:`grounding_rl.models.tiny.ensure_from_config`).
     """
 
     train_file: str = field(default=None, metadata={"help": "Canonical JSONL of training samples (required)."})
     video_root: str | None = field(default=None, metadata={"help": "Folder of the videos (relative paths)."})
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N samples only."})
+    tiny_model: dict | str | None = field(
+        default=None,
+        metadata={"help": "A tiny random-weight model for CPU runs: {tokenizer: DIR, hidden_size: N, ...}; "
+                          "scripts/train.sh builds it at model_name_or_path when missing (grounding-rl tiny-model)."},
+    )
 
 
 def parse_args(argv: list[str] | None):

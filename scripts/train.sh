@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Train with GRPO (issue 5, point 4).
+#
+#   scripts/train.sh [CONFIG] [--key value ...]
+#
+# CONFIG defaults to configs/demo_grpo.yaml (the CPU demo). Overrides go to `grounding-rl train` (TrlParser).
+# Variables:
+#   NUM_GPUS=N             processes to launch (default: all visible GPUs, or 1 without a GPU)
+#   ACCELERATE_CONFIG=F    accelerate config, e.g. configs/accelerate/zero3.yaml (default: configs/accelerate/ddp.yaml
+#                          when N > 1; none for one process)
+#   NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT   several nodes (same command on each)
+# A config that names `tiny_model:` (tokenizer folder and sizes) gets its model built by `grounding-rl tiny-model`
+# when model_name_or_path is missing. Paths in configs are relative to the repository root.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+if [ -x .venv/bin/python ]; then PY="$ROOT/.venv/bin/python"; else PY="${PYTHON:-python}"; fi
+export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
+
+CONFIG="configs/demo_grpo.yaml"
+if [ $# -gt 0 ] && [[ "$1" != --* ]]; then CONFIG="$1"; shift; fi
+[ -f "$CONFIG" ] || { echo "train.sh: no such config: $CONFIG" >&2; exit 2; }
+
+"$PY" -m grounding_rl.cli tiny-model --from-config "$CONFIG" "$@"
+
+if [ -z "${NUM_GPUS:-}" ]; then
+  NUM_GPUS=$("$PY" -c "import torch; print(max(torch.cuda.device_count(), 1))")
+fi
+NUM_MACHINES="${NUM_MACHINES:-1}"
+if [ "$NUM_GPUS" -le 1 ] && [ "$NUM_MACHINES" -le 1 ] && [ -z "${ACCELERATE_CONFIG:-}" ]; then
+  exec "$PY" -m grounding_rl.cli train --config "$CONFIG" "$@"
+fi
+LAUNCH=("$PY" -m accelerate.commands.launch --config_file "${ACCELERATE_CONFIG:-configs/accelerate/ddp.yaml}"
+        --num_processes "$NUM_GPUS" --num_machines "$NUM_MACHINES")
+if [ "$NUM_MACHINES" -gt 1 ]; then
+  LAUNCH+=(--machine_rank "${MACHINE_RANK:?set MACHINE_RANK}" --main_process_ip "${MAIN_PROCESS_IP:?set MAIN_PROCESS_IP}"
+           --main_process_port "${MAIN_PROCESS_PORT:-29500}")
+fi
+exec "${LAUNCH[@]}" -m grounding_rl.cli train --config "$CONFIG" "$@"

@@ -1,0 +1,41 @@
+"""The shell entry points: scripts/train.sh on the real-clips tiny config (issue 5, points 4 and 6)."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grounding_rl.paths import REPO_ROOT
+
+
+@pytest.mark.slow
+def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared):
+    """scripts/train.sh configs/tiny_real_clips.yaml: builds the named tiny model (real Qwen tokenizer) when missing,
+    runs 2 GRPO steps with beta > 0 on ../shared's real clips, and saves grounding_config.json."""
+    model_dir, out = tmp_path / "tiny", tmp_path / "run"
+    env = {**os.environ, "PYTHON": sys.executable, "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1",
+           "GROUNDING_RL_SHARED": str(shared)}
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "train.sh"), "configs/tiny_real_clips.yaml", "--max_steps", "2",
+         "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--logging_steps", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tiny-model: building" in proc.stdout
+    assert json.loads((model_dir / "config.json").read_text())["text_config"]["vocab_size"] >= 151665
+    config = json.loads((out / "grounding_config.json").read_text())
+    assert config["video"]["fps"] == 1.0 and config["reward_funcs"] == ["iou", "format"]
+    state = json.loads(next(out.rglob("trainer_state.json")).read_text()) if list(out.rglob("trainer_state.json")) \
+        else None
+    logs = [line for line in (proc.stdout + proc.stderr).splitlines() if "'loss'" in line or '"loss"' in line]
+    assert len(logs) >= 2, (proc.stdout + proc.stderr)[-3000:]
+    losses = [float(line.split("'loss': ")[1].split(",")[0].strip("'")) for line in logs if "'loss': " in line]
+    assert losses and all(math.isfinite(x) for x in losses)
+    assert state is None or state["global_step"] == 2
+    # an existing model directory is reused, not rebuilt
+    again = subprocess.run([sys.executable, "-m", "grounding_rl.cli", "tiny-model", "--from-config",
+                            str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path",
+                            str(model_dir)], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0 and "building" not in again.stdout
