@@ -8,11 +8,11 @@ qwen-vl-utils' default min_pixels, no total budget):
 - ``qwen``: ``qwen_vl_utils.fetch_video`` with its decord backend;
 - ``cold``: :func:`grounding_rl.data.video.sample_frames` without a cache;
 - ``cached``: the same through a :class:`grounding_rl.data.cache.FrameCache` hit (cache file in the page cache);
-- ``decode``: decoding the needed frames only (our decord call, uint8 at source size; no resize, no conversion),
-  the limit for ``cold``.
+- ``decode``: decoding the needed frames only (our decord call with our thread count, uint8 at source size; no
+  resize, no conversion), the limit for ``cold``.
 
-Per clip: one untimed warm-up per method (it also fills the cache), then 5 rounds with the methods interleaved; the
-median of each method is reported. Prints a table, then a last line of JSON with geometric means over the clips of
+Per clip: one untimed warm-up per method (it also fills the cache), then 5 rounds with the methods interleaved (the
+order rotates each round, so no method always runs right after another); the median of each method is reported. Prints a table, then a last line of JSON with geometric means over the clips of
 per-clip speed-ups: ``{"cold_vs_qwen_vl_utils": X, "cached_vs_cold": Y, "decode_only_vs_qwen_vl_utils": L}``.
 Record results in docs/BENCHMARKS.md.
 """
@@ -64,7 +64,7 @@ def methods(path: Path, cache: FrameCache) -> dict:
         "qwen": lambda: qwen.fetch_video(ele),
         "cold": lambda: V.sample_frames(path, SETTINGS),
         "cached": lambda: V.sample_frames(path, SETTINGS, cache=cache),
-        "decode": lambda: V._decode_decord(str(path), SETTINGS, 0),
+        "decode": lambda: V._decode_decord(str(path), SETTINGS, V.decode_threads()),
     }
 
 
@@ -74,11 +74,12 @@ def bench_clip(path: Path, cache: FrameCache, repeats: int) -> dict:
     shape = calls["cold"]().frames.shape  # warm-ups
     for name in ("qwen", "cached", "decode"):
         calls[name]()
-    times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
+    names = list(calls)
+    times = {name: [] for name in names}
+    for round_ in range(repeats):
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:  # rotate: no method always follows another
             start = time.perf_counter()
-            call()
+            calls[name]()
             times[name].append(time.perf_counter() - start)
     return {"shape": shape, **{name: statistics.median(ts) for name, ts in times.items()}}
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     qwen.get_video_reader_backend = lambda: "decord"  # whatever else is installed (torchcodec), compare with decord
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M')}  {cpu_model()}  nproc={os.cpu_count()}  torch threads="
-        f"{torch.get_num_threads()}  load={' '.join(f'{x:.2f}' for x in os.getloadavg())}  settings={SETTINGS}"
+        f"{torch.get_num_threads()}  decode threads={V.decode_threads()}  load={' '.join(f'{x:.2f}' for x in os.getloadavg())}  settings={SETTINGS}"
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_video_cache_") as tmp:
