@@ -179,3 +179,10 @@ def test_resize_matches_torchvision_filter(sampled, videos_dir):
     diff = np.abs(ours.astype(np.int16) - ref.permute(0, 2, 3, 1).numpy().astype(np.int16))
     assert ours.shape == (4, 336, 588, 3) and diff.mean() < 0.3 and (diff > 1).mean() < 1e-3
     np.testing.assert_array_equal(ours, video.frames[:4])
+
+
+def test_frames_do_not_depend_on_decoder_threads(videos_dir, sampled):
+    assert 1 <= V.decode_threads() <= 8
+    for name in ["mmaction2_eye_makeup.avi", "decord_flipping_a_pancake.mkv"]:
+        one = sample_frames(videos_dir / name, BENCH, num_threads=1)
+        np.testing.assert_array_equal(one.frames, sampled[name].frames, err_msg=name)
