@@ -4,6 +4,10 @@ The trainer sees only :class:`RolloutEngine` — ``generate(model, inputs, param
 can replace :class:`HFGenerateEngine` later without touching the trainer. Prompt tensors go to the engine unchanged:
 ``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_values_videos``, ``video_grid_thw`` and
 ``second_per_grid_ts`` are exactly those the policy and reference forwards receive afterwards.
+
+With ``video_index`` in the inputs (issue 7), ``pixel_values_videos`` holds the U distinct clips only and row i uses
+clip ``video_index[i]``: an engine must then encode (and may prefill) each distinct prompt once;
+:class:`HFGenerateEngine` does both with :func:`grounding_rl.rollout.grouped.generate_shared`.
 """
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from grounding_rl.rollout.grouped import generate_shared
 
 MODEL_INPUT_KEYS = (
     "input_ids",
@@ -46,7 +52,8 @@ class RolloutEngine(Protocol):
 
         Args:
             model: the (possibly wrapped) policy.
-            inputs: prompt tensors (:data:`MODEL_INPUT_KEYS`), left-padded, B rows.
+            inputs: prompt tensors (:data:`MODEL_INPUT_KEYS`), left-padded, B rows; optionally ``video_index`` (B,),
+                in which case ``pixel_values_videos`` holds only the distinct clips (see the module docstring).
             params: sampling settings.
 
         Returns:
@@ -59,7 +66,8 @@ class RolloutEngine(Protocol):
 class HFGenerateEngine:
     """Sampling with ``model.generate`` (transformers), unwrapping DDP/DeepSpeed with TRL's
     ``unwrap_model_for_generation`` (which gathers ZeRO-3 parameters when ``gather_deepspeed3_params``, and turns
-    gradient checkpointing off for the duration).
+    gradient checkpointing off for the duration). Shared-video inputs (``video_index``) go to
+    :func:`grounding_rl.rollout.grouped.generate_shared`: one vision encoding and one prompt prefill per distinct clip.
 
     Args:
         accelerator: the trainer's ``accelerate.Accelerator``.
@@ -76,7 +84,17 @@ class HFGenerateEngine:
         from trl.models import unwrap_model_for_generation
 
         kwargs = {k: inputs[k] for k in MODEL_INPUT_KEYS if k in inputs}
+        video_index = inputs.get("video_index")
         prompt_length = kwargs["input_ids"].shape[1]
+        sampling = dict(
+            do_sample=True,
+            max_new_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k or None,
+            repetition_penalty=params.repetition_penalty,
+            min_p=None,
+        )
         with (
             unwrap_model_for_generation(
                 model,
@@ -86,16 +104,10 @@ class HFGenerateEngine:
             ) as unwrapped,
             torch.no_grad(),
         ):
-            out = unwrapped.generate(
-                **kwargs,
-                do_sample=True,
-                max_new_tokens=params.max_new_tokens,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k or None,
-                repetition_penalty=params.repetition_penalty,
-                min_p=None,
-            )
+            if video_index is None:
+                out = unwrapped.generate(**kwargs, **sampling)
+            else:
+                out = generate_shared(unwrapped, kwargs, video_index, **sampling)
         return out[:, prompt_length:]
 
 

@@ -1,16 +1,19 @@
-"""Work done once per clip instead of once per completion (issue 7).
+"""Work done once per clip instead of once per completion (issue 7, points 1-2).
 
 GRPO scores G completions of the same (video, query) prompt. Done naively, every one of the G rows re-encodes the
-video in the vision tower and re-prefills the long video prompt. Here:
+video in the vision tower and re-prefills the long video prompt. Here a batch keeps the patches of its U *distinct*
+clips and a ``video_index`` (B,) telling which distinct clip each of its B rows uses (any mapping: a clip may have G
+rows, fewer — when a group is split across ranks — or a different count than its neighbours):
 
-* :func:`encode_videos` runs the vision tower once per clip and hands the same features to all G rows through
-  transformers' ``mm_encoder_outputs`` (Qwen2.5-VL ``forward`` and ``generate`` accept it); gradients from the G rows
-  flow into the one encoding.
-* :func:`generate_grouped` prefills each clip's prompt once, repeats the KV cache G times, then samples the G
-  continuations with HF ``generate``.
+* :func:`encode_videos` runs the vision tower once on the U clips and hands each row its clip's features through
+  transformers' ``mm_encoder_outputs`` (Qwen2.5-VL ``forward`` and ``generate`` accept it); the gradients of all rows
+  of a clip flow into its one encoding.
+* :func:`generate_shared` prefills each distinct prompt once (vision tower included), gathers the KV cache and the
+  3D-RoPE offsets to the B rows (``DynamicCache.batch_select_indices`` with repeated indices), then samples with HF
+  ``generate`` continuing from that cache.
 
 Both are exact: the same logits (fp32, up to summation order) and, for the same seed, the same sampled tokens as the
-per-row computation.
+per-row computation (``tests/test_sharing.py``).
 """
 from __future__ import annotations
 
@@ -22,66 +25,148 @@ TEXT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
 PER_ROW_KEYS = ("video_grid_thw", "second_per_grid_ts")
 
 
-def _core(model):
-    """The ``Qwen2_5_VLModel`` inside a (possibly PEFT- or DDP-wrapped) ``Qwen2_5_VLForConditionalGeneration``."""
-    for attr in ("module", "base_model", "model"):
-        while hasattr(model, attr) and not hasattr(model, "get_rope_index"):
-            model = getattr(model, attr)
+def unwrap(model):
+    """The module inside DDP / DeepSpeed engine wrappers (``.module`` chains); a PEFT model is kept as it is (its
+    attribute access reaches the base model, and disabling its adapter still applies)."""
+    while isinstance(getattr(model, "module", None), torch.nn.Module):
+        model = model.module
     return model
 
 
-def encode_videos(model, pixel_values_videos: torch.Tensor, video_grid_thw: torch.Tensor, rows: list[int]) -> dict:
+def _core(model):
+    """The ``Qwen2_5_VLModel`` (holder of ``rope_deltas``) inside a possibly wrapped Qwen2.5-VL model."""
+    model = unwrap(model)
+    for attr in ("base_model", "model"):
+        while hasattr(model, attr) and not hasattr(model, "get_rope_index"):
+            model = getattr(model, attr)
+    if not hasattr(model, "get_rope_index"):
+        raise AttributeError(f"{type(model).__name__} has no Qwen2.5-VL core model with get_rope_index")
+    return model
+
+
+def first_rows(video_index: torch.Tensor) -> list[int]:
+    """For each distinct clip u = 0..U-1, the first row that uses it.
+
+    Args:
+        video_index: (B,) clip index of each row; every clip 0..U-1 must be used by at least one row.
+
+    Raises:
+        ValueError: some clip in 0..max is used by no row (its patches would be orphaned).
+    """
+    index = video_index.tolist()
+    num_clips = max(index) + 1 if index else 0
+    first = {}
+    for row, clip in enumerate(index):
+        first.setdefault(clip, row)
+    missing = [u for u in range(num_clips) if u not in first]
+    if missing:
+        raise ValueError(f"video_index {index} leaves distinct clips {missing} without a row")
+    return [first[u] for u in range(num_clips)]
+
+
+def encode_videos(model, pixel_values_videos: torch.Tensor, video_grid_thw: torch.Tensor, rows) -> dict:
     """Encode each distinct clip once and give every row its clip's features.
 
     Args:
-        model: a Qwen2.5-VL model (any wrapper exposing ``get_video_features``).
-        pixel_values_videos: patches of the U distinct clips, concatenated (Σ patches, 1176).
+        model: a Qwen2.5-VL model, possibly DDP/DeepSpeed/PEFT-wrapped (its ``get_video_features`` is called; with a
+            PEFT model whose adapter is disabled, the adapter-free encoder runs).
+        pixel_values_videos: patches of the U distinct clips, concatenated (Σ_u t_u·h_u·w_u, 1176).
         video_grid_thw: (U, 3) grid of each distinct clip.
-        rows: for each of the B model rows, the index (0..U-1) of its clip.
+        rows: (B,) tensor or list: for each model row, the index (0..U-1) of its clip; repeats and any order allowed.
 
     Returns:
         ``mm_encoder_outputs`` for the model call: ``{"video": BaseModelOutputWithPooling(pooler_output=tuple of B
-        tensors (tokens_i, hidden))}``; pass it instead of ``pixel_values_videos`` (keep ``video_grid_thw`` per row for
-        the 3D position ids).
+        tensors (tokens_u, hidden))}``; pass it instead of ``pixel_values_videos`` and keep ``video_grid_thw``,
+        ``second_per_grid_ts`` and ``mm_token_type_ids`` per row (they give the 3D position ids).
     """
-    features = model.get_video_features(pixel_values_videos, video_grid_thw, return_dict=True).pooler_output
-    return {"video": BaseModelOutputWithPooling(pooler_output=tuple(features[i] for i in rows))}
+    features = unwrap(model).get_video_features(pixel_values_videos, video_grid_thw, return_dict=True).pooler_output
+    rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
+    return {"video": BaseModelOutputWithPooling(pooler_output=tuple(features[u] for u in rows))}
+
+
+@torch.no_grad()
+def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once: bool = True, **generate_kwargs):
+    """Sample one completion per row, encoding (and by default prefilling) each distinct prompt once.
+
+    Rows that share a clip index must share the whole prompt (the trainer's rows of one dataset index do).
+
+    Args:
+        model: the unwrapped generation model (inside TRL's ``unwrap_model_for_generation``: ZeRO-3 parameters
+            gathered or hooked, PEFT adapter active).
+        inputs: ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` (B, P) left-padded, ``video_grid_thw`` (B, 3)
+            and ``second_per_grid_ts`` (B,) per row; ``pixel_values_videos`` of the U distinct clips only.
+        video_index: (B,) distinct-clip index of each row.
+        prefill_once: True → prefill the U distinct prompts (all but their last token) once, gather the KV cache and
+            ``rope_deltas`` to the B rows, then let ``generate`` continue; False → encode the video once
+            (``mm_encoder_outputs``) but prefill all B rows inside ``generate``.
+        generate_kwargs: sampling settings for ``generate`` (``max_new_tokens``, ``do_sample``, ``temperature``...).
+
+    Returns:
+        (B, P + new) token ids, as ``model.generate`` on the B per-row inputs would return them (the same tokens for
+        the same RNG state; checked in ``tests/test_sharing.py``).
+    """
+    video_index = torch.as_tensor(video_index, dtype=torch.long, device=inputs["input_ids"].device)
+    first = first_rows(video_index)
+    per_row = {k: torch.as_tensor(inputs[k], device=video_index.device) for k in TEXT_KEYS + PER_ROW_KEYS}
+    pixels, clip_grid = inputs["pixel_values_videos"], per_row["video_grid_thw"][first]
+    if not prefill_once:
+        encoded = encode_videos(model, pixels, clip_grid, video_index)
+        return model.generate(**per_row, mm_encoder_outputs=encoded, **generate_kwargs)
+    core = _core(model)
+    first_t = torch.as_tensor(first, device=video_index.device)
+    head = {k: per_row[k][first_t, :-1] for k in TEXT_KEYS}
+    out = model(
+        **head,
+        pixel_values_videos=pixels,
+        video_grid_thw=clip_grid,
+        second_per_grid_ts=per_row["second_per_grid_ts"][first_t],
+        cache=DynamicCache(config=unwrap(model).config),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = out.cache
+    cache.batch_select_indices(video_index)  # advanced indexing: repeats allowed, any order
+    core.rope_deltas = _continuation_deltas(core, {k: v[first_t] for k, v in per_row.items()})[video_index]
+    return model.generate(**per_row, cache=cache, **generate_kwargs)
+
+
+def _continuation_deltas(core, prompts: dict) -> torch.Tensor:
+    """(U, 1) offset from the text position to the 3D RoPE position of each prompt's last token.
+
+    ``generate`` continuing from a filled cache places new tokens at ``text position + rope_deltas``. The
+    ``rope_deltas`` that a prefill stores (transformers 5.24 ``get_rope_index``: max position + 1 − length) are past the
+    video's largest *temporal* id, while the 3D ids that ``get_rope_index`` gives the text after a video — and that
+    ``generate`` without a cache, the policy and the reference forwards use — continue from the video's spatial
+    extent. Whenever the temporal ids run past the text (long clips), the stored offset would shift the last prompt
+    token and every completion token; this offset makes them continue exactly as in a full-prompt prefill.
+    """
+    positions, _ = core.get_rope_index(
+        prompts["input_ids"],
+        mm_token_type_ids=prompts["mm_token_type_ids"],
+        video_grid_thw=prompts["video_grid_thw"],
+        second_per_grid_ts=prompts["second_per_grid_ts"],
+        attention_mask=prompts["attention_mask"],
+    )
+    text_last = prompts["attention_mask"].long().sum(dim=-1) - 1  # generate's text position: cumsum(mask) − 1
+    return (positions[0, :, -1] - text_last).unsqueeze(1)
 
 
 @torch.no_grad()
 def generate_grouped(model, inputs: dict, num_generations: int, prefill_once: bool = True, **generate_kwargs):
-    """Sample ``num_generations`` completions for each of U distinct prompts.
+    """Sample ``num_generations`` completions for each of U distinct prompts (whole groups on one process).
 
     Args:
         model: the unwrapped generation model.
         inputs: processor outputs for the U distinct (video, query) prompts (``build_inputs``), left-padded.
         num_generations: G.
-        prefill_once: True → encode the video and prefill the prompt once per clip, repeat the KV cache G times, then
-            sample; False → HF's ``num_return_sequences`` (the video is still encoded once, but the prompt is
-            prefilled G times).
-        generate_kwargs: sampling settings for ``generate`` (``max_new_tokens``, ``do_sample``, ``temperature``...).
+        prefill_once: see :func:`generate_shared`.
+        generate_kwargs: sampling settings for ``generate``.
 
     Returns:
         (U·G, L + new) token ids, rows ordered clip 0 × G, clip 1 × G, … (the order of ``repeat_interleave``).
     """
-    g = num_generations
-    if not prefill_once:
-        return model.generate(**inputs, num_return_sequences=g, **generate_kwargs)
-    core = _core(model)
-    head = {k: inputs[k][:, :-1] for k in TEXT_KEYS}
-    out = model(
-        **head,
-        pixel_values_videos=inputs["pixel_values_videos"],
-        video_grid_thw=inputs["video_grid_thw"],
-        second_per_grid_ts=inputs["second_per_grid_ts"],
-        cache=DynamicCache(config=model.config),
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache = out.cache
-    cache.batch_repeat_interleave(g)
-    # generate() continues from a filled cache with position = text position + rope_deltas (the 3D RoPE offset that
-    # the prefill stored per row); give each of the G copies its clip's offset.
-    core.rope_deltas = core.rope_deltas.repeat_interleave(g, dim=0)
-    expanded = {k: inputs[k].repeat_interleave(g, dim=0) for k in TEXT_KEYS + PER_ROW_KEYS}
-    return model.generate(**expanded, cache=cache, **generate_kwargs)
+    num_clips = inputs["input_ids"].shape[0]
+    video_index = torch.arange(num_clips, device=inputs["input_ids"].device).repeat_interleave(num_generations)
+    expanded = {k: torch.as_tensor(inputs[k], device=video_index.device)[video_index] for k in TEXT_KEYS + PER_ROW_KEYS}
+    expanded["pixel_values_videos"] = inputs["pixel_values_videos"]
+    return generate_shared(model, expanded, video_index, prefill_once=prefill_once, **generate_kwargs)

@@ -5,26 +5,43 @@ A batch is a flat dict. Row-aligned entries (first dimension B): ``prompt_ids``,
 ``completion_mask`` (B, C), ``advantages`` (B,), ``old_logps``/``ref_logps`` (B, C) and per-row lists. The one
 exception is ``pixel_values_videos`` (Σ_i t_i·h_i·w_i, 1176): row i owns ``prod(video_grid_thw[i])`` consecutive
 patch rows. Scalars (``num_items_in_batch``) are shared by all rows.
+
+Shared videos (issue 7, ``share_video_encoding``): the batch also holds ``video_index`` (B,) long — the distinct clip
+each row uses — and ``pixel_values_videos`` then holds the patches of the U distinct clips only, clip u owning
+``prod(video_grid_thw[r])`` consecutive patch rows for any row r with ``video_index[r] == u``. Every clip is used by
+at least one row; :func:`select_rows` / :func:`split_rows` keep only the clips their rows use, renumbered in order of
+first use. Generation and both forwards then run the vision tower once per distinct clip
+(:mod:`grounding_rl.rollout.grouped`).
 """
 from __future__ import annotations
 
 import torch
 
 from grounding_rl.preprocessing import build_inputs
+from grounding_rl.rollout.grouped import first_rows
 
 PIXELS = "pixel_values_videos"
 GRID = "video_grid_thw"
+VIDEO_INDEX = "video_index"
 
 
-def prompt_batch(processor, items: list[dict], template: str) -> dict:
+def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False) -> dict:
     """Prompt tensors for items carrying a decoded ``"clip"``; each distinct ``index`` is processed once.
 
     Rows of the same index (a group's G copies) get identical tensors — the same pixels, grid,
     ``second_per_grid_ts`` and ``mm_token_type_ids`` — which is what generation and both forwards must see.
 
+    Args:
+        processor: the Qwen2.5-VL processor.
+        items: collated items (``index``, ``query``, ``clip``).
+        template: prompt template name.
+        share_videos: keep one copy of each distinct clip's patches and a ``video_index`` (see the module
+            docstring) instead of one copy per row.
+
     Returns:
         Dict with ``prompt_ids``, ``prompt_mask``, ``mm_token_type_ids``, ``pixel_values_videos``,
-        ``video_grid_thw``, ``second_per_grid_ts`` (CPU tensors), one row per item, left-padded.
+        ``video_grid_thw``, ``second_per_grid_ts`` (CPU tensors), one row per item, left-padded; plus
+        ``video_index`` when ``share_videos``.
     """
     order = list(dict.fromkeys(item["index"] for item in items))
     position = {index: i for i, index in enumerate(order)}
@@ -39,6 +56,8 @@ def prompt_batch(processor, items: list[dict], template: str) -> dict:
         GRID: features[GRID],
         "second_per_grid_ts": torch.as_tensor(features["second_per_grid_ts"], dtype=torch.float32),
     }
+    if share_videos:
+        batch[VIDEO_INDEX] = torch.arange(len(ordered))
     return select_rows(batch, [position[item["index"]] for item in items])
 
 
@@ -50,11 +69,36 @@ def _patch_offsets(grid: torch.Tensor) -> list[int]:
     return offsets
 
 
+def clip_grid(batch: dict) -> torch.Tensor:
+    """(U, 3) grid of each distinct clip of a shared-video batch (from the first row using it).
+
+    Raises:
+        KeyError: the batch has no ``video_index``.
+        ValueError: a distinct clip is used by no row.
+    """
+    first = first_rows(batch[VIDEO_INDEX])
+    return batch[GRID][torch.as_tensor(first, dtype=torch.long, device=batch[GRID].device)]
+
+
 def select_rows(batch: dict, rows: list[int]) -> dict:
-    """A new batch made of ``rows`` (in that order, repeats allowed), pixel patches following their rows."""
+    """A new batch made of ``rows`` (in that order, repeats allowed), pixel patches following their rows.
+
+    Per-row pixels: row r's patches are copied once per selection of r. Shared videos (``video_index``): only the
+    distinct clips the selected rows use are kept, once each, renumbered in order of first use.
+    """
     num_rows = batch[GRID].shape[0]
     out = {}
+    if VIDEO_INDEX in batch:
+        index = batch[VIDEO_INDEX]
+        offsets = _patch_offsets(clip_grid(batch))
+        picked = index[torch.as_tensor(rows, dtype=torch.long, device=index.device)].tolist()
+        used = list(dict.fromkeys(picked))
+        renumber = {clip: i for i, clip in enumerate(used)}
+        out[VIDEO_INDEX] = torch.tensor([renumber[c] for c in picked], dtype=index.dtype, device=index.device)
+        out[PIXELS] = torch.cat([batch[PIXELS][offsets[u]:offsets[u + 1]] for u in used])
     for key, value in batch.items():
+        if key in out:
+            continue
         if key == PIXELS:
             offsets = _patch_offsets(batch[GRID])
             out[key] = torch.cat([value[offsets[r]:offsets[r + 1]] for r in rows])
@@ -81,8 +125,9 @@ def split_rows(batch: dict, chunks: int) -> list[dict]:
 
 
 def generation_inputs(batch: dict) -> dict:
-    """The prompt tensors under the model's argument names (for ``generate``)."""
-    return {
+    """The prompt tensors under the model's argument names (for ``generate``), plus ``video_index`` for a
+    shared-video batch (the rollout engine must then encode/prefill per distinct clip)."""
+    inputs = {
         "input_ids": batch["prompt_ids"],
         "attention_mask": batch["prompt_mask"],
         "mm_token_type_ids": batch["mm_token_type_ids"],
@@ -90,17 +135,22 @@ def generation_inputs(batch: dict) -> dict:
         GRID: batch[GRID],
         "second_per_grid_ts": batch["second_per_grid_ts"],
     }
+    if VIDEO_INDEX in batch:
+        inputs[VIDEO_INDEX] = batch[VIDEO_INDEX]
+    return inputs
 
 
 def forward_inputs(batch: dict) -> dict:
     """Model inputs for the policy/reference forward over prompt + completion.
 
     ``input_ids`` = [prompt_ids, completion_ids]; ``attention_mask`` = [prompt_mask, completion_mask];
-    ``mm_token_type_ids`` extended with zeros (completion tokens are text); the video tensors unchanged.
+    ``mm_token_type_ids`` extended with zeros (completion tokens are text); the video tensors unchanged (with
+    ``video_index`` for a shared-video batch: :func:`grounding_rl.update.logprobs.completion_logps` turns it and the
+    distinct clips' pixels into ``mm_encoder_outputs``).
     """
     completion_ids, completion_mask = batch["completion_ids"], batch["completion_mask"]
     mm = batch["mm_token_type_ids"]
-    return {
+    inputs = {
         "input_ids": torch.cat([batch["prompt_ids"], completion_ids], dim=1),
         "attention_mask": torch.cat([batch["prompt_mask"], completion_mask.to(batch["prompt_mask"].dtype)], dim=1),
         "mm_token_type_ids": torch.cat([mm, torch.zeros_like(completion_ids, dtype=mm.dtype)], dim=1),
@@ -108,6 +158,9 @@ def forward_inputs(batch: dict) -> dict:
         GRID: batch[GRID],
         "second_per_grid_ts": batch["second_per_grid_ts"],
     }
+    if VIDEO_INDEX in batch:
+        inputs[VIDEO_INDEX] = batch[VIDEO_INDEX]
+    return inputs
 
 
 def to_device(batch: dict, device) -> dict:

@@ -166,6 +166,16 @@ class GroundingGRPOConfig(TrainingArguments):
             "They are counted in `frac_reward_zero_std` either way."
         },
     )
+    share_video_encoding: bool = field(
+        default=True,
+        metadata={
+            "help": "Run the vision tower once per distinct clip per process in generation, the policy forward and "
+            "the reference forward (the G rows of a clip share its features through `mm_encoder_outputs`; their "
+            "gradients flow into the one encoding), and prefill each distinct prompt once in generation (KV cache "
+            "gathered to the G rows). Exact: same loss, gradients and samples as False, which encodes and prefills "
+            "every row separately (issue 7)."
+        },
+    )
     max_prompt_length: int | None = field(
         default=8192,
         metadata={

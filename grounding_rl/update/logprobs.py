@@ -2,14 +2,16 @@
 
 Only completion positions reach the LM head (``logits_to_keep``) and log-probs come from TRL's
 ``selective_log_softmax`` (gather the chosen token's logit minus a logsumexp), never a full-vocabulary log-softmax
-over the prompt (issue 7, point 3). Issue 7's shared vision encoding per clip plugs in here.
+over the prompt (issue 7, point 3). For a shared-video batch (``video_index``) the vision tower runs once per
+distinct clip and every row gets its clip's features through ``mm_encoder_outputs`` (issue 7, point 1).
 """
 from __future__ import annotations
 
 import torch
 from trl.trainer.utils import selective_log_softmax
 
-from grounding_rl.update.batching import forward_inputs
+from grounding_rl.rollout.grouped import encode_videos
+from grounding_rl.update.batching import PIXELS, VIDEO_INDEX, clip_grid, forward_inputs
 
 
 def completion_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tensor:
@@ -17,7 +19,8 @@ def completion_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tens
 
     Args:
         model: a Qwen2.5-VL model (possibly DDP/DeepSpeed/PEFT-wrapped); called with ``logits_to_keep=C + 1``.
-        batch: a row-aligned batch (:mod:`grounding_rl.update.batching`) with prompt, video and completion tensors.
+        batch: a row-aligned batch (:mod:`grounding_rl.update.batching`) with prompt, video and completion tensors;
+            with ``video_index`` the distinct clips are encoded once (gradients of all their rows flow into it).
         temperature: the sampling temperature; logits are divided by it as in sampling (TRL does the same), so
             π_old at generation and π_θ here describe the same distribution.
 
@@ -26,7 +29,11 @@ def completion_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tens
     """
     completion_ids = batch["completion_ids"]
     length = completion_ids.size(1)
-    outputs = model(**forward_inputs(batch), logits_to_keep=length + 1, use_cache=False)
+    inputs = forward_inputs(batch)
+    if VIDEO_INDEX in inputs:
+        video_index = inputs.pop(VIDEO_INDEX)
+        inputs["mm_encoder_outputs"] = encode_videos(model, inputs.pop(PIXELS), clip_grid(batch), video_index)
+    outputs = model(**inputs, logits_to_keep=length + 1, use_cache=False)
     logits = outputs.logits[:, :-1, :]  # position P−1+t predicts completion token t
     if temperature != 1.0:
         logits = logits / temperature

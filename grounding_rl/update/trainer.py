@@ -10,7 +10,9 @@ across processes); we build the prompt with the video, sample G completions per 
 rewards (gathered across processes so groups split between ranks are normalised together), compute advantages, and
 — when needed — π_old and π_ref log-probs. The batch is buffered and cut into ``steps_per_generation`` micro-batches,
 reused ``num_iterations`` times. The very same ``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts`` and
-``mm_token_type_ids`` go to generation, the policy forward and the reference forward.
+``mm_token_type_ids`` go to generation, the policy forward and the reference forward. With
+``share_video_encoding`` (default) the batch keeps each distinct clip's patches once with a ``video_index``, so each
+of the three runs the vision tower once per distinct clip and generation prefills each distinct prompt once (issue 7).
 """
 from __future__ import annotations
 
@@ -176,7 +178,8 @@ class GroundingGRPOTrainer(Trainer):
     @torch.no_grad()
     def _generate_and_score(self, items: list[dict]) -> dict:
         device, args = self.accelerator.device, self.args
-        batch = batching.prompt_batch(self.processing_class, items, args.prompt_template)
+        batch = batching.prompt_batch(self.processing_class, items, args.prompt_template,
+                                      share_videos=args.share_video_encoding)
         self._check_prompt_lengths(batch, items)
         batch = batching.to_device(batch, device)
 

@@ -1,0 +1,264 @@
+"""One vision encoding and one prefill per clip (issue 7, point 4): sharing on vs off on a tiny model, real clips, fp32.
+
+On vs off: the same sampled completions for the same seed, generation logits and 3D-RoPE-dependent scores within
+fp32 rounding, loss within 1e-6 relative, every parameter's gradient within ‖Δg‖/‖g‖ ≤ 1e-5; and the vision tower
+runs once per distinct clip in generation, the policy forward and the reference forward (separate reference model
+and PEFT adapter-disabled), also when a process holds an uneven share of a clip's rows (a group split across ranks).
+"""
+import pytest
+import torch
+
+from grounding_rl.data.video import VideoSettings, sample_frames
+from grounding_rl.models.loading import load_policy, load_processor, vision_tower
+from grounding_rl.rollout.grouped import encode_videos, first_rows, generate_shared
+from grounding_rl.update import batching
+from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.data import GroundingDataset
+from grounding_rl.update.logprobs import completion_logps
+from grounding_rl.update.trainer import GroundingGRPOTrainer
+
+torch.set_num_threads(1)
+
+POOL = "mmaction2_pool_cleaning.mp4"  # 10.0 s
+MAKEUP = "mmaction2_eye_makeup.avi"  # 6.56 s
+SETTINGS = VideoSettings(fps=1.0, min_pixels=3136, max_pixels=28 * 28 * 16)
+UNEVEN = [0, 1, 0, 0, 1]  # rows of two clips as one rank may hold them when groups are split across ranks
+
+
+def varied_reward(completions, **columns):
+    """Rewards with spread inside every group (the random tiny model earns no IoU/format reward)."""
+    return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
+
+
+def _items(videos_dir, indices):
+    names = (POOL, MAKEUP)
+    clips = {i: sample_frames(videos_dir / names[i], SETTINGS) for i in set(indices)}
+    return [{"index": i, "query": f"the main action in {names[i]}", "clip": clips[i]} for i in indices]
+
+
+class VisionCalls:
+    """Forward hook on a vision tower: (grad enabled, number of patch rows) per call."""
+
+    def __init__(self, model):
+        self.calls = []
+        vision_tower(model).register_forward_hook(
+            lambda module, args, out: self.calls.append((torch.is_grad_enabled(), args[0].shape[0])))
+
+
+def _patches(batch, rows):
+    return int(batch["video_grid_thw"][rows].prod(dim=-1).sum())
+
+
+# ------------------------------------------------------------------------------------------------------- batching
+def test_select_and_split_keep_only_the_clips_their_rows_use():
+    grid = torch.tensor([[1, 2, 2], [2, 2, 2], [1, 2, 4]])  # clips of 4, 8, 8 patches
+    pixels = torch.arange(20).float().unsqueeze(1)
+    index = torch.tensor([2, 0, 2, 1, 0, 0])
+    batch = {"pixel_values_videos": pixels, "video_grid_thw": grid[index], "video_index": index,
+             "prompt_ids": torch.arange(6).unsqueeze(1), "qid": list("abcdef"), "num_items_in_batch": torch.tensor(3)}
+    assert first_rows(index) == [1, 3, 0]
+    assert torch.equal(batching.clip_grid(batch), grid)
+
+    picked = batching.select_rows(batch, [4, 2, 5])  # clips 0, 2, 0
+    assert picked["video_index"].tolist() == [0, 1, 0]
+    assert picked["pixel_values_videos"][:, 0].tolist() == [0, 1, 2, 3] + list(range(12, 20))
+    assert picked["prompt_ids"].flatten().tolist() == [4, 2, 5] and picked["qid"] == ["e", "c", "f"]
+    assert picked["num_items_in_batch"].item() == 3
+
+    first, second = batching.split_rows(batch, 2)  # rows 0-2 use clips 2, 0; rows 3-5 use clips 1, 0
+    assert first["video_index"].tolist() == [0, 1, 0] and second["video_index"].tolist() == [0, 1, 1]
+    assert first["pixel_values_videos"][:, 0].tolist() == list(range(12, 20)) + [0, 1, 2, 3]
+    assert second["pixel_values_videos"][:, 0].tolist() == list(range(4, 12)) + [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="without a row"):
+        first_rows(torch.tensor([0, 2]))
+
+
+def test_prompt_batch_shares_pixels(tiny_model_dir, videos_dir):
+    processor = load_processor(str(tiny_model_dir))
+    items = _items(videos_dir, UNEVEN)
+    shared = batching.prompt_batch(processor, items, "default", share_videos=True)
+    per_row = batching.prompt_batch(processor, items, "default")
+    assert shared["video_index"].tolist() == UNEVEN
+    assert shared["pixel_values_videos"].shape[0] == _patches(shared, [0, 1])
+    assert per_row["pixel_values_videos"].shape[0] == _patches(per_row, list(range(5)))
+    for key in ("prompt_ids", "prompt_mask", "mm_token_type_ids", "video_grid_thw", "second_per_grid_ts"):
+        assert torch.equal(shared[key], per_row[key]), key
+    # the per-row patches are the distinct clips' patches, row by row
+    offsets = [0, _patches(shared, [0]), _patches(shared, [0, 1])]
+    expanded = torch.cat([shared["pixel_values_videos"][offsets[u]:offsets[u + 1]] for u in UNEVEN])
+    assert torch.equal(expanded, per_row["pixel_values_videos"])
+
+
+# ------------------------------------------------------------------------------------------------------ generation
+@pytest.mark.parametrize("prefill_once", [True, False])
+def test_generation_is_identical_and_encodes_each_clip_once(tiny_model_dir, videos_dir, prefill_once):
+    processor = load_processor(str(tiny_model_dir))
+    model = load_policy(str(tiny_model_dir)).eval()
+    calls = VisionCalls(model)
+    items = _items(videos_dir, UNEVEN)
+    shared = batching.generation_inputs(batching.prompt_batch(processor, items, "default", share_videos=True))
+    per_row = batching.generation_inputs(batching.prompt_batch(processor, items, "default"))
+    gen = dict(do_sample=True, max_new_tokens=6, top_k=None, top_p=1.0, min_p=None, output_logits=True,
+               return_dict_in_generate=True)
+
+    torch.manual_seed(3)
+    with torch.no_grad():
+        reference = model.generate(**per_row, **gen)
+    assert calls.calls == [(False, _patches(per_row, list(range(5))))]  # every row re-encoded
+    calls.calls.clear()
+    torch.manual_seed(3)
+    video_index = shared.pop("video_index")
+    out = generate_shared(model, shared, video_index, prefill_once=prefill_once, **gen)
+    assert calls.calls == [(False, _patches(per_row, [0, 1]))]  # each distinct clip once
+
+    # the pool clip's temporal RoPE ids run past the text after it: the case where a prefill's stored rope_deltas
+    # would misplace the continuation (grouped._continuation_deltas)
+    positions, deltas = model.model.get_rope_index(
+        per_row["input_ids"], mm_token_type_ids=per_row["mm_token_type_ids"], video_grid_thw=per_row["video_grid_thw"],
+        second_per_grid_ts=per_row["second_per_grid_ts"], attention_mask=per_row["attention_mask"])
+    assert positions[:, 0].max() > positions[0, 0, -1]
+
+    assert torch.equal(out.sequences, reference.sequences)
+    assert len(out.logits) == len(reference.logits) == 6
+    for step, (a, b) in enumerate(zip(out.logits, reference.logits)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"decoding step {step}")
+    # 2 distinct clips → distinct logits for their rows; rows of one clip have the same first-step logits
+    first = out.logits[0]
+    torch.testing.assert_close(first[0], first[2], rtol=1e-5, atol=1e-5)
+    assert (first[0] - first[1]).abs().max() > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------------ trainer
+def _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=False, **overrides):
+    values = dict(output_dir=str(tmp_path / f"out{share}{peft}"), use_cpu=True, per_device_train_batch_size=8,
+                  max_steps=1, max_completion_length=6, report_to=[], save_strategy="no", seed=0, beta=0.04,
+                  video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16, dataloader_num_workers=0,
+                  share_video_encoding=share)
+    values.update(overrides)
+    dataset = GroundingDataset([
+        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
+         "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
+    peft_config = None
+    if peft:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "qkv"],
+                                 init_lora_weights=False)
+    return GroundingGRPOTrainer(load_policy(str(tiny_model_dir)), GroundingGRPOConfig(**values), dataset,
+                                load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward],
+                                peft_config=peft_config)
+
+
+def _step(trainer, items):
+    """Rollout (generation, π_ref) then one loss forward/backward; returns batch, loss and per-parameter grads."""
+    torch.manual_seed(11)
+    batch = trainer._generate_and_score(items)
+    batch["sampled_ref_logps"] = batch["ref_logps"]
+    # at the first step π_θ = π_old = π_ref and the surrogate sums the zero-mean advantages: the loss would be ~0;
+    # a fixed offset of π_ref (the same for both arms) gives the KL term a value that could be wrong
+    batch = {**batch, "ref_logps": batch["ref_logps"] + torch.linspace(-0.5, 0.5, batch["ref_logps"].shape[1])}
+    model = trainer.model.train()
+    model.zero_grad()
+    loss = trainer.compute_loss(model, batch)
+    loss.backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+    return batch, loss.detach(), grads
+
+
+def _assert_equivalent(on, off):
+    (batch_on, loss_on, grads_on), (batch_off, loss_off, grads_off) = on, off
+    assert torch.equal(batch_on["completion_ids"], batch_off["completion_ids"])  # same samples, same seed
+    assert torch.equal(batch_on["advantages"], batch_off["advantages"])
+    torch.testing.assert_close(batch_on["sampled_ref_logps"], batch_off["sampled_ref_logps"], rtol=1e-5, atol=1e-5)
+    assert abs(loss_on.item()) > 1e-4  # a loss that could be wrong
+    assert abs(loss_on.item() - loss_off.item()) <= 1e-6 * abs(loss_off.item())
+    assert grads_on.keys() == grads_off.keys() and any("visual" in name for name in grads_on)
+    for name, g_off in grads_off.items():
+        norm = g_off.norm().item()
+        diff = (grads_on[name] - g_off).norm().item()
+        assert diff <= 1e-5 * norm or (norm == 0 and diff == 0), (name, diff, norm)
+
+
+def test_loss_gradients_and_samples_match_with_reference_model(tmp_path, tiny_model_dir, videos_dir):
+    """β > 0 with a separate reference model; an uneven row split (as on one rank of a multi-process run)."""
+    results, counts = {}, {}
+    for share in (True, False):
+        trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, share)
+        assert trainer.ref_model is not None
+        policy_calls, ref_calls = VisionCalls(trainer.model), VisionCalls(trainer.ref_model)
+        items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
+        results[share] = _step(trainer, items)
+        counts[share] = (policy_calls.calls, ref_calls.calls)
+    _assert_equivalent(results[True], results[False])
+
+    batch = results[False][0]
+    distinct, every_row = _patches(batch, [0, 1]), _patches(batch, list(range(8)))
+    # on: generation (no grad) and the loss forward (grad) on the policy, π_ref on the reference — each once per clip
+    assert counts[True] == ([(False, distinct), (True, distinct)], [(False, distinct)])
+    assert counts[False] == ([(False, every_row), (True, every_row)], [(False, every_row)])
+
+
+def test_peft_reference_with_adapter_disabled_encodes_once(tmp_path, tiny_model_dir, videos_dir):
+    results, counts = {}, {}
+    for share in (True, False):
+        trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=True)
+        assert trainer.ref_model is None
+        calls = VisionCalls(trainer.model)
+        items = trainer.data_collator([trainer.train_dataset[i] for i in (0, 0, 0, 0, 1, 1, 1, 1)])
+        results[share] = _step(trainer, items)
+        counts[share] = list(calls.calls)
+        with torch.no_grad():
+            policy_logps = completion_logps(trainer.model, results[share][0])
+        # the adapter (non-zero: init_lora_weights=False) was really disabled for π_ref
+        assert (policy_logps - results[share][0]["sampled_ref_logps"]).abs().max() > 1e-4
+    _assert_equivalent(results[True], results[False])
+    batch = results[True][0]
+    distinct = _patches(batch, [0, 4])
+    # generation, π_ref (adapter disabled), loss forward: each distinct clip once
+    assert counts[True] == [(False, distinct), (False, distinct), (True, distinct)]
+    assert counts[False] == [(False, 4 * distinct), (False, 4 * distinct), (True, 4 * distinct)]
+
+
+def test_encode_videos_matches_per_row_features(tiny_model_dir, videos_dir):
+    processor = load_processor(str(tiny_model_dir))
+    model = load_policy(str(tiny_model_dir)).eval()
+    items = _items(videos_dir, UNEVEN)
+    shared = batching.prompt_batch(processor, items, "default", share_videos=True)
+    per_row = batching.prompt_batch(processor, items, "default")
+    with torch.no_grad():
+        encoded = encode_videos(model, shared["pixel_values_videos"], batching.clip_grid(shared),
+                                shared["video_index"])["video"].pooler_output
+        reference = model.get_video_features(per_row["pixel_values_videos"], per_row["video_grid_thw"]).pooler_output
+    assert len(encoded) == len(reference) == 5
+    for a, b in zip(encoded, reference):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fps", [1.0, 4.0])
+def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, tiny_model_dir, videos_dir, fps):
+    """3D RoPE ids with sharing on: the shared prefill (one row per distinct clip, all but the last prompt token)
+    followed by the continued decoding give every row the ids the policy and reference forwards use."""
+    trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, video_fps=fps)
+    policy_calls, ref_calls = [], []
+    for model, sink in ((trainer.model, policy_calls), (trainer.ref_model, ref_calls)):
+        model.model.language_model.register_forward_pre_hook(
+            lambda m, args, kwargs, sink=sink: sink.append((torch.is_grad_enabled(), kwargs["position_ids"].clone())),
+            with_kwargs=True)
+    items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
+    batch = trainer._generate_and_score(items)
+    trainer.compute_loss(trainer.model.train(), batch)
+
+    (policy,) = [pos[-3:] for grad_on, pos in policy_calls if grad_on]
+    (reference,) = [pos[-3:] for _, pos in ref_calls]
+    assert torch.equal(policy, reference)
+    prefill, *steps = [pos for grad_on, pos in policy_calls if not grad_on]
+    rows = batch["video_index"]
+    assert prefill.shape[1] == 2 and prefill.shape[2] == batch["prompt_ids"].shape[1] - 1  # one row per clip
+    generated = torch.cat([prefill[-3:][:, rows]] + [pos[-3:].expand(3, -1, -1) for pos in steps], dim=2)
+    length = generated.shape[2]
+    assert length == batch["prompt_ids"].shape[1] + batch["completion_ids"].shape[1] - 1
+    valid = batching.forward_inputs(batch)["attention_mask"].bool()[:, :length]
+    assert torch.equal(generated[:, valid], policy[:, :, :length][:, valid])
+    # the temporal ids of the pool clip run past the text after it (the case rope_deltas alone would get wrong)
+    pool = rows.tolist().index(0)
+    assert policy[0, pool].max() > policy[0, pool, batch["prompt_ids"].shape[1] - 1]
