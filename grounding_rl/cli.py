@@ -15,6 +15,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("grounding_rl.update.sft", "supervised warm start on the answer format"),
     "eval": ("grounding_rl.eval.evaluate", "evaluate a checkpoint on a canonical JSONL"),
     "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
+    "baseline": ("grounding_rl.eval.baseline", "predict the training set's mean normalized interval (a prior)"),
+    "compare": ("grounding_rl.eval.compare", "one table of several runs' metrics"),
     "tiny-model": ("grounding_rl.models.tiny", "build a random-weight tiny Qwen2.5-VL for tests and the demo"),
     "demo-data": ("grounding_rl.data.demo", "write procedural demo clips and splits"),
 }

@@ -87,6 +87,11 @@ class GroundingSFTConfig(TrainingArguments):
     )
     # --- model
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Do not train the ViT and patch merger."})
+    tiny_model: dict | str | None = field(
+        default=None,
+        metadata={"help": "A tiny random-weight model for CPU runs: {tokenizer: DIR, hidden_size: N, ...}; "
+                          "scripts/demo.sh builds it at model_name_or_path when missing (grounding-rl tiny-model)."},
+    )
     # --- TrainingArguments defaults changed for this task
     learning_rate: float = field(default=1e-5, metadata={"help": "The initial learning rate for AdamW."})
     logging_steps: float = field(default=10, metadata={"help": "Log every X update steps."})

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The main job, offline on a CPU (issue 5, point 5): demo data → tiny model → SFT warm start → GRPO → evaluation of
+# the SFT and GRPO checkpoints and a trivial baseline on the demo test split, one table, then a last line of JSON
+#   {"baseline_mIoU": a, "sft_mIoU": b, "grpo_mIoU": c, "grpo_format_rate": d}
+#
+#   bash scripts/demo.sh [--key value ...]      (extra arguments go to the GRPO stage, e.g. --max_steps 40)
+#
+# Variables: DEMO_DIR (data, default data/demo), OUT (default outputs/demo), SEED (default 0).
+# Runs scripts/setup.sh first when .venv is missing. Everything is rebuilt from scratch in OUT on each run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+[ -x .venv/bin/python ] || bash scripts/setup.sh
+PY="$ROOT/.venv/bin/python"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+DEMO_DIR="${DEMO_DIR:-data/demo}"
+OUT="${OUT:-outputs/demo}"
+SEED="${SEED:-0}"
+GRL=("$PY" -m grounding_rl.cli)
+start=$(date +%s)
+stage() { echo; echo "== demo [$(( $(date +%s) - start )) s] $*"; }
+
+stage "1/6 demo data ($DEMO_DIR, seed $SEED)"
+"${GRL[@]}" demo-data --out "$DEMO_DIR" --seed "$SEED"
+
+stage "2/6 tiny model ($OUT/tiny-model)"
+rm -rf "$OUT"
+common=(--train_file "$DEMO_DIR/train.jsonl" --seed "$SEED")
+"${GRL[@]}" tiny-model --from-config configs/demo_sft.yaml --model_name_or_path "$OUT/tiny-model"
+
+stage "3/6 SFT warm start ($OUT/sft)"
+"${GRL[@]}" sft --config configs/demo_sft.yaml "${common[@]}" --model_name_or_path "$OUT/tiny-model" \
+  --output_dir "$OUT/sft"
+
+stage "4/6 GRPO ($OUT/grpo)"
+"${GRL[@]}" train --config configs/demo_grpo.yaml "${common[@]}" --model_name_or_path "$OUT/sft" \
+  --output_dir "$OUT/grpo" "$@"
+
+stage "5/6 evaluation on $DEMO_DIR/test.jsonl"
+"${GRL[@]}" baseline --train "$DEMO_DIR/train.jsonl" --data "$DEMO_DIR/test.jsonl" \
+  --out "$OUT/eval/baseline/predictions.jsonl" --metrics "$OUT/eval/baseline/metrics.json" > /dev/null
+for run in sft grpo; do
+  "${GRL[@]}" eval --model "$OUT/$run" --data "$DEMO_DIR/test.jsonl" --out "$OUT/eval/$run" --batch-size 16 \
+    --max-new-tokens 64 --seed "$SEED" > "$OUT/eval/$run.log" 2>&1 || { cat "$OUT/eval/$run.log"; exit 1; }
+done
+
+stage "6/6 results (R1@m, mIoU and format rate in percent; $(( $(date +%s) - start )) s in all)"
+"${GRL[@]}" compare baseline="$OUT/eval/baseline" sft="$OUT/eval/sft" grpo="$OUT/eval/grpo" \
+  --json-key baseline:mIoU --json-key sft:mIoU --json-key grpo:mIoU --json-key grpo:format_rate
