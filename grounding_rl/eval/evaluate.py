@@ -47,7 +47,6 @@ from grounding_rl.eval.generation import (
     generate_answers,
     load_model,
     resolve_config,
-    video_settings_dict,
 )
 from grounding_rl.reward.metrics import compute_metrics, format_metrics_table
 from grounding_rl.reward.parsing import extract_think, parse_answer
@@ -334,7 +333,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     run = {"model": model_id, "data": str(Path(args.data).resolve()),
            "video_root": str(Path(args.video_root).resolve()) if args.video_root else None,
            "prompt_template": config.prompt_template,
-           "video": video_settings_dict(config.video), "max_new_tokens": max_new_tokens}
+           "video": config.video.to_dict(), "max_new_tokens": max_new_tokens}
     if main_process:
         print(f"eval: settings from {source}")
         print(f"eval: {describe_config(config)} max_new_tokens={max_new_tokens} (greedy)")
@@ -386,7 +385,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     info = {"model": model_id, "data": run["data"], "benchmark": bench.name if bench else None,
             "limit": args.limit,
             "sampling": {"source": source, "prompt_template": config.prompt_template,
-                         "video": video_settings_dict(config.video), "max_new_tokens": max_new_tokens,
+                         "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
                          "do_sample": False, "repetition_penalty": 1.0, "batch_size": args.batch_size,
                          "dtype": args.dtype},
             "seed": args.seed, "num_processes": state.num_processes}

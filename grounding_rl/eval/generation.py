@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.data.video import SampledVideo
 from grounding_rl.preprocessing import CONFIG_NAME, GroundingConfig, build_inputs
 
 # Greedy decoding budget for real checkpoints: TimeZero-style answers ("<think>…</think><answer>a to b</answer>") fit
@@ -91,18 +91,15 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu", dtype:
     Returns:
         (model, processor).
     """
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from grounding_rl.models.loading import load_policy, load_processor
 
     device = torch.device(device)
     if dtype == "auto":
         dtype = default_dtype(device)
-    elif isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    kwargs = {"dtype": dtype}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    processor = AutoProcessor.from_pretrained(str(model_dir))
-    model = AutoModelForImageTextToText.from_pretrained(str(model_dir), **kwargs).to(device).eval()
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    model = load_policy(str(model_dir), dtype=dtype, attn_implementation=attn_implementation).to(device).eval()
+    processor = load_processor(str(model_dir))
     return model, processor
 
 
@@ -147,7 +144,3 @@ def generate_answers(model, processor, queries: list[str], videos: list[SampledV
     new_tokens = output[:, inputs["input_ids"].shape[1]:]
     return processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
-
-def video_settings_dict(settings: VideoSettings) -> dict:
-    """The settings as a plain dict (for metrics.json)."""
-    return dataclasses.asdict(settings)
