@@ -43,6 +43,7 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.data.video import VideoLoadError, VideoSettings, sample_frames
 from grounding_rl.eval.generation import (
     DEFAULT_MAX_NEW_TOKENS,
+    add_preprocessing_overrides,
     describe_config,
     generate_answers,
     load_model,
@@ -246,12 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--benchmark", default=None,
                         help="benchmark YAML (evaluation/*.yaml): its paper protocol is used when the checkpoint has "
                              "no grounding_config.json, its expected query count is checked, its anchors are reported")
-    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
-    parser.add_argument("--fps", type=float, default=None, help="override frames per second")
-    parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
-    parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
-    parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
-    parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+    add_preprocessing_overrides(parser)
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help=f"generation budget (default: the benchmark's, else {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--seed", type=int, default=0, help="random seed (decoding is greedy; recorded)")

@@ -64,6 +64,16 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
     return config, source
 
 
+def add_preprocessing_overrides(parser) -> None:
+    """The command-line overrides of the saved preprocessing shared by ``eval`` and ``infer`` (None = keep)."""
+    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
+    parser.add_argument("--fps", type=float, default=None, help="override frames per second")
+    parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
+    parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
+    parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
+    parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+
+
 def describe_config(config: GroundingConfig) -> str:
     """One line: template and video settings, for logs and reports."""
     v = config.video

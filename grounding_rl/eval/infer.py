@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from grounding_rl.data.video import SampledVideo, VideoLoadError, sample_frames
-from grounding_rl.eval.generation import describe_config, generate_answers, load_model, resolve_config
+from grounding_rl.eval.generation import (add_preprocessing_overrides, describe_config, generate_answers, load_model,
+                                         resolve_config)
 from grounding_rl.reward.iou import clamp_interval
 from grounding_rl.reward.parsing import extract_think, parse_answer
 
@@ -55,12 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", default=None, help="write a timeline PNG here")
     parser.add_argument("--json", action="store_true", help="print one JSON list on stdout, nothing else")
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
-    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
-    parser.add_argument("--fps", type=float, default=None, help="override frames per second")
-    parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
-    parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
-    parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
-    parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+    add_preprocessing_overrides(parser)
     parser.add_argument("--max-new-tokens", type=int, default=256, help="generation budget")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda when available)")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32")
