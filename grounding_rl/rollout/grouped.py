@@ -167,6 +167,7 @@ def generate_grouped(model, inputs: dict, num_generations: int, prefill_once: bo
     """
     num_clips = inputs["input_ids"].shape[0]
     video_index = torch.arange(num_clips, device=inputs["input_ids"].device).repeat_interleave(num_generations)
-    expanded = {k: torch.as_tensor(inputs[k], device=video_index.device)[video_index] for k in TEXT_KEYS + PER_ROW_KEYS}
+    expanded = {k: torch.as_tensor(inputs[k], device=video_index.device)[video_index]
+                for k in TEXT_KEYS + PER_ROW_KEYS}
     expanded["pixel_values_videos"] = inputs["pixel_values_videos"]
     return generate_shared(model, expanded, video_index, prefill_once=prefill_once, **generate_kwargs)
