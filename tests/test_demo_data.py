@@ -1,11 +1,13 @@
-"""Procedural demo clips (issue 5, point 2): canonical splits, determinism, and an event visible exactly from s to e."""
+"""Procedural demo clips (issue 5, point 2): canonical splits, determinism, an event visible exactly from s to e, and
+the background time code."""
 import json
 import time
 
 import numpy as np
 import pytest
 
-from grounding_rl.data.demo import COLOURS, FPS, SHAPES, clip_spec, generate_demo, main, render_frames
+from grounding_rl.data.demo import (COLOURS, FPS, MAX_DURATION, MIN_DURATION, SHAPES, background_colour,
+                                    clip_spec, generate_demo, main, render_frames)
 from grounding_rl.data.samples import load_samples
 from grounding_rl.data.video import VideoSettings, sample_frames
 
@@ -28,10 +30,10 @@ def test_splits_are_canonical(demo_dir):
     assert len(samples) == 8
     for s in samples:
         assert s.source == "demo"
-        assert 6.0 <= s.duration <= 16.0 and (s.duration * 2).is_integer()
+        assert MIN_DURATION <= s.duration <= MAX_DURATION and s.duration.is_integer()
         assert 0 <= s.start < s.end <= s.duration
-        assert (s.start * 2).is_integer() and (s.end * 2).is_integer()
-        assert 1.5 <= s.end - s.start <= 0.6 * s.duration + 0.5
+        assert s.start.is_integer() and s.end.is_integer()  # whole seconds: one video-token row each at 2 fps
+        assert 2.0 <= s.end - s.start <= 0.5 * s.duration + 0.5
         assert abs(sample_frames(s.video, DEMO_VIDEO).duration - s.duration) < 1e-9
 
 
@@ -57,7 +59,9 @@ def test_query_names_the_target_and_distractors_differ_in_colour():
         assert all(d.colour != spec.target.colour for d in spec.distractors)
         assert len({d.colour for d in spec.distractors}) == len(spec.distractors)
     durations = {clip_spec(7, "train", i).duration for i in range(50)}
-    assert len(durations) > 10  # varied
+    assert durations == {float(d) for d in range(6, 13)}  # varied: every whole second in [6, 12]
+    starts = {clip_spec(7, "train", i).start for i in range(50)}
+    assert len(starts) >= 6
 
 
 def _visible(frames: np.ndarray, rgb) -> np.ndarray:
@@ -99,3 +103,31 @@ def test_cli_is_fast(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["clips"] == 25
     assert len(list((tmp_path / "videos").glob("*.mp4"))) == 25
+
+
+def test_background_time_code_steps_every_second():
+    colours = background_colour(np.arange(0, 14, 0.5)).astype(int)
+    assert colours.shape == (28, 3)
+    assert np.array_equal(colours[0::2], colours[1::2])  # constant within a second
+    assert len({tuple(c) for c in colours[:24]}) == 12 and np.array_equal(colours[24], colours[0])  # 12 s period
+    assert colours[0].tolist() == [152, 92, 92]  # hue 0: grey 112 + 40·cos(0, -120°, 120°)
+    shapes = np.array(list(COLOURS.values()))
+    assert np.abs(shapes[:, None] - colours[None]).max(-1).min() >= 60  # no shape colour looks like the background
+    spec = clip_spec(0, "train", 1)
+    frames = render_frames(spec)
+    seconds = np.arange(len(frames)) / FPS
+    assert np.array_equal(frames[:, 0, 0], background_colour(seconds))  # (0, 0) is never inside a shape
+    plain = render_frames(clip_spec(0, "train", 1, time_code=False))
+    assert (plain[:, 0, 0] == plain[0, 0, 0]).all()
+    # only the rendering changes: same interval, shapes and query
+    assert clip_spec(0, "train", 1, time_code=False).query == spec.query
+    assert np.array_equal(frames[:, 56, 56] == frames[:, 0, 0], plain[:, 56, 56] == plain[:, 0, 0])
+
+
+def test_time_code_survives_coding_and_downscale(demo_dir):
+    """The decoded 56x56 frames at 2 fps show each second's background colour (± a few levels)."""
+    s = load_samples(demo_dir / "test.jsonl")[0]
+    video = sample_frames(s.video, DEMO_VIDEO)
+    corner = video.frames[:, :2, :2].reshape(len(video.frames), 4, 3).astype(int).mean(1)
+    expected = background_colour(np.asarray(video.timestamps)).astype(int)
+    assert np.abs(corner - expected).max() < 8, (corner, expected)

@@ -7,8 +7,18 @@ canonical JSONL splits ``train.jsonl`` / ``test.jsonl`` (``video`` relative to t
 
 The task is made for a tiny model and a tiny pixel budget: sampled at 2 fps and ``max_pixels = 56*56`` a clip costs
 4 video tokens per second (one 2x2-merged 56x56 frame pair), and the target covers ~10-25 % of the frame area in a
-colour no distractor has, so its presence is salient in every frame pair. Times are multiples of 0.5 s (one sampled
-frame at 2 fps) so the boundary is observable at that rate.
+colour no distractor has, so its presence is salient in every frame pair. Durations and event boundaries are whole
+seconds: at 2 fps with Qwen2.5-VL's temporal patch of 2 frames, one video-token row covers exactly one second, so every
+row either shows the target in both its frames or in neither (no row straddles a boundary).
+
+*Time code* (on by default): the background colour turns one step round a hue circle every second (second ``k`` has
+hue angle ``k * 30°`` around grey :data:`TIME_CODE_GREY`, chroma amplitude :data:`TIME_CODE_CHROMA`; the circle repeats
+after 12 s), like a timestamp burned into the picture. Every video token then carries the second it shows in its
+pixels, so a tiny randomly initialised model can read "when" from the tokens that show the target instead of having
+to learn to decode 3D-RoPE position differences, which the demo's tiny model did not learn within its CPU budget
+(docs/BENCHMARKS.md, "CPU demo"). A hue, not a brightness: the vision tower's RMSNorms keep only the direction of a
+uniform patch's (mean/std-normalised) pixel vector, which a grey ramp hardly changes. The background stays ≥ 60 levels
+(max over channels) from every shape colour. ``time_code=False`` (``--no-time-code``) gives a constant background.
 
 Deterministic: clip ``i`` of a split depends only on (seed, split, i) — same JSONL, same decoded frames.
 """
@@ -41,8 +51,11 @@ QUERY_TEMPLATES: tuple[str, ...] = ("the {colour} {shape} appears.", "a {colour}
 SIZE = 112  # frame side, pixels
 FPS = 8  # frames per second of the written clips
 BACKGROUND = (28, 28, 32)
-TIME_STEP = 0.5  # seconds: durations and event boundaries are multiples of this (one frame at 2 fps)
+TIME_STEP = 1.0  # seconds: durations and event boundaries are multiples of this (one video-token row at 2 fps)
 SPLITS = {"train": 0, "test": 1}
+MIN_DURATION, MAX_DURATION = 6.0, 12.0  # default clip length range, seconds
+EVENT_FRACTION = (0.2, 0.5)  # event length as a fraction of the clip (at least 2 s)
+TIME_CODE_GREY, TIME_CODE_CHROMA, TIME_CODE_PERIOD = 112, 40, 12  # background of second k: hue k/PERIOD of a turn
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,7 @@ class ClipSpec:
     target: ShapeSpec
     distractors: tuple[ShapeSpec, ...]
     query: str
+    time_code: bool = True
 
     @property
     def num_frames(self) -> int:
@@ -101,12 +115,14 @@ def shape_mask(shape: str, cx: int, cy: int, radius: int, size: int = SIZE) -> n
     raise ValueError(f"unknown shape {shape!r}; known: {SHAPES}")
 
 
-def clip_spec(seed: int, split: str, index: int, min_duration: float = 6.0, max_duration: float = 16.0) -> ClipSpec:
+def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURATION,
+              max_duration: float = MAX_DURATION, time_code: bool = True) -> ClipSpec:
     """The random content of clip ``index`` of ``split``: a pure function of (seed, split, index).
 
-    Duration uniform on the 0.5 s grid in [min_duration, max_duration]; event length 25-60 % of it (≥ 1.5 s) on the
-    same grid, placed uniformly; target and 1-3 distractors each in their own quadrant (no overlap), distractor colours
-    all different from the target's.
+    Duration uniform on the :data:`TIME_STEP` grid in [min_duration, max_duration]; event length
+    :data:`EVENT_FRACTION` of it (≥ 2 steps) on the same grid, placed uniformly; target and 1-3 distractors each in
+    their own quadrant (no overlap), distractor colours all different from the target's. ``time_code`` only changes
+    the rendering (:func:`background_colour`), not the random draws.
 
     Raises:
         ValueError: unknown split, or durations not in 3 ≤ min ≤ max.
@@ -118,7 +134,7 @@ def clip_spec(seed: int, split: str, index: int, min_duration: float = 6.0, max_
     rng = np.random.default_rng([seed, SPLITS[split], index])
     steps = rng.integers(int(min_duration / TIME_STEP), int(max_duration / TIME_STEP) + 1)
     duration = steps * TIME_STEP
-    length = max(3, int(round(rng.uniform(0.25, 0.6) * steps)))
+    length = max(2, int(round(rng.uniform(*EVENT_FRACTION) * steps)))
     first = int(rng.integers(0, steps - length + 1))
     start, end = first * TIME_STEP, (first + length) * TIME_STEP
 
@@ -140,21 +156,38 @@ def clip_spec(seed: int, split: str, index: int, min_duration: float = 6.0, max_
     template = QUERY_TEMPLATES[int(rng.integers(len(QUERY_TEMPLATES)))]
     return ClipSpec(name=f"{split}_{index:05d}", duration=float(duration), start=float(start), end=float(end),
                     target=target, distractors=distractors,
-                    query=template.format(colour=target.colour, shape=target.shape))
+                    query=template.format(colour=target.colour, shape=target.shape), time_code=time_code)
+
+
+def background_colour(seconds, time_code: bool = True) -> np.ndarray:
+    """Background RGB (uint8, shape ``seconds.shape + (3,)``) at each time in seconds.
+
+    With the time code, second ``k = floor(t)`` has channel ``c`` (R, G, B) equal to
+    ``round(TIME_CODE_GREY + TIME_CODE_CHROMA * cos(2π (k / TIME_CODE_PERIOD - c / 3)))``; without it,
+    :data:`BACKGROUND` everywhere.
+    """
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if not time_code:
+        return np.broadcast_to(np.array(BACKGROUND, np.uint8), seconds.shape + (3,)).copy()
+    angle = 2 * np.pi * np.floor(seconds + 1e-9) / TIME_CODE_PERIOD
+    channels = [TIME_CODE_GREY + TIME_CODE_CHROMA * np.cos(angle - 2 * np.pi * c / 3) for c in range(3)]
+    return np.round(np.stack(channels, axis=-1)).astype(np.uint8)
 
 
 def render_frames(spec: ClipSpec) -> np.ndarray:
-    """uint8 frames (T, 112, 112, 3) of a clip; frame i shows time i / 8 s and has the target iff start ≤ t < end."""
-    still = np.empty((SIZE, SIZE, 3), np.uint8)
-    still[:] = BACKGROUND
-    for d in spec.distractors:
-        still[shape_mask(d.shape, d.cx, d.cy, d.radius)] = COLOURS[d.colour]
-    with_target = still.copy()
-    t = spec.target
-    with_target[shape_mask(t.shape, t.cx, t.cy, t.radius)] = COLOURS[t.colour]
+    """uint8 frames (T, 112, 112, 3) of a clip; frame i shows time i / 8 s and has the target iff start ≤ t < end;
+    its background is :func:`background_colour` of that time."""
     times = np.arange(spec.num_frames) / FPS
+    frames = np.empty((len(times), SIZE, SIZE, 3), np.uint8)
+    frames[:] = background_colour(times, spec.time_code)[:, None, None, :]
+    for d in spec.distractors:
+        frames[:, shape_mask(d.shape, d.cx, d.cy, d.radius)] = COLOURS[d.colour]
+    t = spec.target
     visible = (times >= spec.start - 1e-9) & (times < spec.end - 1e-9)
-    return np.where(visible[:, None, None, None], with_target[None], still[None])
+    shown = frames[visible]
+    shown[:, shape_mask(t.shape, t.cx, t.cy, t.radius)] = COLOURS[t.colour]
+    frames[visible] = shown
+    return frames
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str = "mpeg4") -> None:
@@ -175,7 +208,8 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str
 
 
 def generate_demo(out: str | Path, num_train: int = 200, num_test: int = 50, seed: int = 0,
-                  min_duration: float = 6.0, max_duration: float = 16.0, progress: bool = True) -> dict:
+                  min_duration: float = MIN_DURATION, max_duration: float = MAX_DURATION, progress: bool = True,
+                  time_code: bool = True) -> dict:
     """Write ``out/videos/*.mp4`` and ``out/train.jsonl`` / ``out/test.jsonl`` (canonical JSONL).
 
     Args:
@@ -184,6 +218,7 @@ def generate_demo(out: str | Path, num_train: int = 200, num_test: int = 50, see
         seed: the whole output is a function of it.
         min_duration, max_duration: clip length range, seconds.
         progress: show a tqdm bar.
+        time_code: burn the time into the background brightness (module docstring).
 
     Returns:
         ``{"train": path, "test": path, "clips": n, "seconds": wall time}``.
@@ -198,7 +233,7 @@ def generate_demo(out: str | Path, num_train: int = 200, num_test: int = 50, see
     jobs = [("train", i) for i in range(num_train)] + [("test", i) for i in range(num_test)]
     rows: dict[str, list[Sample]] = {"train": [], "test": []}
     for split, index in tqdm(jobs, desc="demo clips", disable=not progress):
-        spec = clip_spec(seed, split, index, min_duration, max_duration)
+        spec = clip_spec(seed, split, index, min_duration, max_duration, time_code)
         rel = f"videos/{spec.name}.mp4"
         write_video(out / rel, render_frames(spec))
         rows[split].append(Sample(video=rel, query=spec.query, start=spec.start, end=spec.end,
@@ -216,11 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-train", type=int, default=200)
     parser.add_argument("--num-test", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-duration", type=float, default=6.0, help="seconds")
-    parser.add_argument("--max-duration", type=float, default=16.0, help="seconds")
+    parser.add_argument("--min-duration", type=float, default=MIN_DURATION, help="seconds")
+    parser.add_argument("--max-duration", type=float, default=MAX_DURATION, help="seconds")
+    parser.add_argument("--no-time-code", dest="time_code", action="store_false",
+                        help="constant background (no brightness time code)")
     args = parser.parse_args(argv)
     if args.num_train < 0 or args.num_test < 0:
         parser.error("--num-train and --num-test must be >= 0")
-    result = generate_demo(args.out, args.num_train, args.num_test, args.seed, args.min_duration, args.max_duration)
+    result = generate_demo(args.out, args.num_train, args.num_test, args.seed, args.min_duration, args.max_duration,
+                           time_code=args.time_code)
     print(json.dumps(result))
     return 0
