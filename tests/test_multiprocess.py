@@ -66,7 +66,7 @@ def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout):
            "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"),
            "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "out"),
            "--reward_funcs", "varied", "--reward_weights", "1.0", "--learning_rate", "1e-3",
-           "--max_completion_length", "8", *train_args]
+           "--max_completion_length", "8", "--max_steps", "2", *train_args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return sorted(tmp_path.glob("report.rank*.json")), proc

@@ -111,8 +111,10 @@ def _position_ids_recorder(model, sink):
 def test_position_ids_match_in_generation_policy_and_reference(tmp_path, tiny_model_dir, videos_dir, fps):
     """(b) 3D RoPE ids: generation == policy forward == reference forward; temporal id of frame group k is
     floor(k · tokens_per_second · 2 / fps)."""
+    # per-row encoding and prefill: the recorder reads position ids from each row's own forward (the shared path is
+    # checked the same way in test_sharing.py)
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir, (POOL, MAKEUP)), beta=0.04,
-                           per_device_train_batch_size=8, video_fps=fps)
+                           per_device_train_batch_size=8, video_fps=fps, share_video_encoding=False)
     assert trainer.ref_model is not None and trainer.ref_model is not trainer.model
     policy_calls, ref_calls = [], []
     _position_ids_recorder(trainer.model, policy_calls)
