@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transformers.video_utils import VideoMetadata
 
-from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.data.video import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, SampledVideo, VideoSettings
 from grounding_rl.rollout.prompts import TEMPLATES, render_prompt
 
 CONFIG_NAME = "grounding_config.json"
@@ -72,6 +72,50 @@ class GroundingConfig:
             return cls.from_dict(json.loads(path.read_text()))
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: invalid JSON ({err})") from err
+
+
+@dataclass
+class PreprocessingArguments:
+    """Prompt and frame-sampling settings of a training entry point (``train`` and ``sft`` share them, under the same
+    names, so one YAML block serves both stages). Mixed into their ``TrainingArguments`` dataclasses; saved with every
+    checkpoint as ``grounding_config.json``."""
+
+    prompt_template: str = field(
+        default="default", metadata={"help": f"Prompt template name: one of {sorted(TEMPLATES)}."}
+    )
+    max_prompt_length: int | None = field(
+        default=8192,
+        metadata={
+            "help": "Longest prompt (text + video tokens) allowed; a longer one is an error naming the sample, never "
+            "truncated (truncation would cut video tokens). None disables the check."
+        },
+    )
+    video_fps: float = field(default=2.0, metadata={"help": "Frames per second sampled from each clip."})
+    video_min_frames: int = field(default=4, metadata={"help": "Minimum number of sampled frames."})
+    video_max_frames: int = field(default=768, metadata={"help": "Maximum number of sampled frames."})
+    video_min_pixels: int = field(default=DEFAULT_MIN_PIXELS, metadata={"help": "Minimum H·W per frame."})
+    video_max_pixels: int = field(default=DEFAULT_MAX_PIXELS, metadata={"help": "Maximum H·W per frame."})
+    video_total_pixels: int | None = field(
+        default=None, metadata={"help": "Pixel budget T·H·W for a whole clip (TimeZero: 2809856 = 3584·28·28)."}
+    )
+
+    @property
+    def video_settings(self) -> VideoSettings:
+        """The frame-sampling settings as a :class:`VideoSettings`."""
+        return VideoSettings(fps=self.video_fps, min_frames=self.video_min_frames, max_frames=self.video_max_frames,
+                             min_pixels=self.video_min_pixels, max_pixels=self.video_max_pixels,
+                             total_pixels=self.video_total_pixels)
+
+    def preprocessing_problems(self) -> list[str]:
+        """Messages for invalid or contradictory settings (empty when all is well)."""
+        problems = []
+        if self.prompt_template not in TEMPLATES:
+            problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
+        if self.video_fps <= 0:
+            problems.append(f"video_fps must be > 0 (got {self.video_fps})")
+        if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:
+            problems.append("video_min_pixels/min_frames must not exceed video_max_pixels/max_frames")
+        return problems
 
 
 def video_metadata(video: SampledVideo) -> VideoMetadata:

@@ -12,14 +12,12 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
-from grounding_rl.data.video import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VideoSettings
-from grounding_rl.preprocessing import GroundingConfig
-from grounding_rl.rollout.prompts import TEMPLATES
+from grounding_rl.preprocessing import GroundingConfig, PreprocessingArguments
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 
 
 @dataclass
-class GroundingGRPOConfig(TrainingArguments):
+class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
     """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
 
     Unknown keys fail in the parser; contradictory values fail in ``__post_init__`` with a message naming the keys.
@@ -176,27 +174,9 @@ class GroundingGRPOConfig(TrainingArguments):
             "every row separately (issue 7)."
         },
     )
-    max_prompt_length: int | None = field(
-        default=8192,
-        metadata={
-            "help": "Longest prompt (text + video tokens) allowed; a longer one is an error naming the sample, never "
-            "truncated (truncation would cut video tokens). None disables the check."
-        },
-    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],
         metadata={"help": "Reward function names from grounding_rl.reward.rewards.REWARD_FUNCS (iou, format, tiou)."},
-    )
-    prompt_template: str = field(
-        default="default", metadata={"help": f"Prompt template name: one of {sorted(TEMPLATES)}."}
-    )
-    video_fps: float = field(default=2.0, metadata={"help": "Frames per second sampled from each clip."})
-    video_min_frames: int = field(default=4, metadata={"help": "Minimum number of sampled frames."})
-    video_max_frames: int = field(default=768, metadata={"help": "Maximum number of sampled frames."})
-    video_min_pixels: int = field(default=DEFAULT_MIN_PIXELS, metadata={"help": "Minimum H·W per frame."})
-    video_max_pixels: int = field(default=DEFAULT_MAX_PIXELS, metadata={"help": "Maximum H·W per frame."})
-    video_total_pixels: int | None = field(
-        default=None, metadata={"help": "Pixel budget T·H·W for a whole clip (TimeZero: 2809856 = 3584·28·28)."}
     )
 
     def __post_init__(self):
@@ -224,8 +204,6 @@ class GroundingGRPOConfig(TrainingArguments):
                             f"{self.epsilon_high})")
         if self.num_iterations < 1:
             problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
-        if self.prompt_template not in TEMPLATES:
-            problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
         if str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no":
             problems.append("eval_strategy must be 'no': evaluate checkpoints with `grounding-rl eval` instead")
         if self.auto_find_batch_size:
@@ -239,8 +217,7 @@ class GroundingGRPOConfig(TrainingArguments):
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             problems.append(f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} "
                             f"reward_funcs {self.reward_funcs}")
-        if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:
-            problems.append("video_min_pixels/min_frames must not exceed video_max_pixels/max_frames")
+        problems += self.preprocessing_problems()
         if problems:
             raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(problems))
 
@@ -265,18 +242,6 @@ class GroundingGRPOConfig(TrainingArguments):
                 f"{self.per_device_train_batch_size} × {num_processes} processes × steps_per_generation "
                 f"{self.steps_per_generation}) must be divisible by num_generations ({self.num_generations})"
             )
-
-    @property
-    def video_settings(self) -> VideoSettings:
-        """The frame-sampling settings as a :class:`VideoSettings`."""
-        return VideoSettings(
-            fps=self.video_fps,
-            min_frames=self.video_min_frames,
-            max_frames=self.video_max_frames,
-            min_pixels=self.video_min_pixels,
-            max_pixels=self.video_max_pixels,
-            total_pixels=self.video_total_pixels,
-        )
 
     def grounding_config(self) -> GroundingConfig:
         """What evaluation and inference must reuse, saved as ``grounding_config.json`` with every checkpoint."""

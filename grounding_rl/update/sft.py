@@ -26,9 +26,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback, TrainingArguments
 
-from grounding_rl.data.video import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VideoSettings
-from grounding_rl.preprocessing import GroundingConfig
-from grounding_rl.rollout.prompts import TEMPLATES
+from grounding_rl.data.video import VideoSettings
+from grounding_rl.preprocessing import GroundingConfig, PreprocessingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ def sft_target(start: float, end: float, think: str = DEFAULT_THINK) -> str:
 
 
 @dataclass
-class GroundingSFTConfig(TrainingArguments):
+class GroundingSFTConfig(TrainingArguments, PreprocessingArguments):
     """Configuration of ``grounding-rl sft``: ``transformers.TrainingArguments`` plus the data, prompt and video
     settings. The prompt/video field names are those of :class:`grounding_rl.update.config.GroundingGRPOConfig`, so
     one YAML block serves both stages. The model comes from ``trl.ModelConfig`` (``model_name_or_path``, ``dtype``,
@@ -62,28 +61,9 @@ class GroundingSFTConfig(TrainingArguments):
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Use only the first N samples of train_file (quick runs); None = all."}
     )
-    # --- prompt and target
-    prompt_template: str = field(
-        default="default", metadata={"help": f"Prompt template name: one of {sorted(TEMPLATES)}."}
-    )
+    # --- target
     think_text: str = field(
         default=DEFAULT_THINK, metadata={"help": "Text inside <think></think> of every target (short and generic)."}
-    )
-    max_prompt_length: int | None = field(
-        default=8192,
-        metadata={
-            "help": "Longest prompt (text + video tokens) allowed; a longer one is an error naming the sample, never "
-            "truncated (truncation would cut video tokens). None disables the check."
-        },
-    )
-    # --- video (same names and defaults as GroundingGRPOConfig)
-    video_fps: float = field(default=2.0, metadata={"help": "Frames per second sampled from each clip."})
-    video_min_frames: int = field(default=4, metadata={"help": "Minimum number of sampled frames."})
-    video_max_frames: int = field(default=768, metadata={"help": "Maximum number of sampled frames."})
-    video_min_pixels: int = field(default=DEFAULT_MIN_PIXELS, metadata={"help": "Minimum H·W per frame."})
-    video_max_pixels: int = field(default=DEFAULT_MAX_PIXELS, metadata={"help": "Maximum H·W per frame."})
-    video_total_pixels: int | None = field(
-        default=None, metadata={"help": "Pixel budget T·H·W for a whole clip (TimeZero: 2809856 = 3584·28·28)."}
     )
     # --- model
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Do not train the ViT and patch merger."})
@@ -104,21 +84,9 @@ class GroundingSFTConfig(TrainingArguments):
         problems = []
         if not self.train_file:
             problems.append("train_file is required")
-        if self.prompt_template not in TEMPLATES:
-            problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
-        if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:
-            problems.append("video_min_pixels/min_frames must not exceed video_max_pixels/max_frames")
-        if self.video_fps <= 0:
-            problems.append(f"video_fps must be > 0 (got {self.video_fps})")
+        problems += self.preprocessing_problems()
         if problems:
             raise ValueError("invalid GroundingSFTConfig: " + "; ".join(problems))
-
-    @property
-    def video_settings(self) -> VideoSettings:
-        """The frame-sampling settings as a :class:`VideoSettings`."""
-        return VideoSettings(fps=self.video_fps, min_frames=self.video_min_frames, max_frames=self.video_max_frames,
-                             min_pixels=self.video_min_pixels, max_pixels=self.video_max_pixels,
-                             total_pixels=self.video_total_pixels)
 
     def grounding_config(self) -> GroundingConfig:
         """What GRPO, evaluation and inference must reuse (no rewards were used: ``reward_funcs`` is empty)."""
