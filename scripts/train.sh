@@ -3,7 +3,8 @@
 #
 #   scripts/train.sh [CONFIG] [--key value ...]
 #
-# CONFIG defaults to configs/demo_grpo.yaml (the CPU demo). Overrides go to `grounding-rl train` (TrlParser).
+# CONFIG defaults to configs/demo_grpo.yaml (the CPU demo's GRPO stage; its demo data and SFT warm start are made
+# first when missing). Overrides go to `grounding-rl train` (TrlParser).
 # Variables:
 #   NUM_GPUS=N             processes to launch (default: all visible GPUs, or 1 without a GPU)
 #   ACCELERATE_CONFIG=F    accelerate config, e.g. configs/accelerate/zero3.yaml (default: configs/accelerate/ddp.yaml
@@ -22,6 +23,13 @@ if [ $# -gt 0 ] && [[ "$1" != --* ]]; then CONFIG="$1"; shift; fi
 [ -f "$CONFIG" ] || { echo "train.sh: no such config: $CONFIG" >&2; exit 2; }
 
 "$PY" -m grounding_rl.cli tiny-model --from-config "$CONFIG" "$@"
+if [ "$CONFIG" = "configs/demo_grpo.yaml" ]; then  # the demo's GRPO starts from its SFT warm start: make what is missing
+  [ -f data/demo/train.jsonl ] || "$PY" -m grounding_rl.cli demo-data --out data/demo
+  if [ ! -f outputs/demo-sft/config.json ]; then
+    "$PY" -m grounding_rl.cli tiny-model --from-config configs/demo_sft.yaml
+    "$PY" -m grounding_rl.cli sft --config configs/demo_sft.yaml --output_dir outputs/demo-sft
+  fi
+fi
 
 if [ -z "${NUM_GPUS:-}" ]; then
   NUM_GPUS=$("$PY" -c "import torch; print(max(torch.cuda.device_count(), 1))")

@@ -20,7 +20,8 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared):
            "GROUNDING_RL_SHARED": str(shared)}
     proc = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "train.sh"), "configs/tiny_real_clips.yaml", "--max_steps", "2",
-         "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--logging_steps", "1"],
+         "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--logging_steps", "1",
+         "--frame_cache_dir", str(tmp_path / "cache")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tiny-model: building" in proc.stdout
@@ -34,6 +35,7 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared):
     losses = [float(line.split("'loss': ")[1].split(",")[0].strip("'")) for line in logs if "'loss': " in line]
     assert losses and all(math.isfinite(x) for x in losses)
     assert state is None or state["global_step"] == 2
+    assert list((tmp_path / "cache").rglob("*.npy")), "the frame cache was not filled"
     # an existing model directory is reused, not rebuilt
     again = subprocess.run([sys.executable, "-m", "grounding_rl.cli", "tiny-model", "--from-config",
                             str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path",

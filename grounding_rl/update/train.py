@@ -27,6 +27,7 @@ class GroundingScriptArguments:
         video_root: folder holding the videos, or None.
         freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
         max_train_samples: use only the first N samples (smoke runs), None = all.
+        frame_cache_dir, frame_cache_gb: optional :class:`grounding_rl.data.cache.FrameCache` for decoded clips.
         tiny_model: used only by ``scripts/train.sh`` (:func:`grounding_rl.models.tiny.ensure_from_config`).
     """
 
@@ -34,6 +35,11 @@ class GroundingScriptArguments:
     video_root: str | None = field(default=None, metadata={"help": "Folder of the videos (relative paths)."})
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N samples only."})
+    frame_cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Folder of an on-disk frame cache (decode each clip once across epochs); None = off."},
+    )
+    frame_cache_gb: float = field(default=20.0, metadata={"help": "Size bound of the frame cache in GB."})
     tiny_model: dict | str | None = field(
         default=None,
         metadata={"help": "A tiny random-weight model for CPU runs: {tokenizer: DIR, hidden_size: N, ...}; "
@@ -105,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     processor = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
     if script_args.freeze_vision_tower:
         freeze_vision_tower(model)
-    trainer = GroundingGRPOTrainer(model, training_args, dataset, processor, peft_config=get_peft_config(model_args))
+    cache = None
+    if script_args.frame_cache_dir:
+        from grounding_rl.data.cache import FrameCache
+
+        cache = FrameCache(resolve_config_path(script_args.frame_cache_dir), int(script_args.frame_cache_gb * 1e9))
+    trainer = GroundingGRPOTrainer(model, training_args, dataset, processor, peft_config=get_peft_config(model_args),
+                                   frame_cache=cache)
 
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "last"):
