@@ -24,7 +24,7 @@ start=$(date +%s)
 stage() { echo; echo "== demo [$(( $(date +%s) - start )) s] $*"; }
 
 stage "1/6 demo data ($DEMO_DIR, seed $SEED)"
-"${GRL[@]}" demo-data --out "$DEMO_DIR" --seed "$SEED" --num-train 1000 --num-test 200
+"${GRL[@]}" demo-data --out "$DEMO_DIR" --seed "$SEED"
 
 stage "2/6 tiny model ($OUT/tiny-model)"
 rm -rf "$OUT"

@@ -54,6 +54,7 @@ BACKGROUND = (28, 28, 32)
 TIME_STEP = 1.0  # seconds: durations and event boundaries are multiples of this (one video-token row at 2 fps)
 SPLITS = {"train": 0, "test": 1}
 MIN_DURATION, MAX_DURATION = 6.0, 12.0  # default clip length range, seconds
+NUM_TRAIN, NUM_TEST = 1000, 200  # default split sizes (what scripts/demo.sh trains and evaluates on)
 EVENT_FRACTION = (0.2, 0.5)  # event length as a fraction of the clip (at least 2 s)
 TIME_CODE_GREY, TIME_CODE_CHROMA, TIME_CODE_PERIOD = 112, 40, 12  # background of second k: hue k/PERIOD of a turn
 
@@ -207,7 +208,7 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str
             container.mux(packet)
 
 
-def generate_demo(out: str | Path, num_train: int = 200, num_test: int = 50, seed: int = 0,
+def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST, seed: int = 0,
                   min_duration: float = MIN_DURATION, max_duration: float = MAX_DURATION, progress: bool = True,
                   time_code: bool = True) -> dict:
     """Write ``out/videos/*.mp4`` and ``out/train.jsonl`` / ``out/test.jsonl`` (canonical JSONL).
@@ -248,8 +249,8 @@ def generate_demo(out: str | Path, num_train: int = 200, num_test: int = 50, see
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grounding-rl demo-data", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder (videos/, train.jsonl, test.jsonl)")
-    parser.add_argument("--num-train", type=int, default=200)
-    parser.add_argument("--num-test", type=int, default=50)
+    parser.add_argument("--num-train", type=int, default=NUM_TRAIN)
+    parser.add_argument("--num-test", type=int, default=NUM_TEST)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-duration", type=float, default=MIN_DURATION, help="seconds")
     parser.add_argument("--max-duration", type=float, default=MAX_DURATION, help="seconds")
