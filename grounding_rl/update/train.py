@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     trainer.save_model(training_args.output_dir)
     if trainer.is_world_process_zero():
         logger.info("done: %s; model and grounding_config.json in %s", result.metrics, training_args.output_dir)
+    # leave together: a rank exiting while another still tears down its communicator can abort at interpreter exit
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return 0
 
 
