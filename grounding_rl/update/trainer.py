@@ -227,7 +227,11 @@ class GroundingGRPOTrainer(Trainer):
         metrics["frac_reward_zero_std"].append(adv.zero_std.float().mean().item())
         all_lengths = gather(lengths)
         metrics["completions/mean_length"].append(all_lengths.float().mean().item())
-        metrics["completions/clipped_ratio"].append(gather(truncated.int()).float().mean().item())
+        clipped = gather(truncated.int()).float().mean().item()
+        metrics["completions/clipped_ratio"].append(clipped)
+        if clipped == 1.0 and self.accelerator.is_main_process:
+            logger.warning("every completion of this batch hit max_completion_length (%d tokens): answers are cut "
+                           "off, rewards carry no signal; raise max_completion_length", self.args.max_completion_length)
         failed = [parse_answer(t) is None for t in gather_object(texts)]
         metrics["parse_failure_rate"].append(sum(failed) / max(len(failed), 1))
         skipped = len({it["substituted_from"] for it in items if it.get("substituted_from") is not None})
