@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -49,6 +48,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from bench_video import cpu_model  # noqa: E402  (scripts/ is on sys.path when run as a script)
+
 CLIP = "mmaction2_pool_cleaning.mp4"
 COMPLETION_TOKENS = 32
 BETA = 0.04
@@ -56,17 +57,6 @@ SIZES = dict(hidden_size=256, num_layers=4, num_heads=2, num_kv_heads=1, interme
              vision_hidden_size=160, vision_depth=4, vision_heads=2)
 VISION_INTERMEDIATE = 428
 VIDEO = dict(video_fps=2.0, video_total_pixels=3584 * 28 * 28, video_min_pixels=16 * 28 * 28)
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (platform.processor() elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def build_model(out: Path, tokenizer: Path) -> Path:

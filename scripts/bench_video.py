@@ -36,9 +36,9 @@ import qwen_vl_utils.vision_process as qwen  # noqa: E402
 
 from grounding_rl.data import video as V  # noqa: E402
 from grounding_rl.data.cache import FrameCache  # noqa: E402
+from grounding_rl.data.samples import VIDEO_EXTENSIONS  # noqa: E402
 from grounding_rl.paths import shared_dir  # noqa: E402
 
-VIDEO_EXTENSIONS = {".mp4", ".mkv", ".avi", ".webm", ".mov"}
 SETTINGS = V.VideoSettings(fps=2.0, max_pixels=448 * 448)  # min_pixels: qwen-vl-utils' default; total_pixels off
 
 
