@@ -106,7 +106,8 @@ def test_resolve_config_precedence(tmp_path):
     assert cfg == GroundingConfig() and "built-in defaults" in source
     cfg, source = resolve_config(tmp_path, fallback=bench, fallback_name="benchmark X")
     assert cfg.prompt_template == "timezero" and cfg.video.total_pixels == 3584 * 28 * 28 and "benchmark X" in source
-    GroundingConfig(prompt_template="default", video=VideoSettings(fps=1.0, max_pixels=50176)).save(tmp_path)
+    GroundingConfig(prompt_template="default", video=VideoSettings(fps=1.0, min_pixels=3136, max_pixels=50176)).save(
+        tmp_path)
     cfg, source = resolve_config(tmp_path, fallback=bench)  # the checkpoint's own config beats the benchmark
     assert (cfg.prompt_template, cfg.video.fps, cfg.video.max_pixels) == ("default", 1.0, 50176)
     assert "grounding_config.json" in source
@@ -329,3 +330,14 @@ def test_generation_ignores_the_checkpoint_repetition_penalty(tiny_model_dir, vi
     assert len(set(greedy[0])) == 1  # the plain tiny model repeats one token: a penalty would change that
     model.generation_config.repetition_penalty = 5.0  # Qwen2.5-VL ships 1.05
     assert generate_answers(model, processor, ["person sits down"], clips, "default", 12) == greedy
+
+
+def test_a_failed_clip_is_retried_on_rerun(tmp_path):
+    """A record with an error (e.g. a clip that failed to load) does not count as done; a later success replaces it."""
+    (tmp_path / "predictions.jsonl").write_text(
+        json.dumps({"qid": "a", "iou": 0.0, "error": "boom"}) + "\n" + json.dumps({"qid": "b", "iou": 0.4}) + "\n")
+    (tmp_path / "predictions.rank0.jsonl").write_text(json.dumps({"qid": "a", "iou": 0.7}) + "\n"
+                                                      + json.dumps({"qid": "b", "iou": 0.9}) + "\n")
+    done = ev.existing_predictions(tmp_path)
+    assert done["a"]["iou"] == 0.7 and "error" not in done["a"]
+    assert done["b"]["iou"] == 0.4  # otherwise the first record wins

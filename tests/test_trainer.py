@@ -63,6 +63,9 @@ def test_config_rejects_bad_settings(tmp_path):
         make_args(tmp_path, reward_weights=[1.0])
     args = make_args(tmp_path, epsilon=0.3)
     assert (args.num_generations, args.epsilon_high, args.loss_type, args.beta) == (4, 0.3, "dapo", 0.0)
+    # TRL's boolean spellings of scale_rewards, as they arrive from YAML (bool) or the command line (str)
+    assert make_args(tmp_path, scale_rewards="True").scale_rewards == "group"
+    assert make_args(tmp_path, scale_rewards=False).scale_rewards == "none"
 
 
 def test_cli_parser_reads_yaml_and_overrides(tmp_path, tiny_model_dir):

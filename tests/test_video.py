@@ -186,3 +186,10 @@ def test_frames_do_not_depend_on_decoder_threads(videos_dir, sampled):
     for name in ["mmaction2_eye_makeup.avi", "decord_flipping_a_pancake.mkv"]:
         one = sample_frames(videos_dir / name, BENCH, num_threads=1)
         np.testing.assert_array_equal(one.frames, sampled[name].frames, err_msg=name)
+
+
+def test_contradictory_settings_are_rejected():
+    with pytest.raises(ValueError, match="min_pixels"):
+        VideoSettings(min_pixels=100352, max_pixels=50176)
+    with pytest.raises(ValueError, match="fps"):
+        VideoSettings(fps=0.0)

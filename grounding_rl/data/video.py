@@ -36,7 +36,8 @@ class VideoLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class VideoSettings:
-    """How frames are sampled from a clip (the names and defaults of qwen-vl-utils).
+    """How frames are sampled from a clip (the names and defaults of qwen-vl-utils). Raises ValueError when the
+    settings contradict each other (fps ≤ 0, min above max).
 
     Attributes:
         fps: frames per second to sample (TimeZero and Time-R1 use 2.0).
@@ -55,6 +56,19 @@ class VideoSettings:
     min_pixels: int = DEFAULT_MIN_PIXELS
     max_pixels: int = DEFAULT_MAX_PIXELS
     total_pixels: int | None = None
+
+    def __post_init__(self):
+        problems = []
+        if not self.fps > 0:
+            problems.append(f"fps must be > 0 (got {self.fps})")
+        if not 1 <= self.min_frames <= self.max_frames:
+            problems.append(f"need 1 ≤ min_frames ≤ max_frames (got {self.min_frames}, {self.max_frames})")
+        if not 0 < self.min_pixels <= self.max_pixels:
+            problems.append(f"need 0 < min_pixels ≤ max_pixels (got {self.min_pixels}, {self.max_pixels})")
+        if self.total_pixels is not None and self.total_pixels <= 0:
+            problems.append(f"total_pixels must be > 0 or None (got {self.total_pixels})")
+        if problems:
+            raise ValueError("invalid VideoSettings: " + "; ".join(problems))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -62,7 +62,8 @@ REPORT = "report.md"
 HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
-RUN_KEYS = ("model", "data", "video_root", "prompt_template", "video", "max_new_tokens")
+RUN_KEYS = ("model", "data", "video_root", "prompt_template", "video", "max_new_tokens", "dtype",
+            "attn_implementation")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -135,14 +136,17 @@ def prediction_files(outdir: Path) -> list[Path]:
 
 
 def existing_predictions(outdir: Path) -> dict[str, dict]:
-    """``{qid: record}`` over all prediction files in ``outdir`` (first occurrence wins)."""
+    """``{qid: record}`` over all prediction files in ``outdir``: the first record of a qid wins, except that a
+    record without ``error`` replaces one with an error (a clip that failed before and loaded on a rerun)."""
     done: dict[str, dict] = {}
     for path in prediction_files(outdir):
         records, skipped = read_predictions(path)
         if skipped:
             logger.warning("%s: skipped %d unreadable line(s) (an interrupted write?)", path, skipped)
         for record in records:
-            done.setdefault(str(record["qid"]), record)
+            qid = str(record["qid"])
+            if qid not in done or (done[qid].get("error") and not record.get("error")):
+                done[qid] = record
     return done
 
 
@@ -329,7 +333,8 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     run = {"model": model_id, "data": str(Path(args.data).resolve()),
            "video_root": str(Path(args.video_root).resolve()) if args.video_root else None,
            "prompt_template": config.prompt_template,
-           "video": config.video.to_dict(), "max_new_tokens": max_new_tokens}
+           "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
+           "dtype": args.dtype, "attn_implementation": args.attn_implementation}
     if main_process:
         print(f"eval: settings from {source}")
         print(f"eval: {describe_config(config)} max_new_tokens={max_new_tokens} (greedy)")
@@ -347,8 +352,12 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     state.wait_for_everyone()
     if main_process:
         (outdir / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
-    pending = [s for s in samples if s.qid not in done]
-    shard = pending[state.process_index:: state.num_processes]
+    # a failed clip (recorded with an error) is tried again on a rerun
+    pending = [s for s in samples if s.qid not in done or done[s.qid].get("error")]
+    # contiguous shards: a video's queries stay together, so each rank decodes it once (ClipDataset keeps recent clips)
+    lo, hi = (len(pending) * state.process_index // state.num_processes,
+              len(pending) * (state.process_index + 1) // state.num_processes)
+    shard = pending[lo:hi]
     if main_process:
         print(f"eval: {len(samples)} queries, {len(samples) - len(pending)} already in {outdir}, "
               f"{len(pending)} to run on {state.num_processes} process(es)")

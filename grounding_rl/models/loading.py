@@ -33,7 +33,8 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
 
     Args:
         path: local folder or hub id (offline runs need a local folder).
-        dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, ``"auto"`` or None (the library default, float32).
+        dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, ``"auto"`` or None (transformers' default: the
+            checkpoint's dtype).
         attn_implementation: e.g. ``"sdpa"``, ``"flash_attention_2"``; None = library default.
         revision: hub revision.
     """

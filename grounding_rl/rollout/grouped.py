@@ -26,11 +26,11 @@ PER_ROW_KEYS = ("video_grid_thw", "second_per_grid_ts")
 
 
 def unwrap(model):
-    """The module inside DDP / DeepSpeed engine wrappers (``.module`` chains); a PEFT model is kept as it is (its
-    attribute access reaches the base model, and disabling its adapter still applies)."""
-    while isinstance(getattr(model, "module", None), torch.nn.Module):
-        model = model.module
-    return model
+    """The module inside DDP / DeepSpeed engine wrappers (accelerate's ``extract_model_from_parallel``); a PEFT model
+    is kept as it is (its attribute access reaches the base model, and disabling its adapter still applies)."""
+    from accelerate.utils import extract_model_from_parallel
+
+    return extract_model_from_parallel(model, keep_fp32_wrapper=True, keep_torch_compile=True)
 
 
 def _core(model):

@@ -181,8 +181,9 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
 
     def __post_init__(self):
         super().__post_init__()
+        key = self.scale_rewards.lower() if isinstance(self.scale_rewards, str) else self.scale_rewards
         self.scale_rewards = {True: "group", False: "none", "true": "group", "false": "none"}.get(
-            self.scale_rewards, self.scale_rewards
+            key, self.scale_rewards
         )
         if self.epsilon_high is None:
             self.epsilon_high = self.epsilon

@@ -84,6 +84,7 @@ class VideoCollator:
         self.settings = settings
         self.cache = cache
         self.max_attempts = max_attempts
+        self._last_key, self._last = None, []
         self._bad_paths: set[str] = set()
 
     def _load(self, path: str) -> SampledVideo:
@@ -116,6 +117,11 @@ class VideoCollator:
                              f"({first_error})")
 
     def __call__(self, items: list[dict]) -> list[dict]:
+        # TRL's RepeatSampler yields each generation batch steps_per_generation × num_iterations times in a row and
+        # the trainer generates from the first only: decode a repeated batch once
+        key = tuple(item["index"] for item in items)
+        if key == self._last_key:
+            return [dict(item) for item in self._last]
         loaded: dict[int, dict] = {}
         out = []
         for item in items:
@@ -123,4 +129,5 @@ class VideoCollator:
             if index not in loaded:
                 loaded[index] = self.load_item(index)
             out.append(dict(loaded[index]))
-        return out
+        self._last_key, self._last = key, out
+        return [dict(item) for item in out]

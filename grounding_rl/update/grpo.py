@@ -18,18 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from trl.trainer.utils import nanstd  # unbiased std ignoring NaNs, as TRL normalises rewards
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 SCALE_REWARDS = ("group", "batch", "none")
 ADVANTAGE_EPS = 1e-4
-
-
-def _nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
-    """Unbiased standard deviation ignoring NaNs (TRL's ``nanstd``): sqrt(Σ(x − mean)² / (n − 1))."""
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=keepdim)
-    count = (~torch.isnan(x)).sum(dim=dim, keepdim=keepdim)
-    return torch.sqrt(var * count / (count - 1))
 
 
 @dataclass
@@ -72,8 +65,8 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
         raise ValueError(f"rewards must have shape (N,) with N a multiple of {num_generations}, got {tuple(rewards.shape)}")
     grouped = rewards.view(-1, num_generations)
     mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
-    group_std = _nanstd(grouped, dim=1).repeat_interleave(num_generations)
-    std = _nanstd(rewards).expand_as(rewards) if scale_rewards == "batch" else group_std
+    group_std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    std = nanstd(rewards).expand_as(rewards) if scale_rewards == "batch" else group_std
     advantages = rewards - mean
     if scale_rewards != "none":
         advantages = advantages / (std + ADVANTAGE_EPS)

@@ -70,6 +70,7 @@ def parse_args(argv: list[str] | None):
     script_args.train_file = resolve_config_path(script_args.train_file)
     script_args.video_root = resolve_config_path(script_args.video_root)
     model_args.model_name_or_path = resolve_config_path(model_args.model_name_or_path)
+    training_args.output_dir = resolve_config_path(training_args.output_dir)
     return script_args, training_args, model_args
 
 

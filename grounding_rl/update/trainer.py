@@ -22,7 +22,7 @@ from collections import defaultdict
 import torch
 from accelerate.utils import gather_object, is_peft_model, set_seed
 from transformers import Trainer
-from trl.trainer.utils import RepeatSampler
+from trl.trainer.utils import RepeatSampler, nanstd
 
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import REWARD_FUNCS, get_reward_funcs
@@ -112,7 +112,9 @@ class GroundingGRPOTrainer(Trainer):
             from grounding_rl.models.loading import load_reference
 
             unwrapped = self.accelerator.unwrap_model(self.model)
-            ref_model = load_reference(unwrapped.config._name_or_path, dtype=None)
+            ref_model = load_reference(unwrapped.config._name_or_path,
+                                       dtype=str(unwrapped.dtype).removeprefix("torch."),
+                                       attn_implementation=unwrapped.config._attn_implementation)
         ref_model.eval().requires_grad_(False)
         if self.is_deepspeed_enabled:
             from trl.models import prepare_deepspeed
@@ -221,9 +223,9 @@ class GroundingGRPOTrainer(Trainer):
         metrics, gather = self._metrics, self.accelerator.gather
         for j, name in enumerate(self.reward_func_names):
             metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[:, j]).item())
-            metrics[f"rewards/{name}/std"].append(grpo._nanstd(rewards_per_func[:, j]).item())
+            metrics[f"rewards/{name}/std"].append(nanstd(rewards_per_func[:, j]).item())
         metrics["reward"].append(torch.nanmean(weighted).item())
-        metrics["reward_std"].append(grpo._nanstd(weighted).item())
+        metrics["reward_std"].append(nanstd(weighted).item())
         metrics["frac_reward_zero_std"].append(adv.zero_std.float().mean().item())
         all_lengths = gather(lengths)
         metrics["completions/mean_length"].append(all_lengths.float().mean().item())
