@@ -140,3 +140,28 @@ def test_short_sft_run_lowers_the_loss_and_saves(demo_dir, bpe_model_dir, tmp_pa
     assert before.keys() == after.keys()
     embed = next(k for k in before if k.endswith("embed_tokens.weight"))
     assert not torch.equal(before[embed], after[embed])
+
+
+def test_an_unreadable_clip_is_substituted_not_fatal(demo_dir, bpe_model_dir, tmp_path):
+    """Like GRPO: a clip that fails to load is replaced by its deterministic substitute (index + 1), never a crash."""
+    from transformers import AutoProcessor
+
+    from grounding_rl.data.samples import load_samples
+    from grounding_rl.data.video import VideoSettings
+    from grounding_rl.update.data import GroundingDataset
+
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"not a video")
+    samples = [s.to_dict() for s in load_samples(demo_dir / "train.jsonl")[:3]]
+    samples[1]["video"] = str(broken)
+    dataset = GroundingDataset(samples)
+    processor = AutoProcessor.from_pretrained(bpe_model_dir)
+    batch = SFTCollator(processor, "default", VideoSettings(**DEMO_VIDEO), dataset=dataset)(
+        [dataset[i] for i in range(3)])
+    tok = processor.tokenizer
+    targets = []
+    for i in range(3):
+        labels = batch["labels"][i]
+        targets.append(tok.decode(labels[labels != IGNORE_INDEX]))
+    expected = [sft_target(samples[j]["start"], samples[j]["end"]) + "<|im_end|>" for j in (0, 2, 2)]
+    assert targets == expected

@@ -94,19 +94,6 @@ class GroundingSFTConfig(TrainingArguments, PreprocessingArguments):
                                reward_weights=None)
 
 
-class SampleDataset(torch.utils.data.Dataset):
-    """Canonical samples as dicts (``Sample.to_dict()``); frames are decoded by the collator."""
-
-    def __init__(self, samples):
-        self.samples = list(samples)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.samples[index].to_dict()
-
-
 class SFTCollator:
     """Turns sample dicts into a left-padded batch whose labels cover only the target.
 
@@ -120,6 +107,9 @@ class SFTCollator:
         video: frame-sampling settings.
         think_text: the ``<think>`` text of the targets.
         max_prompt_length: an error (naming the qid) when a prompt has more tokens; None = no check.
+        dataset: the training :class:`grounding_rl.update.data.GroundingDataset` whose items (with ``index``) are
+            collated; clips then load through :class:`grounding_rl.update.data.VideoCollator`, so an unreadable clip
+            is replaced by a deterministic substitute and logged, as in GRPO. None: rows are decoded as given.
 
     Returns (``__call__``):
         dict with ``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``labels`` (B, L) and
@@ -127,7 +117,10 @@ class SFTCollator:
     """
 
     def __init__(self, processor, template: str = "default", video: VideoSettings = VideoSettings(),
-                 think_text: str = DEFAULT_THINK, max_prompt_length: int | None = None):
+                 think_text: str = DEFAULT_THINK, max_prompt_length: int | None = None, dataset=None):
+        from grounding_rl.update.data import VideoCollator
+
+        self.loader = VideoCollator(dataset, video) if dataset is not None else None
         self.processor = processor
         self.template = template
         self.video = video
@@ -139,7 +132,11 @@ class SFTCollator:
         from grounding_rl.preprocessing import build_inputs
 
         tokenizer = self.processor.tokenizer
-        videos = [sample_frames(r["video"], self.video) for r in rows]
+        if self.loader is not None:
+            rows = self.loader(rows)  # decoded; an unreadable clip is replaced by its substitute
+            videos = [r["clip"] for r in rows]
+        else:
+            videos = [sample_frames(r["video"], self.video) for r in rows]
         prompt = build_inputs(self.processor, [r["query"] for r in rows], videos, self.template)
         targets = [sft_target(r["start"], r["end"], self.think_text) + tokenizer.eos_token for r in rows]
         target_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
@@ -230,6 +227,7 @@ def train_sft(args: GroundingSFTConfig, model_args) -> Path:
 
     from grounding_rl.data.samples import load_samples
     from grounding_rl.models.loading import load_processor
+    from grounding_rl.update.data import GroundingDataset
 
     samples = load_samples(args.train_file, video_root=args.video_root)
     if args.max_train_samples is not None:
@@ -239,9 +237,10 @@ def train_sft(args: GroundingSFTConfig, model_args) -> Path:
     processor = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
     model = load_model(model_args, args)
     grounding = args.grounding_config()
+    dataset = GroundingDataset(samples)
     collator = SFTCollator(processor, args.prompt_template, args.video_settings, args.think_text,
-                           args.max_prompt_length)
-    trainer = Trainer(model=model, args=args, train_dataset=SampleDataset(samples), data_collator=collator,
+                           args.max_prompt_length, dataset=dataset)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
                       processing_class=processor, callbacks=[SaveGroundingConfigCallback(grounding)])
     resume = args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "last"):
