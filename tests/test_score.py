@@ -4,7 +4,7 @@ import json
 import pytest
 
 from grounding_rl.cli import main as cli_main
-from grounding_rl.reward.score import main
+from grounding_rl.reward.score import main, score
 
 
 def write_jsonl(path, rows):
@@ -41,7 +41,7 @@ def test_bad_json_names_file_and_line(tmp_path, capsys):
     ann = write_jsonl(tmp_path / "gt.jsonl", [gt("a", 1.0, 2.0), "{not json"])
     pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "a", "start": 1.0, "end": 2.0}])
     assert main(["--predictions", str(pred), "--annotations", str(ann)]) == 1
-    assert f"{ann}:2: invalid JSON" in capsys.readouterr().err
+    assert f"{ann}:2: not valid JSON" in capsys.readouterr().err
 
 
 def test_duplicate_and_missing_qid_in_predictions(tmp_path, capsys):
@@ -72,3 +72,11 @@ def test_real_annotations_via_cli(videos_dir, tmp_path):
     assert m["mIoU"] == pytest.approx(100 * n_even / 15)
     assert m["parse_failure_rate"] == pytest.approx(100 * (15 - n_even) / 15)
     assert m["format_rate"] == pytest.approx(100 * n_even / 15) and m["unknown_qids"] == 0
+
+
+def test_annotations_follow_the_validation_policy(tmp_path):
+    """As in eval: a start ≥ end annotation is dropped (not in n), an end past the video is clamped."""
+    ann = write_jsonl(tmp_path / "gt.jsonl", [gt("ok", 10.0, 50.0), gt("bad", 5.0, 5.0)])
+    pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "ok", "start": 10.0, "end": 40.0}])
+    metrics = score(pred, ann)
+    assert metrics["n"] == 1 and metrics["mIoU"] == 100.0  # the ground truth 10-50 s is clamped to 10-40 s

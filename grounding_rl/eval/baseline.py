@@ -12,16 +12,16 @@ import json
 import sys
 from pathlib import Path
 
-from grounding_rl.data.samples import read_jsonl
+from grounding_rl.data.samples import read_jsonl, validate
 
 
 def mean_normalized_interval(train_file: str | Path) -> tuple[float, float]:
-    """(mean start / duration, mean end / duration) over a canonical JSONL.
+    """(mean start / duration, mean end / duration) over a canonical JSONL, after the validation policy.
 
     Raises:
         ValueError: the file has no sample with a positive duration.
     """
-    pairs = [(s.start / s.duration, s.end / s.duration) for s in read_jsonl(train_file) if s.duration > 0]
+    pairs = [(s.start / s.duration, s.end / s.duration) for s in validate(read_jsonl(train_file))[0]]
     if not pairs:
         raise ValueError(f"{train_file}: no samples with a positive duration")
     return sum(p[0] for p in pairs) / len(pairs), sum(p[1] for p in pairs) / len(pairs)
@@ -31,7 +31,7 @@ def baseline_predictions(train_file: str | Path, data_file: str | Path) -> list[
     """One prediction line ``{"qid", "start", "end"}`` (seconds) per query of ``data_file``."""
     lo, hi = mean_normalized_interval(train_file)
     return [{"qid": s.qid, "start": round(lo * s.duration, 2), "end": round(hi * s.duration, 2)}
-            for s in read_jsonl(data_file)]
+            for s in validate(read_jsonl(data_file))[0]]
 
 
 def main(argv: list[str] | None = None) -> int:

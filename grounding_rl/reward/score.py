@@ -7,6 +7,8 @@ Annotations are canonical JSONL (``{"video", "query", "start", "end", "duration"
 ``qid`` plus ``answer`` text and/or ``start``/``end`` seconds; when both are given ``start``/``end`` win and the text
 counts only for the format rate. The join is on ``qid`` (compared as strings). Annotated queries without a prediction
 count as failures (IoU 0); predictions for unknown qids are listed on stderr and counted as ``unknown_qids``.
+Annotations pass through the one validation policy (:func:`grounding_rl.data.samples.validate`), as in ``eval``:
+start ≥ end dropped, times clamped into [0, duration].
 """
 from __future__ import annotations
 
@@ -55,14 +57,20 @@ def score(predictions: Path, annotations: Path) -> dict:
 
     Raises ValueError naming file and line for bad JSON, a missing or duplicate qid, or a bad field.
     """
-    gts = _index(annotations, default_qid=True)
+    from grounding_rl.data.samples import read_jsonl, validate
+
+    # the one validation policy, as eval applies it (start ≥ end dropped, end past the video clamped)
+    kept = validate(read_jsonl(annotations))[0]
+    gts = {s.qid: s for s in kept}
+    if len(gts) != len(kept):
+        raise ValueError(f"{annotations}: duplicate qids")
     preds = _index(predictions, default_qid=False)
     unknown = [qid for qid in preds if qid not in gts]
     if unknown:
         shown = ", ".join(repr(q) for q in unknown[:10]) + (" …" if len(unknown) > 10 else "")
         print(f"score: {len(unknown)} prediction(s) for qids not in {annotations}: {shown}", file=sys.stderr)
     records = []
-    for qid, (line, gt) in gts.items():
+    for qid, gt in gts.items():
         pred = preds.get(qid, (None, {}))[1]
         answer = pred.get("answer")
         if answer is not None and not isinstance(answer, str):
@@ -72,8 +80,8 @@ def score(predictions: Path, annotations: Path) -> dict:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"{predictions}:{preds[qid][0] + 1}: {key!r} must be seconds or null, got {value!r}")
         records.append({
-            "qid": f"{qid} ({annotations}:{line + 1})",
-            "start": gt.get("start"), "end": gt.get("end"), "duration": gt.get("duration"),
+            "qid": f"{qid} ({annotations})",
+            "start": gt.start, "end": gt.end, "duration": gt.duration,
             "answer": answer, "pred_start": pred.get("start"), "pred_end": pred.get("end"),
         })
     metrics = compute_metrics(records)
