@@ -151,6 +151,8 @@ class GroundingGRPOTrainer(Trainer):
     def _prepare_inputs(self, generation_batch):
         """Generate once per ``steps_per_generation × num_iterations`` steps; return this step's micro-batch."""
         generate_every = self.args.steps_per_generation * self.args.num_iterations
+        if self._buffered_inputs is None:  # first step of this run, fresh or resumed: count micro-steps from the state
+            self._step = self.state.global_step * self.args.gradient_accumulation_steps
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             rollout = self._generate_and_score(generation_batch)
             self._buffered_inputs = batching.split_rows(rollout, self.args.steps_per_generation)
