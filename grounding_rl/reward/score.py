@@ -36,15 +36,13 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             yield i, obj
 
 
-def _index(path: Path, *, default_qid: bool) -> dict[str, tuple[int, dict]]:
-    """``{qid: (line number, object)}``; ValueError on a missing qid (unless ``default_qid``) or a duplicate."""
+def _index(path: Path) -> dict[str, tuple[int, dict]]:
+    """``{qid: (line number, object)}`` of a predictions file; ValueError on a missing or duplicate qid."""
     out: dict[str, tuple[int, dict]] = {}
     for i, obj in _read_jsonl(path):
         qid = obj.get("qid")
         if qid is None:
-            if not default_qid:
-                raise ValueError(f"{path}:{i + 1}: prediction has no 'qid'")
-            qid = i
+            raise ValueError(f"{path}:{i + 1}: prediction has no 'qid'")
         qid = str(qid)
         if qid in out:
             raise ValueError(f"{path}:{i + 1}: duplicate qid {qid!r} (first on line {out[qid][0] + 1})")
@@ -64,7 +62,7 @@ def score(predictions: Path, annotations: Path) -> dict:
     gts = {s.qid: s for s in kept}
     if len(gts) != len(kept):
         raise ValueError(f"{annotations}: duplicate qids")
-    preds = _index(predictions, default_qid=False)
+    preds = _index(predictions)
     unknown = [qid for qid in preds if qid not in gts]
     if unknown:
         shown = ", ".join(repr(q) for q in unknown[:10]) + (" …" if len(unknown) > 10 else "")

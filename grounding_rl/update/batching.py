@@ -150,16 +150,12 @@ def forward_inputs(batch: dict) -> dict:
     """
     completion_ids, completion_mask = batch["completion_ids"], batch["completion_mask"]
     mm = batch["mm_token_type_ids"]
-    inputs = {
-        "input_ids": torch.cat([batch["prompt_ids"], completion_ids], dim=1),
-        "attention_mask": torch.cat([batch["prompt_mask"], completion_mask.to(batch["prompt_mask"].dtype)], dim=1),
-        "mm_token_type_ids": torch.cat([mm, torch.zeros_like(completion_ids, dtype=mm.dtype)], dim=1),
-        PIXELS: batch[PIXELS],
-        GRID: batch[GRID],
-        "second_per_grid_ts": batch["second_per_grid_ts"],
-    }
-    if VIDEO_INDEX in batch:
-        inputs[VIDEO_INDEX] = batch[VIDEO_INDEX]
+    inputs = generation_inputs(batch)
+    inputs.update(
+        input_ids=torch.cat([batch["prompt_ids"], completion_ids], dim=1),
+        attention_mask=torch.cat([batch["prompt_mask"], completion_mask.to(batch["prompt_mask"].dtype)], dim=1),
+        mm_token_type_ids=torch.cat([mm, torch.zeros_like(completion_ids, dtype=mm.dtype)], dim=1),
+    )
     return inputs
 
 
