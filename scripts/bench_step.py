@@ -1,4 +1,4 @@
-"""Benchmark of one GRPO step with and without sharing the video work per clip (issue 7, point 5).
+"""Benchmark of one GRPO step with and without sharing the video work per clip.
 
     python scripts/bench_step.py [--steps 3] [--threads N] [--mem-rows 2] [--model DIR]
 
@@ -84,7 +84,7 @@ def _varied_reward(completions, **columns):
 def make_trainer(model_dir: Path, clip: Path, group: int, out: Path):
     from grounding_rl.models.loading import load_policy, load_processor
     from grounding_rl.update.config import GroundingGRPOConfig
-    from grounding_rl.update.data import GroundingDataset
+    from grounding_rl.data.dataset import GroundingDataset
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
     args = GroundingGRPOConfig(
@@ -170,7 +170,7 @@ def memory_child(model_dir: Path, clip: Path, rows: int, arm: str) -> None:
         logps = completion_logps(model, batch)
     else:  # every position's logits, full-vocabulary log-softmax, then the completion tokens
         inputs = batching.forward_inputs(batch)
-        from grounding_rl.rollout.grouped import encode_videos
+        from grounding_rl.rollout.shared import encode_videos
 
         inputs["mm_encoder_outputs"] = encode_videos(model, inputs.pop("pixel_values_videos"),
                                                      batching.clip_grid(batch), inputs.pop("video_index"))

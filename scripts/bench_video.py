@@ -1,4 +1,4 @@
-"""Benchmark of frame sampling (issue 2, point 6): our sampler cold, from the cache, and qwen-vl-utils.
+"""Benchmark of frame sampling: our sampler cold, from the cache, and qwen-vl-utils.
 
     python scripts/bench_video.py [--videos DIR] [--repeats 5]
 

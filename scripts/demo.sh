@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, offline on a CPU (issue 5, point 5): demo data → tiny model → SFT warm start → GRPO → evaluation of
+# The main job, offline on a CPU: demo data → tiny model → SFT warm start → GRPO → evaluation of
 # the SFT and GRPO checkpoints and a trivial baseline on the demo test split, one table, then a last line of JSON
 #   {"baseline_mIoU": a, "sft_mIoU": b, "grpo_mIoU": c, "grpo_format_rate": d}
 #

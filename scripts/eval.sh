@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Evaluate a checkpoint on a benchmark definition or a canonical JSONL (issue 6, point 3).
+# Evaluate a checkpoint on a benchmark definition or a canonical JSONL.
 #
 #   scripts/eval.sh BENCHMARK_YAML|DATA.jsonl MODEL [--out OUTDIR] [--video-root DIR] [grounding-rl eval flags...]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ask when something happens in a video (issue 6, point 4).
+# Ask when something happens in a video.
 #
 #   scripts/infer.sh MODEL VIDEO "QUERY" ["QUERY" ...] [grounding-rl infer flags: --gt S E, --plot OUT.png, --json]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train with GRPO (issue 5, point 4).
+# Train with GRPO.
 #
 #   scripts/train.sh [CONFIG] [--key value ...]
 #

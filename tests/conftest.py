@@ -51,3 +51,23 @@ def tiny_model_dir(tmp_path_factory, qwen_processor_dir) -> Path:
     from grounding_rl.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), tokenizer=qwen_processor_dir, seed=0)
+
+
+@pytest.fixture(scope="session")
+def bpe_tiny_model_dir(tmp_path_factory) -> Path:
+    """A random-weight tiny Qwen2.5-VL with the locally trained BPE tokenizer (the demo's model; built once)."""
+    from grounding_rl.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_bpe"), tokenizer=None, seed=0)
+
+
+# The shared clips the trainer tests use (../shared/README.md lists their quirks).
+POOL = "mmaction2_pool_cleaning.mp4"  # 10.0 s, 30 fps
+MAKEUP = "mmaction2_eye_makeup.avi"  # 6.56 s, mpeg4 ASP, first pts 0.04
+OHOFG = "charades_OHOFG.mp4"  # 35.2 s, 9.53 fps
+
+
+def varied_reward(completions, **columns):
+    """A reward with spread inside every group (a random tiny model never earns IoU/format rewards, which would leave
+    every advantage at 0). Loadable as ``tests/conftest.py:varied_reward`` in ``reward_funcs``."""
+    return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]

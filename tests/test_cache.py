@@ -1,4 +1,4 @@
-"""Frame cache (issue 2, point 5): hits are identical, keys follow the file and settings, size bound, atomic writes."""
+"""Frame cache: hits are identical, keys follow the file and settings, size bound, atomic writes."""
 import json
 import multiprocessing as mp
 import os

@@ -1,7 +1,11 @@
+import os
 import subprocess
 import sys
 
+import pytest
+
 from grounding_rl.cli import SUBCOMMANDS, main
+from grounding_rl.paths import REPO_ROOT
 
 
 def test_help_lists_every_subcommand(capsys):
@@ -19,3 +23,16 @@ def test_unknown_subcommand_exits_2(capsys):
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "grounding_rl.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "prepare" in out.stdout
+
+
+@pytest.mark.parametrize("sub", ["train", "sft"])
+def test_config_mistakes_are_one_line_and_exit_2(sub, tmp_path):
+    """``--config`` without a path, or a path to no file: one stderr line naming it, exit 2, no traceback."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO_ROOT))
+    for args, expected in ((["--config"], "--config needs the path"),
+                           (["--config", str(tmp_path / "nope.yaml")], "nope.yaml: no such config file")):
+        proc = subprocess.run([sys.executable, "-m", "grounding_rl.cli", sub, *args], capture_output=True,
+                              text=True, env=env, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
+        assert "Traceback" not in proc.stderr

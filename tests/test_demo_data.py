@@ -1,4 +1,4 @@
-"""Procedural demo clips (issue 5, point 2): canonical splits, determinism, an event visible exactly from s to e, and
+"""Procedural demo clips: canonical splits, determinism, an event visible exactly from s to e, and
 the background time code."""
 import json
 import time

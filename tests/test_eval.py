@@ -1,4 +1,4 @@
-"""grounding-rl eval (issue 6, points 1-3 and 5): files and keys, resume, sharding, failures, benchmarks, eval.sh."""
+"""grounding-rl eval: files and keys, resume, sharding, failures, benchmarks, eval.sh."""
 import json
 import os
 import shutil
@@ -13,9 +13,9 @@ import yaml
 from grounding_rl.data.samples import Sample
 from grounding_rl.eval import evaluate as ev
 from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
-from grounding_rl.eval.generation import resolve_config
+from grounding_rl.eval.settings import resolve_config
 from grounding_rl.paths import REPO_ROOT
-from grounding_rl.preprocessing import GroundingConfig
+from grounding_rl.prompts.preprocessing import GroundingConfig
 from grounding_rl.data.video import VideoSettings
 
 torch.set_num_threads(1)
@@ -300,6 +300,19 @@ def test_eval_sh_without_video_root_fails_clearly(tiny_model_dir, videos_dir, tm
     assert "--video-root" in proc.stderr
 
 
+def load_model(path):
+    from grounding_rl.models.loading import load_for_inference
+
+    return load_for_inference(path)
+
+
+def generate_answers(model, processor, queries, clips, template, max_new_tokens):
+    from grounding_rl.rollout.generation import SamplingParams
+    from grounding_rl.rollout.generation import generate_answers as answers
+
+    return answers(model, processor, queries, clips, template, SamplingParams.greedy(max_new_tokens))
+
+
 def _clips(videos_dir):
     from grounding_rl.data.video import sample_frames
 
@@ -308,8 +321,6 @@ def _clips(videos_dir):
 
 
 def test_generation_ignores_sampling_defaults_of_the_checkpoint(noisy_model_dir, videos_dir):
-    from grounding_rl.eval.generation import generate_answers, load_model
-
     model, processor = load_model(noisy_model_dir)
     clips, queries = _clips(videos_dir), ["person sits down", "eye makeup"]
     greedy = generate_answers(model, processor, queries, clips, "default", 12)
@@ -322,8 +333,6 @@ def test_generation_ignores_sampling_defaults_of_the_checkpoint(noisy_model_dir,
 
 
 def test_generation_ignores_the_checkpoint_repetition_penalty(tiny_model_dir, videos_dir):
-    from grounding_rl.eval.generation import generate_answers, load_model
-
     model, processor = load_model(tiny_model_dir)
     clips = _clips(videos_dir)[:1]
     greedy = generate_answers(model, processor, ["person sits down"], clips, "default", 12)

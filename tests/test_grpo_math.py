@@ -1,4 +1,4 @@
-"""GRPO loss math (issue 4, point 2): the seed's numbers and each loss_type's aggregation."""
+"""GRPO loss math: the seed's numbers and each loss_type's aggregation."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""Temporal IoU (issue 3, point 2)."""
+"""Temporal IoU."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics (issue 3, point 4), checked against a hand computation."""
+"""Evaluation metrics, checked against a hand computation."""
 import pytest
 
 from grounding_rl.reward.metrics import compute_metrics, format_metrics_table

@@ -1,8 +1,9 @@
-"""Multi-process GRPO (issue 4, point 7): 2 CPU processes under DeepSpeed ZeRO-3 with β > 0, and 1 process with LoRA.
+"""Multi-process GRPO: 2 CPU processes under DeepSpeed ZeRO-3 with β > 0, and 1 process with LoRA.
 
-Each test launches ``grounding-rl train`` (``grounding_rl.update.train.main``) through ``accelerate launch`` from the
-venv, on the tiny model and real clips, with a worker that registers a reward with spread (the random tiny model never
-earns IoU/format rewards, which would leave every advantage at 0) and writes what each rank saw.
+Each test launches ``grounding-rl train`` (``grounding_rl.cli.train.main``) through ``accelerate launch`` from the
+venv, on the tiny model and real clips, with a reward with spread given as ``tests/conftest.py:varied_reward`` (a user's
+own function, loaded the same way on every rank; the random tiny model never earns IoU/format rewards, which would
+leave every advantage at 0) and a worker that writes what each rank saw.
 """
 import json
 import math
@@ -12,20 +13,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from grounding_rl.paths import REPO_ROOT
+
+REWARD_SPEC = f"{REPO_ROOT / 'tests' / 'conftest.py'}:varied_reward"
 
 WORKER = '''
 import json, sys
 import torch
 torch.set_num_threads(1)
-from grounding_rl.reward import rewards
 import grounding_rl.update.trainer as trainer_module
 
-def varied(completions, **columns):
-    return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
-
-rewards.REWARD_FUNCS["varied"] = varied
 seen = {}
 original_train = trainer_module.GroundingGRPOTrainer.train
 def train(self, *args, **kwargs):
@@ -33,7 +32,7 @@ def train(self, *args, **kwargs):
     return original_train(self, *args, **kwargs)
 trainer_module.GroundingGRPOTrainer.train = train
 
-from grounding_rl.update.train import main
+from grounding_rl.cli.train import main
 rc = main(sys.argv[2:])
 t = seen["trainer"]
 ref = t.ref_model
@@ -48,6 +47,7 @@ report = {
     "policy_sharded": sum(1 for p in params(t.model_wrapped) if hasattr(p, "ds_id") and p.numel() == 0),
     "peft": hasattr(t.accelerator.unwrap_model(t.model), "peft_config"),
     "logs": [h for h in t.state.log_history if "loss" in h],
+    "reward_names": t.reward_func_names,
     "global_step": t.state.global_step,
 }
 with open(f"{sys.argv[1]}.rank{report['rank']}.json", "w") as f:
@@ -65,7 +65,7 @@ def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout):
     cmd = [str(accelerate), "launch", *launcher_args, str(worker), str(report),
            "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"),
            "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "out"),
-           "--reward_funcs", "varied", "--reward_weights", "1.0", "--learning_rate", "1e-3",
+           "--reward_funcs", REWARD_SPEC, "--reward_weights", "1.0", "--learning_rate", "1e-3",
            "--max_completion_length", "8", "--max_steps", "2", *train_args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -83,13 +83,14 @@ def test_two_processes_zero3_with_reference_model(tmp_path, tiny_model_dir, vide
     for r in reports:
         assert (r["world_size"], r["deepspeed"], r["zero_stage"], r["global_step"]) == (2, True, 3, 2)
         assert r["policy_type"] == "DeepSpeedEngine" and r["ref_type"] == "DeepSpeedEngine"
+        assert r["reward_names"] == [REWARD_SPEC] and "rewards/" + REWARD_SPEC + "/mean" in r["logs"][0]
         assert r["ref_sharded"] > 0 and r["policy_sharded"] > 0  # ZeRO-3 partitions both models
         losses = [h["loss"] for h in r["logs"]]
         assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
         assert r["logs"][0]["kl"] == pytest.approx(0.0, abs=1e-6)  # π_θ = π_ref before the first update
         assert r["logs"][1]["kl"] > 1e-5  # the update moved the policy away from the sharded reference
     assert reports[0]["logs"] == reports[1]["logs"]  # metrics are reduced across ranks
-    assert json.loads((tmp_path / "out" / "grounding_config.json").read_text())["reward_funcs"] == ["varied"]
+    assert json.loads((tmp_path / "out" / "grounding_config.json").read_text())["reward_funcs"] == [REWARD_SPEC]
 
 
 @pytest.mark.slow
@@ -105,3 +106,19 @@ def test_one_process_lora_uses_adapter_free_base_as_reference(tmp_path, tiny_mod
     assert report["logs"][1]["kl"] > 0.0  # the adapter moved; the disabled-adapter base did not
     out = tmp_path / "out"
     assert (out / "adapter_config.json").is_file() and (out / "grounding_config.json").is_file()
+    # exported as merged full weights that plain transformers (and eval, infer, any engine) loads
+    from safetensors.torch import load_file
+    from transformers import AutoModelForImageTextToText
+
+    from grounding_rl.cli import main as cli
+
+    merged = tmp_path / "merged"
+    assert cli(["merge-lora", "--adapter", str(out), "--out", str(merged)]) == 0
+    assert (merged / "grounding_config.json").is_file() and not (merged / "adapter_config.json").exists()
+    weights, base = load_file(str(merged / "model.safetensors")), load_file(str(tiny_model_dir / "model.safetensors"))
+    assert not any("lora" in key for key in weights)
+    q_key = next(k for k in base if k.endswith("layers.0.self_attn.q_proj.weight"))
+    k_key = q_key.replace("q_proj", "k_proj")
+    assert not torch.equal(weights[q_key], base[q_key])  # the trained adapter is in the merged weights
+    assert torch.equal(weights[k_key], base[k_key])  # modules without an adapter are untouched
+    assert type(AutoModelForImageTextToText.from_pretrained(merged)).__name__ == "Qwen2_5_VLForConditionalGeneration"

@@ -1,4 +1,4 @@
-"""Answer parser (issue 3, point 1)."""
+"""Answer parser."""
 import pytest
 
 from grounding_rl.reward.parsing import completion_text, extract_think, parse_answer
@@ -9,7 +9,7 @@ def wrap(answer: str) -> str:
 
 
 @pytest.mark.parametrize("answer, expected", [
-    # the issue's must-parse examples
+    # answers that must parse
     ("12.54 to 17.83", (12.54, 17.83)),
     ("5.0s to 11.6s", (5.0, 11.6)),
     ("00:12 to 00:17", (12.0, 17.0)),

@@ -1,4 +1,4 @@
-"""``grounding-rl prepare`` (issue 2, point 3): canonical JSONL out, counts as the last stdout line, atomic write."""
+"""``grounding-rl prepare``: canonical JSONL out, counts as the last stdout line, atomic write."""
 import json
 
 from grounding_rl.cli import main as cli_main

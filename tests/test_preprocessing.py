@@ -1,9 +1,9 @@
-"""Processor round trip with the real Qwen2.5-VL processor files, and grounding_config.json (issue 2, points 4 and 7)."""
+"""Processor round trip with the real Qwen2.5-VL processor files, and grounding_config.json."""
 import pytest
 import torch
 
 from grounding_rl.data.video import VideoSettings, sample_frames
-from grounding_rl.preprocessing import CONFIG_NAME, GroundingConfig, build_inputs, video_metadata
+from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig, build_inputs, video_metadata
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Annotation readers and the validation policy (issue 2, points 2 and 7): the real benchmark files with the counts of
+"""Annotation readers and the validation policy: the real benchmark files with the counts of
 the issue, plus small synthetic cases for the path, qid, duration and whitespace rules."""
 import json
 import time
@@ -12,7 +12,7 @@ from grounding_rl.data.samples import (AnnotationError, Sample, load_samples, re
 
 CHARADES_JSON = "charades_sta/charades.json"
 
-# (format, annotation file, durations file, kept, dropped, clamped): issue 2 point 3.
+# (format, annotation file, durations file, kept, dropped, clamped), as ../shared/README.md gives them.
 CASES = {
     "charades_test": ("charades_sta", "charades_sta/charades_sta_test.txt", CHARADES_JSON, 3720, 0, 562),
     "charades_train": ("charades_sta", "charades_sta/charades_sta_train.txt", CHARADES_JSON, 12408, 0, 1802),

@@ -1,4 +1,4 @@
-"""The GPU recipes in configs/ (issue 5, point 7): each parses through the training parser, holds the values its
+"""The GPU recipes in configs/: each parses through the training parser, holds the values its
 source comment promises, fits its prompts in max_prompt_length, and names a model whose real size (instantiated on
 the ``meta`` device from ../shared/models/<name>/config.json, no weights) is the one the recipe is written for."""
 from __future__ import annotations
@@ -65,12 +65,13 @@ def _parse(name: str):
     bf16 needs a GPU unless ``use_cpu`` is set (TrainingArguments refuses it otherwise), so on a CPU-only machine the
     one override ``--use_cpu true`` is added, as a user would on the command line. Cached: tests only read it.
     """
-    from grounding_rl.update.train import parse_args
+    from grounding_rl.cli.common import parse_training_args
+    from grounding_rl.update.config import GroundingGRPOConfig
 
     argv = ["--config", f"configs/{name}"]
     if not torch.cuda.is_available():
         argv += ["--use_cpu", "true"]
-    return parse_args(argv)
+    return parse_training_args(GroundingGRPOConfig, argv, "grounding-rl train")
 
 
 def _meta_model(shared: Path, hub_id: str):

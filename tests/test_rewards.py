@@ -1,4 +1,4 @@
-"""Reward functions and their weighted sum (issue 3, point 3)."""
+"""Reward functions and their weighted sum."""
 import math
 
 import pytest
@@ -28,17 +28,18 @@ def test_seed_iou_format_and_weighted_sum(conversational):
     fmt = format_reward(completions, **cols)
     assert [round(x, 4) for x in iou] == [0.0, 0.7714, 1.0, 0.8824]
     assert fmt == [1.0, 1.0, 1.0, 1.0]
-    total = weighted_rewards([iou, fmt], [5.0, 1.0])
-    assert [round(x, 3) for x in total] == [1.0, 4.857, 6.0, 5.412]
+    total = weighted_rewards(torch.tensor([iou, fmt]).T, [5.0, 1.0])
+    assert [round(x, 3) for x in total.tolist()] == [1.0, 4.857, 6.0, 5.412]
 
 
 def test_weighted_sum_trl_semantics():
-    assert weighted_rewards([[1.0, 2.0], [3.0, 4.0]]) == [4.0, 6.0]  # weights default to 1.0 each
-    out = weighted_rewards(torch.tensor([[0.5, float("nan"), float("nan")], [1.0, 1.0, float("nan")]]), [2.0, 1.0])
+    # rows are completions, columns reward functions (TRL's rewards_per_func)
+    assert weighted_rewards(torch.tensor([[1.0, 3.0], [2.0, 4.0]])).tolist() == [4.0, 6.0]  # weights 1.0 each
+    nan = float("nan")
+    out = weighted_rewards(torch.tensor([[0.5, 1.0], [nan, 1.0], [nan, nan]]), [2.0, 1.0]).tolist()
     assert out[:2] == [2.0, 1.0] and math.isnan(out[2])  # nansum; all-NaN stays NaN (TRL: unscorable)
-    assert weighted_rewards([[0.5, None]], [2.0])[0] == 1.0
     with pytest.raises(ValueError, match="Number of reward weights"):
-        weighted_rewards([[1.0], [1.0]], [1.0])
+        weighted_rewards(torch.ones(1, 2), [1.0])
 
 
 def test_reversed_and_unparseable_get_zero():
@@ -81,7 +82,7 @@ def test_format_rule(text, expected):
 
 
 def test_registry_and_errors():
-    assert set(REWARD_FUNCS) == {"iou", "format", "tiou"}
+    assert {"iou", "format", "tiou"} <= set(REWARD_FUNCS)
     assert get_reward_funcs(["iou", "format"]) == [iou_reward, format_reward]
     with pytest.raises(ValueError, match="unknown reward"):
         get_reward_funcs(["accuracy"])
@@ -89,3 +90,28 @@ def test_registry_and_errors():
         iou_reward(["<answer>1 to 2</answer>"], start=[1.0], end=[2.0])
     with pytest.raises(ValueError, match="sample 1"):
         iou_reward(["<answer>1 to 2</answer>"] * 2, start=[1.0, 1.0], end=[2.0, 2.0], duration=[10.0, 0.0])
+
+
+def test_register_reward_and_user_functions(tmp_path, monkeypatch):
+    from grounding_rl.reward.rewards import register_reward, reward_name
+
+    monkeypatch.setattr("grounding_rl.reward.rewards.REWARD_FUNCS", dict(REWARD_FUNCS))
+
+    @register_reward("length")
+    def length(completions, **columns):
+        return [float(len(c)) for c in completions]
+
+    assert get_reward_funcs(["length"]) == [length] and reward_name(length) == "length"
+    register_reward("length", length)  # the same function again is fine
+    with pytest.raises(ValueError, match="already registered"):
+        register_reward("length", iou_reward)
+    # a user's own file and a module, as reward_funcs entries
+    (tmp_path / "my_rewards.py").write_text("def half(completions, **kw):\n    return [0.5] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    (func,) = get_reward_funcs(["my_rewards.py:half"])
+    assert func(["a", "b"]) == [0.5, 0.5] and reward_name(func, "my_rewards.py:half") == "my_rewards.py:half"
+    assert get_reward_funcs(["grounding_rl.reward.rewards:tiou_reward"]) == [tiou_reward]
+    with pytest.raises(ValueError, match="no function 'nope'"):
+        get_reward_funcs(["my_rewards.py:nope"])
+    with pytest.raises(ValueError, match="no such file"):
+        get_reward_funcs(["missing.py:half"])

@@ -1,10 +1,10 @@
-"""`grounding-rl score` (issue 3, point 5)."""
+"""`grounding-rl score`."""
 import json
 
 import pytest
 
 from grounding_rl.cli import main as cli_main
-from grounding_rl.reward.score import main, score
+from grounding_rl.eval.score import main, score
 
 
 def write_jsonl(path, rows):

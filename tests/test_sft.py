@@ -1,11 +1,14 @@
-"""Supervised warm start (issue 5, point 3): targets, label masking, the YAML config, and a short real run."""
+"""Supervised warm start: targets, label masking, the YAML config, and a short real run through ``grounding-rl sft``."""
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from grounding_rl.update.sft import IGNORE_INDEX, GroundingSFTConfig, SFTCollator, parse_args, sft_target, train_sft
+from grounding_rl.cli.common import parse_training_args
+from grounding_rl.data.dataset import GroundingDataset
+from grounding_rl.prompts.templates import answer_text as sft_target
+from grounding_rl.update.sft import IGNORE_INDEX, GroundingSFTConfig, SFTCollator
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
@@ -22,10 +25,20 @@ def demo_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def bpe_model_dir(tmp_path_factory):
-    from grounding_rl.models.tiny import build_tiny_model
+def bpe_model_dir(bpe_tiny_model_dir):
+    return bpe_tiny_model_dir
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_bpe"), tokenizer=None, seed=0)
+
+def parse_args(argv):
+    script, args, model_args = parse_training_args(GroundingSFTConfig, argv, "grounding-rl sft")
+    return script, args, model_args
+
+
+def demo_items(demo_dir, n):
+    from grounding_rl.data.samples import load_samples
+
+    dataset = GroundingDataset(load_samples(demo_dir / "train.jsonl")[:n])
+    return dataset, [dataset[i] for i in range(len(dataset))]
 
 
 def test_target_round_trips_through_the_answer_parser():
@@ -45,14 +58,14 @@ def test_collator_trains_only_the_target(which, demo_dir, bpe_model_dir, qwen_pr
 
     from grounding_rl.data.samples import load_samples
     from grounding_rl.data.video import VideoSettings, sample_frames
-    from grounding_rl.preprocessing import build_inputs
-    from grounding_rl.rollout.prompts import render_prompt
+    from grounding_rl.prompts.preprocessing import build_inputs
+    from grounding_rl.prompts.templates import render_prompt
 
     processor = AutoProcessor.from_pretrained(bpe_model_dir if which == "bpe" else qwen_processor_dir)
     tok = processor.tokenizer
-    rows = [s.to_dict() for s in load_samples(demo_dir / "train.jsonl")[:3]]
+    dataset, rows = demo_items(demo_dir, 3)
     settings = VideoSettings(**DEMO_VIDEO)
-    batch = SFTCollator(processor, "default", settings)(rows)
+    batch = SFTCollator(processor, dataset, "default", settings)(rows)
     prompt = build_inputs(processor, [r["query"] for r in rows], [sample_frames(r["video"], settings) for r in rows])
 
     assert batch["input_ids"].shape == batch["labels"].shape == batch["mm_token_type_ids"].shape
@@ -84,26 +97,27 @@ def test_collator_rejects_long_prompts_naming_the_sample(demo_dir, bpe_model_dir
     from grounding_rl.data.video import VideoSettings
 
     processor = AutoProcessor.from_pretrained(bpe_model_dir)
-    rows = [load_samples(demo_dir / "train.jsonl")[0].to_dict()]
+    dataset, rows = demo_items(demo_dir, 1)
     with pytest.raises(ValueError, match="demo:train_00000.*max_prompt_length 50"):
-        SFTCollator(processor, "default", VideoSettings(**DEMO_VIDEO), max_prompt_length=50)(rows)
+        SFTCollator(processor, dataset, "default", VideoSettings(**DEMO_VIDEO), max_prompt_length=50)(rows)
 
 
 def test_config_validation(tmp_path):
+    from grounding_rl.errors import UserError
+
     with pytest.raises(ValueError, match="prompt_template 'nope'"):
-        GroundingSFTConfig(output_dir=str(tmp_path), train_file="x.jsonl", prompt_template="nope")
-    with pytest.raises(ValueError, match="train_file is required"):
-        GroundingSFTConfig(output_dir=str(tmp_path))
-    args = GroundingSFTConfig(output_dir=str(tmp_path), train_file="x.jsonl", video_max_pixels=3136,
-                              video_min_pixels=3136)
+        GroundingSFTConfig(output_dir=str(tmp_path), prompt_template="nope")
+    with pytest.raises(UserError, match="train_file is required"):
+        parse_args(["--output_dir", str(tmp_path), "--model_name_or_path", "m"])
+    args = GroundingSFTConfig(output_dir=str(tmp_path), video_max_pixels=3136, video_min_pixels=3136)
     config = args.grounding_config()
     assert config.video.max_pixels == 3136 and config.prompt_template == "default" and config.reward_funcs == []
 
 
 def test_demo_config_parses_with_overrides():
-    args, model_args = parse_args(["--config", "configs/demo_sft.yaml", "--learning_rate", "0.01"])
+    script, args, model_args = parse_args(["--config", "configs/demo_sft.yaml", "--learning_rate", "0.01"])
     assert args.learning_rate == 0.01 and args.use_cpu
-    assert args.train_file == str(REPO / "data" / "demo" / "train.jsonl")
+    assert script.train_file == str(REPO / "data" / "demo" / "train.jsonl")
     assert model_args.model_name_or_path == str(REPO / "outputs" / "tiny-model")
     assert args.video_settings.max_pixels == 3136 and args.video_fps == 2.0
     with pytest.raises(ValueError):
@@ -114,17 +128,21 @@ def test_short_sft_run_lowers_the_loss_and_saves(demo_dir, bpe_model_dir, tmp_pa
     from safetensors.torch import load_file
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from grounding_rl.preprocessing import GroundingConfig
+    from grounding_rl.prompts.preprocessing import GroundingConfig
+
+    from grounding_rl.cli.sft import main
 
     out = tmp_path / "sft"
-    args, model_args = parse_args([
+    assert main([
         "--config", "configs/demo_sft.yaml", "--model_name_or_path", str(bpe_model_dir),
         "--train_file", str(demo_dir / "train.jsonl"), "--output_dir", str(out), "--max_train_samples", "4",
         "--per_device_train_batch_size", "2", "--max_steps", "8", "--warmup_steps", "0", "--learning_rate", "3e-3",
         "--lr_scheduler_type", "constant", "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "4",
         "--disable_tqdm", "true",
-    ])
-    assert train_sft(args, model_args) == out
+    ]) == 0
+    # the files open-r1 / TRL scripts leave in the output folder
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 8
+    assert json.loads((out / "train_results.json").read_text())["train_samples"] == 4
     state = json.loads((out / "checkpoint-8" / "trainer_state.json").read_text())
     losses = [h["loss"] for h in state["log_history"] if "loss" in h]
     assert len(losses) == 8
@@ -148,7 +166,6 @@ def test_an_unreadable_clip_is_substituted_not_fatal(demo_dir, bpe_model_dir, tm
 
     from grounding_rl.data.samples import load_samples
     from grounding_rl.data.video import VideoSettings
-    from grounding_rl.update.data import GroundingDataset
 
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"not a video")
@@ -156,7 +173,7 @@ def test_an_unreadable_clip_is_substituted_not_fatal(demo_dir, bpe_model_dir, tm
     samples[1]["video"] = str(broken)
     dataset = GroundingDataset(samples)
     processor = AutoProcessor.from_pretrained(bpe_model_dir)
-    batch = SFTCollator(processor, "default", VideoSettings(**DEMO_VIDEO), dataset=dataset)(
+    batch = SFTCollator(processor, dataset, "default", VideoSettings(**DEMO_VIDEO))(
         [dataset[i] for i in range(3)])
     tok = processor.tokenizer
     targets = []

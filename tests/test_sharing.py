@@ -1,4 +1,4 @@
-"""One vision encoding and one prefill per clip (issue 7, point 4): sharing on vs off on a tiny model, real clips, fp32.
+"""One vision encoding and one prefill per clip: sharing on vs off on a tiny model, real clips, fp32.
 
 On vs off: the same sampled completions for the same seed, generation logits and 3D-RoPE-dependent scores within
 fp32 rounding, loss within 1e-6 relative, every parameter's gradient within ‖Δg‖/‖g‖ ≤ 1e-5; and the vision tower
@@ -8,26 +8,22 @@ and PEFT adapter-disabled), also when a process holds an uneven share of a clip'
 import pytest
 import torch
 
+from conftest import MAKEUP, POOL, varied_reward
+
+from grounding_rl.data.dataset import GroundingDataset
 from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.models.loading import load_policy, load_processor, vision_tower
-from grounding_rl.rollout.grouped import encode_videos, first_rows, generate_shared
+from grounding_rl.models.vision import encode_videos, first_rows
+from grounding_rl.rollout.shared import generate_shared
 from grounding_rl.update import batching
 from grounding_rl.update.config import GroundingGRPOConfig
-from grounding_rl.update.data import GroundingDataset
 from grounding_rl.update.logprobs import completion_logps
 from grounding_rl.update.trainer import GroundingGRPOTrainer
 
 torch.set_num_threads(1)
 
-POOL = "mmaction2_pool_cleaning.mp4"  # 10.0 s
-MAKEUP = "mmaction2_eye_makeup.avi"  # 6.56 s
 SETTINGS = VideoSettings(fps=1.0, min_pixels=3136, max_pixels=28 * 28 * 16)
 UNEVEN = [0, 1, 0, 0, 1]  # rows of two clips as one rank may hold them when groups are split across ranks
-
-
-def varied_reward(completions, **columns):
-    """Rewards with spread inside every group (the random tiny model earns no IoU/format reward)."""
-    return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
 
 
 def _items(videos_dir, indices):
@@ -138,15 +134,14 @@ def _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=False, **override
     dataset = GroundingDataset([
         {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
          "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
-    peft_config = None
+    model = load_policy(str(tiny_model_dir))
     if peft:
-        from peft import LoraConfig
+        from peft import LoraConfig, get_peft_model
 
-        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "qkv"],
-                                 init_lora_weights=False)
-    return GroundingGRPOTrainer(load_policy(str(tiny_model_dir)), GroundingGRPOConfig(**values), dataset,
-                                load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward],
-                                peft_config=peft_config)
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "qkv"],
+                                                 init_lora_weights=False))
+    return GroundingGRPOTrainer(model, GroundingGRPOConfig(**values), dataset, load_processor(str(tiny_model_dir)),
+                                reward_funcs=[varied_reward])
 
 
 def _step(trainer, items):

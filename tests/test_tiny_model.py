@@ -1,4 +1,4 @@
-"""The tiny model builder (issue 5, point 1): with the real Qwen tokenizer and with the locally trained BPE tokenizer."""
+"""The tiny model builder: with the real Qwen tokenizer and with the locally trained BPE tokenizer."""
 import json
 
 import pytest
@@ -17,8 +17,8 @@ def bpe_processor():
 
 
 @pytest.fixture(scope="module")
-def bpe_model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_bpe"), tokenizer=None, seed=0)
+def bpe_model_dir(bpe_tiny_model_dir):
+    return bpe_tiny_model_dir
 
 
 def test_bpe_special_tokens_follow_qwen_order(bpe_processor):
@@ -57,7 +57,7 @@ def test_bpe_training_is_deterministic():
 def test_bpe_chat_template_renders_like_qwen(bpe_processor, qwen_processor_dir):
     from transformers import AutoProcessor
 
-    from grounding_rl.rollout.prompts import render_prompt
+    from grounding_rl.prompts.templates import render_prompt
 
     real = AutoProcessor.from_pretrained(qwen_processor_dir)
     for template in ("default", "timezero"):
@@ -70,7 +70,7 @@ def test_build_without_tokenizer_reloads_and_generates(bpe_model_dir, videos_dir
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from grounding_rl.data.video import VideoSettings, sample_frames
-    from grounding_rl.preprocessing import build_inputs
+    from grounding_rl.prompts.preprocessing import build_inputs
 
     processor = AutoProcessor.from_pretrained(bpe_model_dir)
     model = AutoModelForImageTextToText.from_pretrained(bpe_model_dir).eval()

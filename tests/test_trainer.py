@@ -1,4 +1,5 @@
-"""GroundingGRPOTrainer on a tiny random Qwen2.5-VL with real clips (issue 4, points 1, 3-6, 8).
+"""GroundingGRPOTrainer on a tiny random Qwen2.5-VL with real clips: config, correctness, reference model, clipping,
+zero-std groups, bad clips, checkpoints and resume.
 
 Small pixel budgets (≤ 16 merged tokens per frame pair) and 8-token completions keep each step at a second or two.
 """
@@ -9,22 +10,16 @@ import math
 import pytest
 import torch
 
+from conftest import MAKEUP, POOL, varied_reward
+
+from grounding_rl.data.dataset import GroundingDataset, VideoCollator, substitute_index
 from grounding_rl.models.loading import load_policy, load_processor, vision_tower
 from grounding_rl.update import batching
 from grounding_rl.update.config import GroundingGRPOConfig
-from grounding_rl.update.data import GroundingDataset, VideoCollator, substitute_index
 from grounding_rl.update.logprobs import completion_logps
 from grounding_rl.update.trainer import GroundingGRPOTrainer
 
 torch.set_num_threads(1)
-
-POOL = "mmaction2_pool_cleaning.mp4"  # 10.0 s
-MAKEUP = "mmaction2_eye_makeup.avi"  # 6.56 s, mpeg4, first pts 0.04
-
-
-def varied_reward(completions, **columns):
-    """A reward with spread inside every group (the random tiny model never earns IoU/format rewards)."""
-    return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
 
 
 def make_args(tmp_path, **overrides):
@@ -69,8 +64,11 @@ def test_config_rejects_bad_settings(tmp_path):
 
 
 def test_cli_parser_reads_yaml_and_overrides(tmp_path, tiny_model_dir):
+    from grounding_rl.cli.common import parse_training_args
     from grounding_rl.paths import REPO_ROOT
-    from grounding_rl.update.train import parse_args
+
+    def parse_args(argv):
+        return parse_training_args(GroundingGRPOConfig, argv, "grounding-rl train")
 
     config = str(REPO_ROOT / "configs" / "tiny_real_clips.yaml")
     script, args, model = parse_args(["--config", config, "--model_name_or_path", str(tiny_model_dir),
@@ -261,6 +259,111 @@ def test_checkpoints_hold_grounding_config_and_resume(tmp_path, tiny_model_dir, 
                            prompt_template="timezero")
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
     assert resumed.state.global_step == 2
+
+
+def test_a_checkpoint_reloads_with_plain_transformers(tmp_path, tiny_model_dir, videos_dir):
+    """What a user pushes to the Hub: the processor as it was loaded (no left padding left behind by generation),
+    ``use_cache: true`` in config.json, a model card with the settings; plain transformers reloads it."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    loaded_side = load_processor(str(tiny_model_dir)).tokenizer.padding_side
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), save_strategy="steps", save_steps=1,
+                           activation_checkpointing=True, log_completions=True, num_completions_to_print=3)
+    trainer.train()
+    logged = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert len(logged) == 3 and {r["step"] for r in logged} == {1}
+    assert set(logged[0]) == {"step", "qid", "query", "completion", "rewards", "advantage"}
+    assert logged[0]["rewards"]["varied_reward"] == pytest.approx(varied_reward([logged[0]["completion"]])[0], abs=1e-6)
+    folder = tmp_path / "out" / "checkpoint-1"
+    model = AutoModelForImageTextToText.from_pretrained(folder)
+    processor = AutoProcessor.from_pretrained(folder)
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["text_config"]["use_cache"] is True and model.config.text_config.use_cache is True
+    assert processor.tokenizer.padding_side == loaded_side == trainer.processing_class.tokenizer.padding_side
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\n") and f"base_model: \"{tiny_model_dir}\"" in card
+    assert "| prompt template | `default` |" in card and "| video fps | `1.0` |" in card
+    assert "varied_reward" in card and "Training command:" in card
+
+
+def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_dir, videos_dir, monkeypatch):
+    """steps_per_generation 2: one generation feeds two optimizer steps. Uninterrupted, steps 1-4 use parts 0, 1 of
+    generation A and 0, 1 of generation B. Resumed at checkpoint-2 (a generation boundary), steps 3-4 generate once
+    and use parts 0 then 1; resumed at checkpoint-1 (inside a window), step 2 generates for the same clips as step 1
+    did and trains on part 1."""
+    import grounding_rl.update.trainer as trainer_module
+
+    log = []
+    original_generate = trainer_module.GroundingGRPOTrainer._generate_and_score
+    original_prepare = trainer_module.GroundingGRPOTrainer._prepare_inputs
+
+    def generate(self, items):
+        log.append(("generate", self.state.global_step, tuple(it["index"] for it in items)))
+        return original_generate(self, items)
+
+    def prepare(self, batch):
+        part = original_prepare(self, batch)
+        log.append(("train", self.state.global_step + 1, self._step % self.args.steps_per_generation,
+                    tuple(part["prompt_ids"][:, -1].tolist())))
+        return part
+
+    monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_generate_and_score", generate)
+    monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_prepare_inputs", prepare)
+    dataset = make_dataset(videos_dir, names=(POOL, MAKEUP))
+    common = dict(steps_per_generation=2, save_strategy="steps", save_steps=1, max_steps=4, save_only_model=False)
+    make_trainer(tmp_path, tiny_model_dir, dataset, **common).train()
+    full = list(log)
+    generations = [entry for entry in full if entry[0] == "generate"]
+    assert [g[1] for g in generations] == [0, 2]  # before steps 1 and 3
+    assert [(e[1], e[2]) for e in full if e[0] == "train"] == [(1, 0), (2, 1), (3, 0), (4, 1)]
+
+    log.clear()
+    make_trainer(tmp_path, tiny_model_dir, dataset, **{**common, "output_dir": str(tmp_path / "b")}).train(
+        resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    assert [e[:2] for e in log if e[0] == "generate"] == [("generate", 2)]
+    assert [(e[1], e[2]) for e in log if e[0] == "train"] == [(3, 0), (4, 1)]
+    assert log[0][2] == generations[1][2]  # the same clips as the uninterrupted run's second generation
+
+    log.clear()
+    make_trainer(tmp_path, tiny_model_dir, dataset, **{**common, "output_dir": str(tmp_path / "c"),
+                                                       "max_steps": 2}).train(
+        resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
+    assert [(e[1], e[2]) for e in log if e[0] == "train"] == [(2, 1)]
+    assert log[0][0] == "generate" and log[0][2] == generations[0][2]
+
+
+# TRL 1.16 GRPOConfig defaults that ours changes on purpose (the README's configs section says why):
+DELIBERATE_DIFFERENCES = {
+    "num_generations": (4, 8),  # the design's G
+    "bf16": (False, None),  # TrainingArguments' default: CPU runs work as they are; the GPU recipes set bf16: true
+    "gradient_checkpointing": (None, True),  # TrainingArguments' default (off); the GPU recipes turn it on
+}
+
+
+def test_trl_named_fields_keep_trl_defaults():
+    import dataclasses
+
+    import trl
+    from transformers import TrainingArguments
+
+    def default(f):
+        if f.default is not dataclasses.MISSING:
+            return f.default
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+    ours = {f.name: f for f in dataclasses.fields(GroundingGRPOConfig)}
+    trl_fields = {f.name: f for f in dataclasses.fields(trl.GRPOConfig)}
+    differ = {name: (default(ours[name]), default(trl_fields[name])) for name in ours
+              if name in trl_fields and default(ours[name]) != default(trl_fields[name])}
+    assert differ == DELIBERATE_DIFFERENCES
+    base = {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert sorted(n for n in ours if n not in trl_fields and n not in base) == [
+        "drop_zero_std_groups", "max_prompt_length", "prompt_template", "reward_funcs", "share_video_encoding",
+        "video_fps", "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels",
+        "video_total_pixels"]
+    for name in ("beta", "epsilon", "loss_type", "scale_rewards", "temperature", "num_iterations", "log_completions"):
+        assert ours[name].metadata["help"].startswith(trl_fields[name].metadata["help"].split(".")[0])
 
 
 # ------------------------------------------------------------------------------------------------------ helpers

@@ -1,4 +1,4 @@
-"""Frame sampler (issue 2, point 4) on the six real clips in ../shared/data/videos, and its pure functions."""
+"""Frame sampler on the six real clips in ../shared/data/videos, and its pure functions."""
 import math
 
 import numpy as np
@@ -26,7 +26,7 @@ CLIPS = [
     "mmaction2_pool_cleaning.mp4",
     "mmaction2_eye_makeup.avi",  # mpeg4 ASP, first pts 0.04
 ]
-# The benchmark settings (issue 2, point 6) and TimeZero's (total_pixels turns into a per-frame maximum).
+# The benchmark settings and TimeZero's (total_pixels turns into a per-frame maximum).
 BENCH = VideoSettings(fps=2.0, max_pixels=448 * 448)
 TIMEZERO = VideoSettings(fps=2.0, min_pixels=16 * 28 * 28, total_pixels=3584 * 28 * 28)
 

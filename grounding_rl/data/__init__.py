@@ -1,1 +1,1 @@
-"""Data: annotation readers → canonical samples → frames sampled at an exact fps → processor inputs."""
+"""Data: annotation readers → canonical samples → frames sampled at an exact fps; the training dataset and clip loading."""

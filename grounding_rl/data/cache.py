@@ -1,4 +1,4 @@
-"""On-disk cache of sampled frames (issue 2, point 5): ``.npy`` frames plus a small JSON of metadata, no pickle.
+"""On-disk cache of sampled frames: ``.npy`` frames plus a small JSON of metadata, no pickle.
 
 Key: (resolved path, file size, mtime in ns, sampling settings, :data:`CACHE_VERSION`), hashed with SHA-256. An entry
 is two files, ``<key>.npy`` and ``<key>.json``; the JSON is written last, so its presence marks a complete entry.

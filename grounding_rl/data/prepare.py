@@ -1,4 +1,4 @@
-"""``grounding-rl prepare``: convert a benchmark annotation file to canonical JSONL (issue 2, point 3).
+"""``grounding-rl prepare``: convert a benchmark annotation file to canonical JSONL.
 
     grounding-rl prepare --format NAME --annotations FILE [--durations FILE] [--video-root DIR] --out OUT.jsonl
 

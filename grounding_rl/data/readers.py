@@ -1,4 +1,4 @@
-"""Annotation readers → canonical samples, selected by name from :data:`READERS` (issue 2, point 2).
+"""Annotation readers → canonical samples, selected by name from :data:`READERS`.
 
 Every reader has the signature ``reader(path, *, video_root=None, durations=None) -> Iterator[Sample]`` and yields
 samples *before* validation (apply :func:`grounding_rl.data.samples.validate`). Times are converted to seconds; video

@@ -1,5 +1,5 @@
 """The canonical sample (one JSONL line per query) and the one validation policy used by training, evaluation and
-inference (issue 2, point 2).
+inference.
 
 A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source"}``: ``video`` is a path,
 times are seconds as floats. :func:`load_samples` is what training and evaluation call: it reads such a file, resolves
@@ -67,14 +67,14 @@ class Sample:
 def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
     """Apply the validation policy to one sample.
 
-    Policy (issue 2, point 2), in this order:
+    Policy, in this order:
 
     1. the query's surrounding whitespace is stripped; an empty query → dropped;
     2. a non-finite time, or a duration ≤ 0 → dropped;
     3. start ≥ end → dropped;
     4. start and end are clamped into [0, duration] (start < 0 → 0; end > duration → duration; either counts once
        as "clamped"). An event that starts after the video's end becomes the zero-length interval
-       (duration, duration): it is kept and counted, as the issue's counts require (3 Charades-CD ood queries:
+       (duration, duration): it is kept and counted, as the published counts require (3 Charades-CD ood queries:
        LEOL6 7-8 s of a 6.375 s video, AKKWU 13-38 s of 12.31 s), and temporal IoU handles a zero-length ground
        truth (1.0 only for the identical point).
 
@@ -134,7 +134,7 @@ def has_video_extension(name: str) -> bool:
 class VideoResolver:
     """Turns the video names found in annotation files into paths, and probes durations (both cached).
 
-    Rules (issue 2, point 2): an absolute path is kept; a relative one resolves against ``video_root`` when given,
+    Rules: an absolute path is kept; a relative one resolves against ``video_root`` when given,
     else against the annotation file's folder. A bare id (no video extension; Charades, ActivityNet) becomes
     ``<id>.mp4`` unless that file is absent and a file ``<id>.<ext>`` with another video extension exists (first in
     :data:`VIDEO_EXTENSIONS` order). Extension to the issue: with ``video_root`` given, a relative path with folders

@@ -151,7 +151,7 @@ def frame_size(height: int, width: int, num_frames: int, settings: VideoSettings
 
 
 def sample_indices(total_frames: int, source_fps: float, settings: VideoSettings) -> tuple[list[int], float]:
-    """Source frame indices to sample, and the effective sampled fps f (issue 2, point 4).
+    """Source frame indices to sample, and the effective sampled fps f.
 
     T = :func:`num_sampled_frames`; frame k is the source frame nearest t_k = k / f (:func:`frame_times`), i.e. index
     round(t_k · source_fps), clipped to the last frame.
@@ -246,7 +246,7 @@ def decode_threads() -> int:
 def sample_frames(
     path: str | Path, settings: VideoSettings = VideoSettings(), cache=None, num_threads: int | None = None
 ) -> SampledVideo:
-    """Sample a clip at an exact fps and pixel budget (issue 2, point 4).
+    """Sample a clip at an exact fps and pixel budget.
 
     Decodes with decord (one batched ``get_batch``), falling back to PyAV when decord cannot open the file or fetch
     the frames, then applies one batched resize (:func:`resize_frames`) to :func:`frame_size`.

@@ -1,1 +1,1 @@
-"""Evaluation and inference: the training preprocessing, greedy decoding, metrics, reports and pictures."""
+"""Evaluation and inference: runs, scoring files, metrics reports, pictures and benchmark definitions."""

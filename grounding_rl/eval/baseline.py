@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(p) + "\n" for p in predictions), encoding="utf-8")
     if args.metrics is not None:
-        from grounding_rl.reward.score import main as score_main
+        from grounding_rl.eval.score import main as score_main
 
         return score_main(["--predictions", str(args.out), "--annotations", str(args.data), "--out",
                            str(args.metrics)])

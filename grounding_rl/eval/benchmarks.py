@@ -1,5 +1,5 @@
 """Benchmark definitions (``evaluation/*.yaml``): reader format, annotation file, expected query count, paper protocol
-and published anchor results (issue 6, point 3).
+and published anchor results.
 
 A definition is a small YAML file::
 
@@ -36,7 +36,7 @@ import yaml
 from grounding_rl.paths import resolve_config_path
 
 if TYPE_CHECKING:  # importing the preprocessing pulls in transformers: only when a protocol is built
-    from grounding_rl.preprocessing import GroundingConfig
+    from grounding_rl.prompts.preprocessing import GroundingConfig
 
 ANCHOR_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")
 _REQUIRED = ("name", "format", "annotations", "expected_queries")
@@ -108,7 +108,7 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True) -> Benchmar
     config = None
     if build_protocol:
         from grounding_rl.data.video import VideoSettings
-        from grounding_rl.preprocessing import GroundingConfig
+        from grounding_rl.prompts.preprocessing import GroundingConfig
 
         video = dict(protocol.get("video") or {})
         known = set(VideoSettings.__dataclass_fields__)

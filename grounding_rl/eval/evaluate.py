@@ -1,4 +1,4 @@
-"""``grounding-rl eval``: R1@{0.3,0.5,0.7} and mIoU of a checkpoint on a canonical JSONL (issue 6, points 1-2).
+"""``grounding-rl eval``: R1@{0.3,0.5,0.7} and mIoU of a checkpoint on a canonical JSONL.
 
     grounding-rl eval --model DIR --data TEST.jsonl --out OUTDIR [--batch-size B] [--limit N] [--video-root DIR]
                       [--benchmark evaluation/X.yaml] [--prompt-template NAME] [--fps F] [--max-pixels P]
@@ -6,7 +6,8 @@
 
 * Preprocessing and prompt are the training ones: command-line overrides > the checkpoint's ``grounding_config.json``
   > the benchmark's paper protocol (``--benchmark``) > built-in defaults; the source is printed and recorded.
-* Greedy, batched generation with the KV cache on (:func:`grounding_rl.eval.generation.generate_answers`).
+* Greedy, batched generation with the KV cache on (:func:`grounding_rl.rollout.generation.generate_answers`, the
+  generation path of training too).
 * ``OUTDIR/predictions.jsonl`` is written incrementally, one flushed line per query::
 
       {"qid", "video", "query", "duration", "gt_start", "gt_end", "answer", "reasoning", "start", "end", "iou"[, "error"]}
@@ -41,17 +42,12 @@ from tqdm import tqdm
 
 from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.data.video import VideoLoadError, VideoSettings, sample_frames
-from grounding_rl.eval.generation import (
-    DEFAULT_MAX_NEW_TOKENS,
-    add_preprocessing_overrides,
-    describe_config,
-    generate_answers,
-    load_model,
-    resolve_config,
-)
+from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, describe_config, resolve_config
+from grounding_rl.models.loading import load_for_inference
 from grounding_rl.reward.metrics import compute_metrics, format_metrics_table
 from grounding_rl.reward.parsing import extract_think, parse_answer
 from grounding_rl.reward.rewards import query_iou
+from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
 logger = logging.getLogger(__name__)
 
@@ -364,7 +360,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
     if shard:
         _seed_everything(args.seed)
-        model, processor = load_model(args.model, state.device, args.dtype, args.attn_implementation)
+        model, processor = load_for_inference(args.model, state.device, args.dtype, args.attn_implementation)
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
         writer = _Writer(outdir / name)
         dataset = ClipDataset(shard, config.video, args.frame_cache, int(args.frame_cache_gb * 1e9))
@@ -428,7 +424,7 @@ def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tok
         group = groups.pop(0)
         try:
             answers = generate_answers(model, processor, [shard[p].query for p, _ in group], [v for _, v in group],
-                                       config.prompt_template, max_new_tokens)
+                                       config.prompt_template, SamplingParams.greedy(max_new_tokens))
         except torch.OutOfMemoryError as err:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

@@ -1,4 +1,4 @@
-"""``grounding-rl infer``: ask when something happens in a video (issue 6, point 4).
+"""``grounding-rl infer``: ask when something happens in a video.
 
     grounding-rl infer --model DIR --video FILE --query TEXT [--query TEXT ...] [--gt S E ...] [--plot OUT.png] [--json]
 
@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 
 from grounding_rl.data.video import SampledVideo, VideoLoadError, sample_frames
-from grounding_rl.eval.generation import (add_preprocessing_overrides, describe_config, generate_answers, load_model,
-                                         resolve_config)
+from grounding_rl.eval.settings import add_preprocessing_overrides, describe_config, resolve_config
+from grounding_rl.models.loading import load_for_inference
 from grounding_rl.reward.iou import clamp_interval
 from grounding_rl.reward.parsing import extract_think, parse_answer
+from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
 EXIT_VIDEO = 2
 
@@ -76,12 +77,14 @@ def answer_result(query: str, answer: str, duration: float) -> dict:
 
 def infer(model, processor, video: SampledVideo, queries: list[str], template: str, max_new_tokens: int,
           batch_size: int = 4) -> list[dict]:
-    """Answer every query on one sampled clip (greedy, batched). Returns one :func:`answer_result` per query."""
+    """Answer every query on one sampled clip (greedy, batched). The clip was decoded once and is encoded once per
+    batch of queries (the rows share its vision features). Returns one :func:`answer_result` per query."""
     results = []
     step = max(1, batch_size)
     for i in range(0, len(queries), step):
         chunk = queries[i:i + step]
-        answers = generate_answers(model, processor, chunk, [video] * len(chunk), template, max_new_tokens)
+        answers = generate_answers(model, processor, chunk, [video] * len(chunk), template,
+                                   SamplingParams.greedy(max_new_tokens))
         results += [answer_result(q, a, video.duration) for q, a in zip(chunk, answers)]
     return results
 
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, processor = load_model(args.model, device, args.dtype)
+    model, processor = load_for_inference(args.model, device, args.dtype)
     results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
                     args.batch_size)
     if args.plot:

@@ -1,4 +1,4 @@
-"""Evaluation reports and pictures (issue 6, points 2 and 4): ``metrics.json``, ``report.md``, ``iou_hist.png`` and the
+"""Evaluation reports and pictures: ``metrics.json``, ``report.md``, ``iou_hist.png`` and the
 ``grounding-rl infer --plot`` timeline. Plots use matplotlib's Agg backend (no display needed).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from grounding_rl.reward.metrics import format_metrics_table
 
-# Distributions whose versions every metrics.json records (issue 6, point 2), plus a few that change results.
+# Distributions whose versions every metrics.json records, plus a few that change results.
 VERSION_PACKAGES = ("torch", "transformers", "trl", "qwen-vl-utils", "decord", "accelerate", "grounding-rl")
 THRESHOLDS = (0.3, 0.5, 0.7)
 

@@ -1,1 +1,1 @@
-"""Model helpers: loading Qwen2.5-VL checkpoints and building tiny random-weight models."""
+"""Models: loading checkpoints, merging LoRA, encoding each clip once, and tiny random-weight models."""

@@ -1,7 +1,7 @@
 """Load the policy, the reference model and the processor of a Qwen2.5-VL checkpoint (``trust_remote_code`` off).
 
 Under DeepSpeed ZeRO-3 the ``TrainingArguments`` must exist before these calls (they register the DeepSpeed config
-that makes ``from_pretrained`` load the weights partitioned); :mod:`grounding_rl.update.train` parses them first.
+that makes ``from_pretrained`` load the weights partitioned); :mod:`grounding_rl.cli.train` parses them first.
 """
 from __future__ import annotations
 
@@ -78,3 +78,65 @@ def freeze_vision_tower(model) -> int:
     n = sum(p.numel() for p in visual.parameters())
     logger.info("froze the vision tower: %d parameters", n)
     return n
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bfloat16 on a CUDA device that supports it, else float32 (CPU generation in bfloat16 is slow and lossy)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def load_for_inference(model_dir, device="cpu", dtype="auto", attn_implementation: str | None = None):
+    """``(model, processor)`` for ``eval`` and ``infer``: :func:`load_policy` (remote code off) in eval mode on
+    ``device``.
+
+    Args:
+        model_dir: folder or hub id readable by ``AutoModelForImageTextToText.from_pretrained``.
+        device: where to put the model.
+        dtype: ``"auto"`` (:func:`default_dtype`), a torch dtype, or its name (``"bfloat16"``, ``"float32"``).
+        attn_implementation: e.g. ``"sdpa"`` or ``"flash_attention_2"``; None = the transformers default.
+    """
+    device = torch.device(device)
+    if dtype == "auto":
+        dtype = default_dtype(device)
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    model = load_policy(str(model_dir), dtype=dtype, attn_implementation=attn_implementation).to(device).eval()
+    return model, load_processor(str(model_dir))
+
+
+def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None = None):
+    """Merge a LoRA checkpoint into full weights that any engine loads as a plain model.
+
+    Args:
+        adapter_dir: a PEFT checkpoint folder (``adapter_config.json`` + adapter weights), as LoRA training saves it.
+        out_dir: where the merged model is written (``save_pretrained``), with the processor of ``adapter_dir`` (or of
+            the base model when the adapter folder has none).
+        base: the base model (path or hub id); None = ``base_model_name_or_path`` of ``adapter_config.json``.
+        dtype: dtype to load the base in (None = the checkpoint's).
+
+    Returns:
+        ``out_dir`` as a Path.
+
+    Raises:
+        FileNotFoundError: ``adapter_dir`` has no ``adapter_config.json``.
+        ValueError: no base model is named.
+    """
+    import json
+    from pathlib import Path
+
+    from peft import PeftModel
+
+    adapter_dir, out_dir = Path(adapter_dir), Path(out_dir)
+    config_path = adapter_dir / "adapter_config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{adapter_dir}: no adapter_config.json (not a LoRA checkpoint)")
+    base = base or json.loads(config_path.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{config_path} names no base_model_name_or_path; pass the base model")
+    model = PeftModel.from_pretrained(load_policy(base, dtype=dtype), str(adapter_dir)).merge_and_unload()
+    model.save_pretrained(out_dir)
+    has_processor = (adapter_dir / "processor_config.json").is_file() or (adapter_dir / "tokenizer_config.json").is_file()
+    load_processor(str(adapter_dir) if has_processor else base).save_pretrained(out_dir)
+    return out_dir

@@ -48,14 +48,13 @@ VOCAB_SIZE = 4096
 def training_corpus() -> list[str]:
     """The texts the tokenizer is trained on (see the module docstring); deterministic."""
     from grounding_rl.data.demo import demo_queries
-    from grounding_rl.rollout.prompts import TEMPLATES, instruction
-    from grounding_rl.update.sft import sft_target
+    from grounding_rl.prompts.templates import TEMPLATES, answer_text, instruction
 
     texts = list(EXTRA_TEXT)
     for name in sorted(TEMPLATES):
         texts += [instruction(q, name) for q in demo_queries()]
     texts += demo_queries()
-    texts += [sft_target(a / 2, b / 2) for a in range(0, 40, 3) for b in range(a + 1, 41, 4)]
+    texts += [answer_text(a / 2, b / 2) for a in range(0, 40, 3) for b in range(a + 1, 41, 4)]
     return texts
 
 

@@ -1,4 +1,4 @@
-"""Temporal intersection-over-union of time intervals in seconds (issue 3, point 2).
+"""Temporal intersection-over-union of time intervals in seconds.
 
 IoU = |pred ∩ gt| / |pred ∪ gt| on the real line. When the union is empty (both intervals are the same single point, or
 two zero-length intervals) the IoU is 1.0 for identical points and 0.0 otherwise, never a division by zero.
@@ -27,7 +27,7 @@ def temporal_iou(pred: Sequence[float], gt: Sequence[float]) -> float:
 
     Zero union: identical points → 1.0, else 0.0. Raises ValueError for a reversed (start > end) or non-finite
     interval; callers apply their own policy to reversed predictions first (see ``rewards.query_iou``).
-    Example (issue 3): gt (15, 18), pred (15.3, 18.5) → 2.7 / 3.5 = 0.7714.
+    Example: gt (15, 18), pred (15.3, 18.5) → 2.7 / 3.5 = 0.7714.
     """
     ps, pe = _check(pred, "pred")
     gs, ge = _check(gt, "gt")

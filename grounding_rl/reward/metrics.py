@@ -1,4 +1,4 @@
-"""Evaluation metrics for temporal grounding: R1@m, mIoU, parse-failure and format rates (issue 3, point 4).
+"""Evaluation metrics for temporal grounding: R1@m, mIoU, parse-failure and format rates.
 
 R1@m is the percent of queries whose top-1 prediction has IoU ≥ m; mIoU the mean IoU in percent. Every query counts in
 the denominator: a missing or unparseable prediction is IoU 0 (dropping such queries inflates R@1). Each query's IoU

@@ -1,4 +1,4 @@
-"""Read a model's answer: the ``(start, end)`` interval inside ``<answer>…</answer>``, in seconds (issue 3, point 1).
+"""Read a model's answer: the ``(start, end)`` interval inside ``<answer>…</answer>``, in seconds.
 
 Grammar of the answer block (whitespace around every token is free; units and words are case-insensitive)::
 

@@ -1,4 +1,4 @@
-"""GRPO reward functions for temporal grounding and their weighted sum (issue 3, point 3).
+"""GRPO reward functions for temporal grounding and their weighted sum.
 
 Each reward has TRL's reward-function signature ``fn(completions, **columns) -> list[float]``: ``completions`` as TRL
 passes them (strings or conversational message lists), ``columns`` the dataset columns as lists with one entry per
@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
-import numpy as np
+import torch
 
 from grounding_rl.reward.iou import clamp_interval, temporal_iou
 from grounding_rl.reward.parsing import completion_text, parse_answer
@@ -59,7 +59,7 @@ def _per_sample(completions, columns, score: Callable[..., float]) -> list[float
 def iou_reward(completions, **columns) -> list[float]:
     """Temporal IoU in [0, 1] of the parsed answer with (start, end), prediction clamped to [0, duration].
 
-    Unparseable or reversed answers get 0.0 (``query_iou``). Issue 3's seed, gt (15, 18): "10.00 to 12.00" → 0.0,
+    Unparseable or reversed answers get 0.0 (``query_iou``). The worked example, gt (15, 18): "10.00 to 12.00" → 0.0,
     "15.30 to 18.50" → 0.7714, "15.00 to 18.00" → 1.0, "14.80 to 18.20" → 0.8824.
     """
     return _per_sample(completions, columns, query_iou)
@@ -102,35 +102,111 @@ REWARD_FUNCS: dict[str, Callable[..., list[float]]] = {
 }
 
 
+def register_reward(name: str, func: Callable[..., list[float]] | None = None):
+    """Register a reward function under ``name`` so configs can list it in ``reward_funcs``.
+
+    Use as ``register_reward("mine", fn)`` or as a decorator ``@register_reward("mine")``. The function has TRL's
+    reward signature ``fn(completions, **columns) -> list[float | None]`` (see the module docstring).
+
+    Raises:
+        ValueError: ``name`` is empty, contains ``:``, or is already registered to another function.
+    """
+    def add(fn):
+        if not name or ":" in name:
+            raise ValueError(f"reward name must be non-empty and without ':', got {name!r}")
+        if REWARD_FUNCS.get(name, fn) is not fn:
+            raise ValueError(f"reward {name!r} is already registered to {REWARD_FUNCS[name].__module__}."
+                             f"{getattr(REWARD_FUNCS[name], '__name__', '?')}")
+        REWARD_FUNCS[name] = fn
+        return fn
+
+    return add if func is None else add(func)
+
+
+def _load_user_function(spec: str) -> Callable[..., list[float]]:
+    """``module:function`` or ``path/to/file.py:function`` → the function (imported the same way on every rank)."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise ValueError(f"reward {spec!r}: expected NAME, module:function or path/to/file.py:function")
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"reward {spec!r}: no such file {path}")
+        module_name = f"grounding_rl_user_rewards.{path.stem}_{abs(hash(str(path))) % 10**8}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as err:
+            raise ValueError(f"reward {spec!r}: cannot import {target} ({err})") from err
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise ValueError(f"reward {spec!r}: {target} has no function {attr!r}")
+    return func
+
+
 def get_reward_funcs(names: Sequence[str]) -> list[Callable[..., list[float]]]:
-    """Reward functions for ``names`` (e.g. ``["iou", "format"]``), in order. ValueError on an unknown name."""
+    """Reward functions for ``names``, in order. Each entry is a registered name (``iou``, ``format``, ``tiou`` or one
+    added with :func:`register_reward`), ``module:function``, or ``path/to/file.py:function`` (a relative path
+    resolves against the working directory).
+
+    Raises:
+        ValueError: an unknown name, or a ``module:function`` / file that cannot be loaded (names the entry).
+    """
     if isinstance(names, str):
         names = [names]
-    unknown = [n for n in names if n not in REWARD_FUNCS]
-    if unknown:
-        raise ValueError(f"unknown reward function(s) {unknown}; known: {sorted(REWARD_FUNCS)}")
-    return [REWARD_FUNCS[n] for n in names]
+    out = []
+    for name in names:
+        if name in REWARD_FUNCS:
+            out.append(REWARD_FUNCS[name])
+        elif ":" in name:
+            out.append(_load_user_function(name))
+        else:
+            raise ValueError(f"unknown reward function {name!r}; known: {sorted(REWARD_FUNCS)}, or give "
+                             "module:function or path/to/file.py:function")
+    return out
 
 
-def weighted_rewards(per_func, weights: Sequence[float] | None = None) -> list[float]:
-    """Total reward per completion, as TRL's GRPOTrainer sums it: ``nansum_k(weights[k] · per_func[k][i])``.
+def reward_name(func, spec: str | None = None) -> str:
+    """The name a reward is logged under (``rewards/<name>/mean``): its registry name, else ``spec`` or the function's
+    own name."""
+    for name, registered in REWARD_FUNCS.items():
+        if func is registered:
+            return name
+    return spec or getattr(func, "__name__", type(func).__name__)
 
-    ``per_func`` is indexed [function][completion], shape (F, N): a list of the reward functions' outputs, a numpy
-    array or a torch tensor; None entries count as NaN (TRL lets a function skip a sample). ``weights`` defaults to
-    1.0 per function (TRL's ``reward_weights=None``). As in TRL, a completion that every function skipped (all NaN)
-    gets NaN. Raises ValueError when the number of weights differs from F. Issue 3: weights [5, 1] on the seed →
-    [1.0, 4.857, 6.0, 5.412].
+
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """Total reward per completion, as TRL 1.16's GRPOTrainer sums it: ``nansum_k(weights[k] · r[i, k])``.
+
+    Args:
+        rewards_per_func: (N, F) float tensor, one column per reward function (TRL's ``rewards_per_func``); NaN where
+            a function skipped a completion (returned None).
+        weights: F weights; None = 1.0 each (TRL's ``reward_weights=None``).
+
+    Returns:
+        (N,) tensor on the input's device; NaN for a completion that every function skipped (as in TRL).
+
+    Raises:
+        ValueError: the input is not 2-D or the number of weights differs from F.
+
+    Example: IoU [0, 0.7714, 1, 0.8824] and format [1, 1, 1, 1] with weights [5, 1] → [1.0, 4.857, 6.0, 5.412].
     """
-    if hasattr(per_func, "detach"):
-        per_func = per_func.detach().float().cpu().numpy()
-    rewards = np.asarray(per_func, dtype=np.float64)
+    rewards = torch.as_tensor(rewards_per_func, dtype=torch.float32)
     if rewards.ndim != 2:
-        raise ValueError(f"per_func must have shape (num_funcs, num_completions), got {rewards.shape}")
-    w = np.ones(rewards.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    if w.shape != (rewards.shape[0],):
-        raise ValueError(
-            f"Number of reward weights ({w.size}) must match number of reward functions ({rewards.shape[0]})"
-        )
-    total = np.nansum(rewards * w[:, None], axis=0)
-    total[np.isnan(rewards).all(axis=0)] = np.nan
-    return total.tolist()
+        raise ValueError(f"rewards_per_func must have shape (num_completions, num_funcs), got {tuple(rewards.shape)}")
+    w = (torch.ones(rewards.shape[1]) if weights is None
+         else torch.as_tensor(weights, dtype=torch.float32)).to(rewards.device)
+    if w.shape != (rewards.shape[1],):
+        raise ValueError(f"Number of reward weights ({w.numel()}) must match number of reward functions "
+                         f"({rewards.shape[1]})")
+    total = (rewards * w).nansum(dim=1)
+    total[torch.isnan(rewards).all(dim=1)] = float("nan")
+    return total

@@ -1,1 +1,1 @@
-"""Rollout: the think/answer prompt and G generations per clip."""
+"""Rollout: the one generation path (GRPO rollouts, eval and infer), encoding and prefilling each clip once."""

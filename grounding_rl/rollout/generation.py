@@ -1,13 +1,15 @@
-"""The rollout interface: sample G completions for a batch of video prompts (issue 4, point 3).
+"""The one generation path: GRPO rollouts, ``eval`` and ``infer`` all end in :func:`generate`.
 
-The trainer sees only :class:`RolloutEngine` — ``generate(model, inputs, params) -> completion ids`` — so a vLLM engine
-can replace :class:`HFGenerateEngine` later without touching the trainer. Prompt tensors go to the engine unchanged:
-``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_values_videos``, ``video_grid_thw`` and
-``second_per_grid_ts`` are exactly those the policy and reference forwards receive afterwards.
+:func:`generate` takes the prompt tensors that :func:`grounding_rl.prompts.preprocessing.build_inputs` makes (the keys
+of :data:`~grounding_rl.prompts.preprocessing.MODEL_INPUT_KEYS`, the very tensors the policy and reference forwards
+receive afterwards) and a :class:`SamplingParams`; greedy decoding (:meth:`SamplingParams.greedy`) neutralises the
+checkpoint's sampling defaults in :meth:`SamplingParams.generate_kwargs`, the only place that builds ``generate``
+keyword arguments. With ``video_index`` in the inputs, ``pixel_values_videos`` holds the U distinct clips only and row
+i uses clip ``video_index[i]``: each clip is encoded once and, when all rows of a clip share the whole prompt (the G
+rows of a GRPO group), prefilled once (:mod:`grounding_rl.rollout.shared`).
 
-With ``video_index`` in the inputs (issue 7), ``pixel_values_videos`` holds the U distinct clips only and row i uses
-clip ``video_index[i]``: an engine must then encode (and may prefill) each distinct prompt once;
-:class:`HFGenerateEngine` does both with :func:`grounding_rl.rollout.grouped.generate_shared`.
+The trainer sees only :class:`RolloutEngine` (``generate(model, inputs, params) -> completion ids``), so another engine
+can replace :class:`HFGenerateEngine` without touching the trainer.
 """
 from __future__ import annotations
 
@@ -16,25 +18,20 @@ from typing import Protocol
 
 import torch
 
-from grounding_rl.rollout.grouped import generate_shared
+from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, build_inputs
+from grounding_rl.rollout.shared import generate_shared
 
-MODEL_INPUT_KEYS = (
-    "input_ids",
-    "attention_mask",
-    "mm_token_type_ids",
-    "pixel_values_videos",
-    "video_grid_thw",
-    "second_per_grid_ts",
-)
+VIDEO_INDEX = "video_index"
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How completions are sampled (the config's TRL-named knobs).
+    """How completions are decoded (the config's TRL-named knobs).
 
     Attributes:
         max_new_tokens: ``max_completion_length``.
         temperature, top_p, top_k, repetition_penalty: as in ``transformers.GenerationConfig`` (top_k 0 = off).
+        do_sample: False = greedy (the other knobs are then ignored).
     """
 
     max_new_tokens: int
@@ -42,32 +39,108 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     repetition_penalty: float = 1.0
+    do_sample: bool = True
+
+    @classmethod
+    def greedy(cls, max_new_tokens: int) -> "SamplingParams":
+        """Pure greedy decoding, as ``eval`` and ``infer`` use it."""
+        return cls(max_new_tokens=max_new_tokens, do_sample=False)
+
+    def generate_kwargs(self) -> dict:
+        """Keyword arguments for ``model.generate``.
+
+        Every sampling knob is given explicitly, so a checkpoint's ``generation_config.json`` cannot change the
+        decoding (Qwen2.5-VL ships ``do_sample: true``, ``temperature: 1e-6``, ``top_k: 1`` and ``repetition_penalty:
+        1.05``): greedy sets them to None / 1.0, sampling to the configured values.
+        """
+        if not self.do_sample:
+            return dict(max_new_tokens=self.max_new_tokens, do_sample=False, temperature=None, top_p=None,
+                        top_k=None, min_p=None, repetition_penalty=1.0)
+        return dict(max_new_tokens=self.max_new_tokens, do_sample=True, temperature=self.temperature,
+                    top_p=self.top_p, top_k=self.top_k or None, min_p=None,
+                    repetition_penalty=self.repetition_penalty)
+
+
+def _rows_share_prompts(input_ids: torch.Tensor, video_index: torch.Tensor) -> bool:
+    """True when all rows that use the same clip have the same prompt token ids (then a prefill can be shared)."""
+    first = {}
+    for row, clip in enumerate(video_index.tolist()):
+        if clip in first and not torch.equal(input_ids[row], input_ids[first[clip]]):
+            return False
+        first.setdefault(clip, row)
+    return True
+
+
+@torch.no_grad()
+def generate(model, inputs: dict, params: SamplingParams, pad_token_id: int | None = None) -> torch.LongTensor:
+    """Decode one completion per prompt row.
+
+    Args:
+        model: an unwrapped Qwen-VL generation model (inside TRL's ``unwrap_model_for_generation`` during training).
+        inputs: prompt tensors (:data:`MODEL_INPUT_KEYS`), left-padded, B rows; optionally ``video_index`` (B,), in
+            which case ``pixel_values_videos`` holds only the distinct clips (see the module docstring).
+        params: decoding settings.
+        pad_token_id: passed to ``generate`` when given (else the model's generation config decides).
+
+    Returns:
+        (B, C) completion token ids, C ≤ ``params.max_new_tokens``; rows that stop early are padded (their mask comes
+        from :func:`completion_mask`).
+    """
+    kwargs = {k: inputs[k] for k in MODEL_INPUT_KEYS if k in inputs}
+    prompt_length = kwargs["input_ids"].shape[1]
+    decoding = params.generate_kwargs()
+    if pad_token_id is not None:
+        decoding["pad_token_id"] = pad_token_id
+    video_index = inputs.get(VIDEO_INDEX)
+    if video_index is None:
+        out = model.generate(**kwargs, use_cache=True, **decoding)
+    else:
+        video_index = torch.as_tensor(video_index, dtype=torch.long, device=kwargs["input_ids"].device)
+        out = generate_shared(model, kwargs, video_index,
+                              prefill_once=_rows_share_prompts(kwargs["input_ids"], video_index), **decoding)
+    return out[:, prompt_length:]
+
+
+def generate_answers(model, processor, queries: list[str], videos: list, template: str,
+                     params: SamplingParams) -> list[str]:
+    """Decoded completions for (query, clip) rows: what ``eval`` and ``infer`` call.
+
+    Rows that pass the same :class:`~grounding_rl.data.video.SampledVideo` object share one vision encoding
+    (several queries about one clip); the text of every row is its own prompt.
+
+    Args:
+        model: a Qwen-VL model in eval mode.
+        processor: its processor.
+        queries: B sentences.
+        videos: B sampled clips, same order.
+        template: prompt template name.
+        params: decoding settings (``SamplingParams.greedy(n)`` for evaluation).
+
+    Returns:
+        B strings, special tokens removed.
+    """
+    if not queries:
+        return []
+    inputs = build_inputs(processor, queries, videos, template, share_videos=True).to(model.device)
+    tokenizer = processor.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if int(inputs[VIDEO_INDEX].max()) + 1 == len(queries):  # every clip distinct: nothing to share
+        inputs.pop(VIDEO_INDEX)
+    new_tokens = generate(model, dict(inputs), params, pad_token_id=pad)
+    return processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 class RolloutEngine(Protocol):
-    """Anything that turns prompt tensors into sampled completion ids."""
+    """Anything that turns prompt tensors into sampled completion ids (see :func:`generate` for the arguments)."""
 
     def generate(self, model, inputs: dict, params: SamplingParams) -> torch.LongTensor:
-        """Sample one completion per prompt row.
-
-        Args:
-            model: the (possibly wrapped) policy.
-            inputs: prompt tensors (:data:`MODEL_INPUT_KEYS`), left-padded, B rows; optionally ``video_index`` (B,),
-                in which case ``pixel_values_videos`` holds only the distinct clips (see the module docstring).
-            params: sampling settings.
-
-        Returns:
-            (B, C) completion token ids, C ≤ ``params.max_new_tokens``; rows that stop early are padded (their
-            mask comes from :func:`completion_mask`).
-        """
         ...
 
 
 class HFGenerateEngine:
-    """Sampling with ``model.generate`` (transformers), unwrapping DDP/DeepSpeed with TRL's
+    """Sampling with ``model.generate`` (transformers) through :func:`generate`, unwrapping DDP/DeepSpeed with TRL's
     ``unwrap_model_for_generation`` (which gathers ZeRO-3 parameters when ``gather_deepspeed3_params``, and turns
-    gradient checkpointing off for the duration). Shared-video inputs (``video_index``) go to
-    :func:`grounding_rl.rollout.grouped.generate_shared`: one vision encoding and one prompt prefill per distinct clip.
+    gradient checkpointing off for the duration).
 
     Args:
         accelerator: the trainer's ``accelerate.Accelerator``.
@@ -83,32 +156,13 @@ class HFGenerateEngine:
     def generate(self, model, inputs: dict, params: SamplingParams) -> torch.LongTensor:
         from trl.models import unwrap_model_for_generation
 
-        kwargs = {k: inputs[k] for k in MODEL_INPUT_KEYS if k in inputs}
-        video_index = inputs.get("video_index")
-        prompt_length = kwargs["input_ids"].shape[1]
-        sampling = dict(
-            do_sample=True,
-            max_new_tokens=params.max_new_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k or None,
-            repetition_penalty=params.repetition_penalty,
-            min_p=None,
-        )
-        with (
-            unwrap_model_for_generation(
-                model,
-                self.accelerator,
-                gather_deepspeed3_params=self.gather_deepspeed3_params,
-                gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs,
-            ) as unwrapped,
-            torch.no_grad(),
-        ):
-            if video_index is None:
-                out = unwrapped.generate(**kwargs, **sampling)
-            else:
-                out = generate_shared(unwrapped, kwargs, video_index, **sampling)
-        return out[:, prompt_length:]
+        with unwrap_model_for_generation(
+            model,
+            self.accelerator,
+            gather_deepspeed3_params=self.gather_deepspeed3_params,
+            gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs,
+        ) as unwrapped:
+            return generate(unwrapped, inputs, params)
 
 
 def completion_mask(completion_ids: torch.LongTensor, eos_token_ids) -> tuple[torch.Tensor, torch.Tensor]:

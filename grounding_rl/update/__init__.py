@@ -1,1 +1,1 @@
-"""Update: GRPO configuration, loss math and the video GRPO trainer."""
+"""Update: GRPO configuration, loss math, batches and log-probs, the video GRPO trainer, SFT, and what checkpoints hold."""

@@ -6,19 +6,19 @@ A batch is a flat dict. Row-aligned entries (first dimension B): ``prompt_ids``,
 exception is ``pixel_values_videos`` (Σ_i t_i·h_i·w_i, 1176): row i owns ``prod(video_grid_thw[i])`` consecutive
 patch rows. Scalars (``num_items_in_batch``) are shared by all rows.
 
-Shared videos (issue 7, ``share_video_encoding``): the batch also holds ``video_index`` (B,) long — the distinct clip
+Shared videos (``share_video_encoding``): the batch also holds ``video_index`` (B,) long — the distinct clip
 each row uses — and ``pixel_values_videos`` then holds the patches of the U distinct clips only, clip u owning
 ``prod(video_grid_thw[r])`` consecutive patch rows for any row r with ``video_index[r] == u``. Every clip is used by
 at least one row; :func:`select_rows` / :func:`split_rows` keep only the clips their rows use, renumbered in order of
 first use. Generation and both forwards then run the vision tower once per distinct clip
-(:mod:`grounding_rl.rollout.grouped`).
+(:mod:`grounding_rl.rollout.shared`).
 """
 from __future__ import annotations
 
 import torch
 
-from grounding_rl.preprocessing import build_inputs
-from grounding_rl.rollout.grouped import first_rows
+from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, build_inputs
+from grounding_rl.models.vision import first_rows
 
 PIXELS = "pixel_values_videos"
 GRID = "video_grid_thw"
@@ -127,14 +127,8 @@ def split_rows(batch: dict, chunks: int) -> list[dict]:
 def generation_inputs(batch: dict) -> dict:
     """The prompt tensors under the model's argument names (for ``generate``), plus ``video_index`` for a
     shared-video batch (the rollout engine must then encode/prefill per distinct clip)."""
-    inputs = {
-        "input_ids": batch["prompt_ids"],
-        "attention_mask": batch["prompt_mask"],
-        "mm_token_type_ids": batch["mm_token_type_ids"],
-        PIXELS: batch[PIXELS],
-        GRID: batch[GRID],
-        "second_per_grid_ts": batch["second_per_grid_ts"],
-    }
+    names = {"input_ids": "prompt_ids", "attention_mask": "prompt_mask"}  # the batch's names for the prompt's
+    inputs = {key: batch[names.get(key, key)] for key in MODEL_INPUT_KEYS}
     if VIDEO_INDEX in batch:
         inputs[VIDEO_INDEX] = batch[VIDEO_INDEX]
     return inputs

@@ -1,4 +1,4 @@
-"""``GroundingGRPOConfig``: the GRPO training configuration (issue 4, point 1).
+"""``GroundingGRPOConfig``: the GRPO training configuration.
 
 A dataclass on ``transformers.TrainingArguments``. The GRPO knobs keep TRL 1.16's ``GRPOConfig`` names, defaults and
 help texts (``trl/trainer/grpo_config.py``) so a TRL config reads the same here, except ``num_generations`` (4, the
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
-from grounding_rl.preprocessing import GroundingConfig, PreprocessingArguments
+from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 
 
@@ -27,6 +27,11 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
 
     # --- TrainingArguments defaults overridden as TRL's GRPOConfig does
     learning_rate: float = field(default=1e-6, metadata={"help": "The initial learning rate for AdamW."})
+    logging_steps: float = field(
+        default=10,
+        metadata={"help": "Log every X updates steps. Should be an integer or a float in range `[0,1)`. If smaller "
+                          "than 1, will be interpreted as ratio of total training steps."},
+    )
     remove_unused_columns: bool | None = field(
         default=False,
         metadata={"help": "Kept False: the reward functions need the dataset's start/end/duration columns."},
@@ -156,6 +161,20 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
         },
     )
 
+    # --- logging (TRL names and defaults)
+    log_completions: bool = field(
+        default=False,
+        metadata={
+            "help": "Whether to log a sample of (prompt, completion) pairs every `logging_steps` steps: here the "
+            "query, the completion, each reward and the advantage, appended to `completions.jsonl` in the output "
+            "folder. If `wandb` logging is enabled, it logs it to `wandb` as a table."
+        },
+    )
+    num_completions_to_print: int | None = field(
+        default=None,
+        metadata={"help": "Number of completions to log per logging step. If `None`, all completions are logged."},
+    )
+
     # --- ours
     drop_zero_std_groups: bool = field(
         default=False,
@@ -171,12 +190,12 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
             "the reference forward (the G rows of a clip share its features through `mm_encoder_outputs`; their "
             "gradients flow into the one encoding), and prefill each distinct prompt once in generation (KV cache "
             "gathered to the G rows). Exact: same loss, gradients and samples as False, which encodes and prefills "
-            "every row separately (issue 7)."
+            "every row separately."
         },
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],
-        metadata={"help": "Reward function names from grounding_rl.reward.rewards.REWARD_FUNCS (iou, format, tiou)."},
+        metadata={"help": "Reward functions: registered names (iou, format, tiou, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function."},
     )
 
     def __post_init__(self):

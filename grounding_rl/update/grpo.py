@@ -2,7 +2,7 @@
 
 Every function takes and returns tensors; nothing here knows about models, processes or batches of video. The formulas
 follow TRL 1.16's ``GRPOTrainer`` (``_generate_and_score_completions`` and ``_compute_loss``) so that the same config
-means the same objective, and issue 4, point 2 pins the numbers:
+means the same objective; the tests pin the worked example's numbers (../shared/DESIGN-NOTES.md):
 
 * advantage ``A_i = (r_i − mean_g) / (std_g + 1e-4)`` with ``std`` unbiased (``torch.std``), per group of G completions;
 * ratio ``ρ_t = exp(logp_t − logp_old_t)``;
@@ -51,7 +51,7 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
             ``"none"`` only subtract the group mean (Dr. GRPO).
 
     Returns:
-        :class:`Advantages`. Issue 4's seed: rewards [0.0, 1.6, 5.4, 8.8], G = 4 → [−1.0006, −0.5953, 0.3673, 1.2286].
+        :class:`Advantages`. Worked example: rewards [0.0, 1.6, 5.4, 8.8], G = 4 → [−1.0006, −0.5953, 0.3673, 1.2286].
 
     Raises:
         ValueError: N not a multiple of G, G < 2, or an unknown ``scale_rewards``.

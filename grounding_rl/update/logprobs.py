@@ -2,15 +2,15 @@
 
 Only completion positions reach the LM head (``logits_to_keep``) and log-probs come from TRL's
 ``selective_log_softmax`` (gather the chosen token's logit minus a logsumexp), never a full-vocabulary log-softmax
-over the prompt (issue 7, point 3). For a shared-video batch (``video_index``) the vision tower runs once per
-distinct clip and every row gets its clip's features through ``mm_encoder_outputs`` (issue 7, point 1).
+over the prompt. For a shared-video batch (``video_index``) the vision tower runs once per
+distinct clip and every row gets its clip's features through ``mm_encoder_outputs``.
 """
 from __future__ import annotations
 
 import torch
 from trl.trainer.utils import selective_log_softmax
 
-from grounding_rl.rollout.grouped import encode_videos
+from grounding_rl.models.vision import encode_videos
 from grounding_rl.update.batching import PIXELS, VIDEO_INDEX, clip_grid, forward_inputs
 
 

@@ -1,4 +1,4 @@
-"""``GroundingGRPOTrainer``: GRPO for video temporal grounding on ``transformers.Trainer`` (issue 4, point 3).
+"""``GroundingGRPOTrainer``: GRPO for video temporal grounding on ``transformers.Trainer``.
 
 Why not TRL's ``GRPOTrainer``: in TRL 1.16 it generates with the video but computes the loss without it. This trainer
 keeps TRL's structure, names and public helpers (``RepeatSampler``, ``unwrap_model_for_generation``,
@@ -12,7 +12,7 @@ rewards (gathered across processes so groups split between ranks are normalised 
 reused ``num_iterations`` times. The very same ``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts`` and
 ``mm_token_type_ids`` go to generation, the policy forward and the reference forward. With
 ``share_video_encoding`` (default) the batch keeps each distinct clip's patches once with a ``video_index``, so each
-of the three runs the vision tower once per distinct clip and generation prefills each distinct prompt once (issue 7).
+of the three runs the vision tower once per distinct clip and generation prefills each distinct prompt once.
 """
 from __future__ import annotations
 
@@ -22,31 +22,26 @@ from collections import defaultdict
 import torch
 from accelerate.utils import gather_object, is_peft_model, set_seed
 from transformers import Trainer
-from trl.trainer.utils import RepeatSampler, nanstd
+from trl.trainer.utils import nanstd
 
+from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
 from grounding_rl.reward.parsing import parse_answer
-from grounding_rl.reward.rewards import REWARD_FUNCS, get_reward_funcs
+from grounding_rl.reward.rewards import get_reward_funcs, reward_name, weighted_rewards
 from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.config import GroundingGRPOConfig
-from grounding_rl.update.data import GroundingDataset, VideoCollator
 from grounding_rl.update.logprobs import completion_logps
+from grounding_rl.update.saving import GroundingSaveMixin
 
 logger = logging.getLogger(__name__)
 
 
-def _reward_name(func) -> str:
-    for name, registered in REWARD_FUNCS.items():
-        if func is registered:
-            return name
-    return getattr(func, "__name__", type(func).__name__)
-
-
-class GroundingGRPOTrainer(Trainer):
+class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
     """GRPO trainer for Qwen2.5-VL on (video, query, start, end) samples.
 
     Args:
-        model: the policy (a loaded model; see :mod:`grounding_rl.models.loading`).
+        model: the policy (a loaded model, PEFT-wrapped for LoRA: :func:`grounding_rl.cli.common.load_training_model`;
+            with a PEFT model the reference is the adapter-free base).
         args: :class:`GroundingGRPOConfig`.
         train_dataset: :class:`GroundingDataset`.
         processing_class: the Qwen2.5-VL processor.
@@ -54,7 +49,6 @@ class GroundingGRPOTrainer(Trainer):
             ``args.reward_funcs``.
         ref_model: the reference model when β > 0 and the policy is not a PEFT model (see :meth:`_build_ref_model`);
             None loads it from the policy's path.
-        peft_config: a ``peft.LoraConfig`` to wrap the policy with (the reference is then the adapter-free base).
         rollout_engine: a :class:`RolloutEngine`; None = :class:`HFGenerateEngine`.
         frame_cache: optional frame cache passed to :func:`grounding_rl.data.video.sample_frames`.
         callbacks: extra ``TrainerCallback`` objects.
@@ -63,22 +57,18 @@ class GroundingGRPOTrainer(Trainer):
     loss_is_scaled_for_ga = True  # compute_loss scales for gradient accumulation itself, as TRL's GRPOTrainer
 
     def __init__(self, model, args: GroundingGRPOConfig, train_dataset: GroundingDataset, processing_class,
-                 reward_funcs=None, ref_model=None, peft_config=None, rollout_engine=None, frame_cache=None,
-                 callbacks=None):
-        if peft_config is not None:
-            from peft import get_peft_model
-
-            model = get_peft_model(model, peft_config)
+                 reward_funcs=None, ref_model=None, rollout_engine=None, frame_cache=None, callbacks=None):
         if args.disable_dropout:
             from trl.trainer.utils import disable_dropout_in_model
 
             disable_dropout_in_model(model)
-        funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
-        funcs = [get_reward_funcs([f])[0] if isinstance(f, str) else f for f in funcs]
+        specs = list(reward_funcs if reward_funcs is not None else args.reward_funcs)
+        funcs = [get_reward_funcs([f])[0] if isinstance(f, str) else f for f in specs]
         weights = args.reward_weights or [1.0] * len(funcs)
         if len(weights) != len(funcs):
             raise ValueError(f"{len(weights)} reward_weights for {len(funcs)} reward functions")
-        self.reward_funcs, self.reward_func_names = funcs, [_reward_name(f) for f in funcs]
+        self.reward_funcs = funcs
+        self.reward_func_names = [reward_name(f, s if isinstance(s, str) else None) for f, s in zip(funcs, specs)]
         self.reward_weights = torch.tensor(weights, dtype=torch.float32)
         self.num_generations = args.num_generations
         self.sampling = SamplingParams(args.max_completion_length, args.temperature, args.top_p, args.top_k,
@@ -101,6 +91,7 @@ class GroundingGRPOTrainer(Trainer):
         self._step = 0
         self._buffered_inputs = None
         self._skipped_total = 0
+        self._completions = None  # the last generation batch, for log_completions
 
     # ------------------------------------------------------------------------------------------------ models
     def _build_ref_model(self, ref_model):
@@ -137,8 +128,9 @@ class GroundingGRPOTrainer(Trainer):
 
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler: each clip G times in a row, the same order on every rank (seeded), the generation batch
-        repeated ``num_iterations × steps_per_generation`` times so buffered generations line up with the data."""
-        return RepeatSampler(
+        repeated ``num_iterations × steps_per_generation`` times so buffered generations line up with the data; each
+        epoch's order is the same when resumed (:func:`grounding_rl.data.dataset.resumable_repeat_sampler`)."""
+        return resumable_repeat_sampler(
             data_source=dataset if dataset is not None else self.train_dataset,
             mini_repeat_count=self.num_generations,
             batch_size=self.args.generation_batch_size // self.num_generations,
@@ -198,8 +190,7 @@ class GroundingGRPOTrainer(Trainer):
 
         # rewards are gathered so that a group split across ranks is normalised as one
         rewards_per_func = self.accelerator.gather(self._score(items, texts).to(device))
-        weighted = (rewards_per_func * self.reward_weights.to(device)).nansum(dim=1)
-        weighted[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
+        weighted = weighted_rewards(rewards_per_func, self.reward_weights)
         adv = grpo.group_advantages(weighted, self.num_generations, args.scale_rewards)
         local = slice(self.accelerator.process_index * len(items), (self.accelerator.process_index + 1) * len(items))
         if args.drop_zero_std_groups:
@@ -214,6 +205,11 @@ class GroundingGRPOTrainer(Trainer):
             batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
 
         self._log_rollout(items, texts, rewards_per_func, weighted, adv, lengths, truncated)
+        if args.log_completions:
+            self._completions = {"query": gather_object([it["query"] for it in items]),
+                                 "qid": gather_object([it["qid"] for it in items]),
+                                 "completion": gather_object(texts),
+                                 "rewards": rewards_per_func.cpu(), "advantage": adv.advantages.cpu()}
         return batch
 
     def _micro_batched(self, fn, batch):
@@ -279,6 +275,12 @@ class GroundingGRPOTrainer(Trainer):
         self._metrics["ratio/mean"].append(global_mean(out.ratio))
         return loss
 
+    def grounding_config(self):
+        """The config's settings, with the reward functions this trainer actually scores with (by logged name)."""
+        import dataclasses
+
+        return dataclasses.replace(self.args.grounding_config(), reward_funcs=list(self.reward_func_names))
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add the averaged GRPO metrics (TRL's names) to Trainer's logs, then reset them."""
         metrics = {key: sum(v) / len(v) for key, v in self._metrics.items() if v}
@@ -288,11 +290,32 @@ class GroundingGRPOTrainer(Trainer):
             metrics["data/skipped_samples"] = self._metrics["data/skipped_samples"][-1]  # a running count
         self._metrics.clear()
         super().log({**logs, **metrics}, start_time)
+        if self.args.log_completions and self.accelerator.is_main_process and self._completions is not None:
+            self._write_completions()
 
-    # ------------------------------------------------------------------------------------------------ saving
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        """Trainer's save (also used for every checkpoint) plus ``grounding_config.json``: the prompt template,
-        video settings and rewards that evaluation and inference must reuse."""
-        super().save_model(output_dir, _internal_call)
-        if self.args.should_save:
-            self.args.grounding_config().save(output_dir or self.args.output_dir)
+    def _write_completions(self) -> None:
+        """TRL's ``log_completions``: the last generation batch's queries, completions, rewards and advantages, as
+        JSON lines in ``output_dir/completions.jsonl`` (and a ``wandb`` table when that run is active)."""
+        import json
+        from pathlib import Path
+
+        logged, limit = self._completions, self.args.num_completions_to_print
+        rows = []
+        for i, completion in enumerate(logged["completion"][:limit]):
+            rewards = {name: None if torch.isnan(logged["rewards"][i, j]) else float(logged["rewards"][i, j])
+                       for j, name in enumerate(self.reward_func_names)}
+            rows.append({"step": self.state.global_step, "qid": logged["qid"][i], "query": logged["query"][i],
+                         "completion": completion, "rewards": rewards, "advantage": float(logged["advantage"][i])})
+        path = Path(self.args.output_dir) / "completions.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        if "wandb" in (self.args.report_to or []):
+            import wandb
+
+            if wandb.run is not None:
+                columns = ["step", "qid", "query", "completion", *self.reward_func_names, "advantage"]
+                data = [[r["step"], r["qid"], r["query"], r["completion"], *r["rewards"].values(), r["advantage"]]
+                        for r in rows]
+                wandb.log({"completions": wandb.Table(columns=columns, data=data)})
+        self._completions = None

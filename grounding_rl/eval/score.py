@@ -1,4 +1,4 @@
-"""``grounding-rl score``: metrics of a predictions file against canonical annotations (issue 3, point 5).
+"""``grounding-rl score``: metrics of a predictions file against canonical annotations.
 
     grounding-rl score --predictions PRED.jsonl --annotations GT.jsonl [--out metrics.json]
 

@@ -1,7 +1,8 @@
 """Prompt templates: the think/answer instruction around the query, as a chat conversation with the video.
 
 A checkpoint must be evaluated with the prompt it was trained with, so the template is a named choice saved in every
-checkpoint's ``grounding_config.json`` (see :mod:`grounding_rl.preprocessing`).
+checkpoint's ``grounding_config.json`` (see :mod:`grounding_rl.prompts.preprocessing`). :func:`answer_text` writes a
+ground-truth interval in the answer format the templates ask for (the SFT target).
 """
 from __future__ import annotations
 
@@ -24,6 +25,18 @@ DEFAULT = (
 )
 
 TEMPLATES: dict[str, str] = {"default": DEFAULT, "timezero": TIMEZERO}
+
+# The think text of SFT targets: short and generic (the localisation is learned from the video, not the reasoning).
+DEFAULT_THINK = "The event is visible in the video, so I find when it starts and ends."
+
+
+def answer_text(start: float, end: float, think: str = DEFAULT_THINK) -> str:
+    """A completion in the templates' answer format for an interval in seconds (two decimals).
+
+    >>> answer_text(3.5, 9.0, "x")
+    '<think>x</think><answer>3.50 to 9.00</answer>'
+    """
+    return f"<think>{think}</think><answer>{start:.2f} to {end:.2f}</answer>"
 
 
 def instruction(query: str, template: str = "default") -> str:

@@ -1,13 +1,12 @@
-"""Work done once per clip instead of once per completion (issue 7, points 1-2).
+"""Generation that encodes, and prefills, each distinct clip once instead of once per row.
 
 GRPO scores G completions of the same (video, query) prompt. Done naively, every one of the G rows re-encodes the
 video in the vision tower and re-prefills the long video prompt. Here a batch keeps the patches of its U *distinct*
 clips and a ``video_index`` (B,) telling which distinct clip each of its B rows uses (any mapping: a clip may have G
 rows, fewer — when a group is split across ranks — or a different count than its neighbours):
 
-* :func:`encode_videos` runs the vision tower once on the U clips and hands each row its clip's features through
-  transformers' ``mm_encoder_outputs`` (Qwen2.5-VL ``forward`` and ``generate`` accept it); the gradients of all rows
-  of a clip flow into its one encoding.
+* :func:`grounding_rl.models.vision.encode_videos` runs the vision tower once on the U clips and hands each row its
+  clip's features through transformers' ``mm_encoder_outputs``;
 * :func:`generate_shared` prefills each distinct prompt once (vision tower included), gathers the KV cache and the
   3D-RoPE offsets to the B rows (``DynamicCache.batch_select_indices`` with repeated indices), then samples with HF
   ``generate`` continuing from that cache.
@@ -19,69 +18,10 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
-from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-TEXT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
-PER_ROW_KEYS = ("video_grid_thw", "second_per_grid_ts")
-
-
-def unwrap(model):
-    """The module inside DDP / DeepSpeed engine wrappers (accelerate's ``extract_model_from_parallel``); a PEFT model
-    is kept as it is (its attribute access reaches the base model, and disabling its adapter still applies)."""
-    from accelerate.utils import extract_model_from_parallel
-
-    return extract_model_from_parallel(model, keep_fp32_wrapper=True, keep_torch_compile=True)
-
-
-def _core(model):
-    """The ``Qwen2_5_VLModel`` (holder of ``rope_deltas``) inside a possibly wrapped Qwen2.5-VL model."""
-    model = unwrap(model)
-    for attr in ("base_model", "model"):
-        while hasattr(model, attr) and not hasattr(model, "get_rope_index"):
-            model = getattr(model, attr)
-    if not hasattr(model, "get_rope_index"):
-        raise AttributeError(f"{type(model).__name__} has no Qwen2.5-VL core model with get_rope_index")
-    return model
-
-
-def first_rows(video_index: torch.Tensor) -> list[int]:
-    """For each distinct clip u = 0..U-1, the first row that uses it.
-
-    Args:
-        video_index: (B,) clip index of each row; every clip 0..U-1 must be used by at least one row.
-
-    Raises:
-        ValueError: some clip in 0..max is used by no row (its patches would be orphaned).
-    """
-    index = video_index.tolist()
-    num_clips = max(index) + 1 if index else 0
-    first = {}
-    for row, clip in enumerate(index):
-        first.setdefault(clip, row)
-    missing = [u for u in range(num_clips) if u not in first]
-    if missing:
-        raise ValueError(f"video_index {index} leaves distinct clips {missing} without a row")
-    return [first[u] for u in range(num_clips)]
-
-
-def encode_videos(model, pixel_values_videos: torch.Tensor, video_grid_thw: torch.Tensor, rows) -> dict:
-    """Encode each distinct clip once and give every row its clip's features.
-
-    Args:
-        model: a Qwen2.5-VL model, possibly DDP/DeepSpeed/PEFT-wrapped (its ``get_video_features`` is called; with a
-            PEFT model whose adapter is disabled, the adapter-free encoder runs).
-        pixel_values_videos: patches of the U distinct clips, concatenated (Σ_u t_u·h_u·w_u, 1176).
-        video_grid_thw: (U, 3) grid of each distinct clip.
-        rows: (B,) tensor or list: for each model row, the index (0..U-1) of its clip; repeats and any order allowed.
-
-    Returns:
-        ``mm_encoder_outputs`` for the model call: ``{"video": BaseModelOutputWithPooling(pooler_output=tuple of B
-        tensors (tokens_u, hidden))}``; pass it instead of ``pixel_values_videos`` and keep ``video_grid_thw``,
-        ``second_per_grid_ts`` and ``mm_token_type_ids`` per row (they give the 3D position ids).
-    """
-    features = unwrap(model).get_video_features(pixel_values_videos, video_grid_thw, return_dict=True).pooler_output
-    rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
-    return {"video": BaseModelOutputWithPooling(pooler_output=tuple(features[u] for u in rows))}
+from grounding_rl.models.vision import core_model, encode_videos, first_rows, unwrap
+from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS as PER_ROW_KEYS
+from grounding_rl.prompts.preprocessing import TEXT_KEYS
 
 
 @torch.no_grad()
@@ -112,7 +52,7 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
     if not prefill_once:
         encoded = encode_videos(model, pixels, clip_grid, video_index)
         return model.generate(**per_row, mm_encoder_outputs=encoded, **generate_kwargs)
-    core = _core(model)
+    core = core_model(model)
     first_t = torch.as_tensor(first, device=video_index.device)
     head = {k: per_row[k][first_t, :-1] for k in TEXT_KEYS}
     out = model(
@@ -149,25 +89,3 @@ def _continuation_deltas(core, prompts: dict) -> torch.Tensor:
     )
     text_last = prompts["attention_mask"].long().sum(dim=-1) - 1  # generate's text position: cumsum(mask) − 1
     return (positions[0, :, -1] - text_last).unsqueeze(1)
-
-
-@torch.no_grad()
-def generate_grouped(model, inputs: dict, num_generations: int, prefill_once: bool = True, **generate_kwargs):
-    """Sample ``num_generations`` completions for each of U distinct prompts (whole groups on one process).
-
-    Args:
-        model: the unwrapped generation model.
-        inputs: processor outputs for the U distinct (video, query) prompts (``build_inputs``), left-padded.
-        num_generations: G.
-        prefill_once: see :func:`generate_shared`.
-        generate_kwargs: sampling settings for ``generate``.
-
-    Returns:
-        (U·G, L + new) token ids, rows ordered clip 0 × G, clip 1 × G, … (the order of ``repeat_interleave``).
-    """
-    num_clips = inputs["input_ids"].shape[0]
-    video_index = torch.arange(num_clips, device=inputs["input_ids"].device).repeat_interleave(num_generations)
-    expanded = {k: torch.as_tensor(inputs[k], device=video_index.device)[video_index]
-                for k in TEXT_KEYS + PER_ROW_KEYS}
-    expanded["pixel_values_videos"] = inputs["pixel_values_videos"]
-    return generate_shared(model, expanded, video_index, prefill_once=prefill_once, **generate_kwargs)

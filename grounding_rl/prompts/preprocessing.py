@@ -12,9 +12,16 @@ from pathlib import Path
 from transformers.video_utils import VideoMetadata
 
 from grounding_rl.data.video import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, SampledVideo, VideoSettings
-from grounding_rl.rollout.prompts import TEMPLATES, render_prompt
+from grounding_rl.prompts.templates import TEMPLATES, render_prompt
 
 CONFIG_NAME = "grounding_config.json"
+
+# The model inputs that build_inputs makes, defined once: generation, the policy and the reference forwards, and SFT
+# all pass exactly these (without mm_token_type_ids Qwen2.5-VL's 3D RoPE falls back to 1D).
+TEXT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+PER_ROW_VIDEO_KEYS = ("video_grid_thw", "second_per_grid_ts")
+VIDEO_KEYS = ("pixel_values_videos",) + PER_ROW_VIDEO_KEYS
+MODEL_INPUT_KEYS = TEXT_KEYS + VIDEO_KEYS
 
 
 @dataclass
@@ -22,7 +29,7 @@ class GroundingConfig:
     """What a checkpoint was trained with, saved as ``grounding_config.json``.
 
     Attributes:
-        prompt_template: name in :data:`grounding_rl.rollout.prompts.TEMPLATES`.
+        prompt_template: name in :data:`grounding_rl.prompts.templates.TEMPLATES`.
         video: frame sampling settings (fps, frame bounds, pixel budget).
         reward_funcs: reward names used in training (informational for eval).
         reward_weights: their weights (None = all 1.0).
@@ -130,33 +137,69 @@ def video_metadata(video: SampledVideo) -> VideoMetadata:
     )
 
 
-def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str = "default", **extra):
+def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str = "default",
+                 share_videos: bool = False, **extra):
     """Processor inputs for a batch of (query, clip) pairs, left-padded for generation.
 
+    The processor is not modified (its tokenizer keeps the padding side it was loaded with, so a checkpoint saves it
+    as it came); left padding is asked for in this call only.
+
     Args:
-        processor: a Qwen2.5-VL ``AutoProcessor`` (its tokenizer's padding side is set to left here).
+        processor: a Qwen2.5-VL ``AutoProcessor``.
         queries: one sentence per row.
         videos: one :class:`SampledVideo` per row (frames already resized to multiples of 28; no second resize).
         template: prompt template name.
-        extra: passed to the processor (e.g. ``text=`` is not allowed; use it for ``return_tensors`` overrides).
+        share_videos: rows passing the same :class:`SampledVideo` object share its patches: ``pixel_values_videos``
+            then holds each distinct clip once, in order of first use, and ``video_index`` (B,) names each row's clip
+            (see :mod:`grounding_rl.models.vision`).
+        extra: passed to the processor (e.g. ``return_tensors`` overrides).
 
     Returns:
         ``BatchFeature`` with ``input_ids`` and ``attention_mask`` (B, L), ``pixel_values_videos``
         (Σ patches, 1176), ``video_grid_thw`` (B, 3), ``second_per_grid_ts`` (B,), ``mm_token_type_ids`` (B, L)
-        — pass all of them to the model (without ``mm_token_type_ids`` 3D RoPE falls back to 1D).
+        — pass all of them to the model (:data:`MODEL_INPUT_KEYS`) — plus ``video_index`` when ``share_videos``.
+
+    Raises:
+        ValueError: ``queries`` and ``videos`` differ in length.
     """
+    import torch
+
     if len(queries) != len(videos):
         raise ValueError(f"{len(queries)} queries but {len(videos)} videos")
-    processor.tokenizer.padding_side = "left"
     texts = [render_prompt(processor, q, template) for q in queries]
-    return processor(
-        text=texts,
-        videos=[v.frames for v in videos],
-        video_metadata=[video_metadata(v) for v in videos],
-        do_sample_frames=False,
-        do_resize=False,  # frames are already at qwen-vl-utils' sizes; a second resize would change the budget
-        cap_pixels_per_frame=False,  # the cap is ours (VideoSettings.total_pixels), applied when sampling
-        padding=True,
-        return_tensors="pt",
-        **extra,
-    )
+    # a fast tokenizer keeps the padding it was last called with in its Rust backend, and save_pretrained writes it
+    # into tokenizer.json: restore it, so the checkpoint's tokenizer pads as it did when it was loaded
+    backend = getattr(processor.tokenizer, "backend_tokenizer", None)
+    padding_before = backend.padding if backend is not None else None
+    try:
+        features = processor(
+            text=texts,
+            videos=[v.frames for v in videos],
+            video_metadata=[video_metadata(v) for v in videos],
+            do_sample_frames=False,
+            do_resize=False,  # frames are already at qwen-vl-utils' sizes; a second resize would change the budget
+            cap_pixels_per_frame=False,  # the cap is ours (VideoSettings.total_pixels), applied when sampling
+            padding=True,
+            padding_side="left",
+            return_tensors="pt",
+            **extra,
+        )
+    finally:
+        if backend is not None and backend.padding != padding_before:
+            if padding_before is None:
+                backend.no_padding()
+            else:
+                backend.enable_padding(**{k: v for k, v in padding_before.items() if k != "length"},
+                                       length=padding_before.get("length"))
+    if share_videos:
+        clip_of = {}
+        index = [clip_of.setdefault(id(v), len(clip_of)) for v in videos]
+        first = sorted({clip: row for row, clip in reversed(list(enumerate(index)))}.items())
+        sizes = features["video_grid_thw"].prod(dim=-1).tolist()
+        offsets = [0]
+        for size in sizes:
+            offsets.append(offsets[-1] + int(size))
+        pixels = features["pixel_values_videos"]
+        features["pixel_values_videos"] = torch.cat([pixels[offsets[row]:offsets[row + 1]] for _, row in first])
+        features["video_index"] = torch.tensor(index, dtype=torch.long)
+    return features

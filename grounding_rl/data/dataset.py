@@ -1,4 +1,4 @@
-"""The GRPO training data: canonical samples → per-item dicts, and a collator that loads the clips (issue 4, point 8).
+"""The GRPO training data: canonical samples → per-item dicts, and a collator that loads the clips.
 
 Items are light (paths and numbers); frames are decoded in the collator, so DataLoader workers can decode in
 parallel. A clip that fails to load never kills or desynchronises a run: the item is replaced by another *sample*
@@ -131,3 +131,29 @@ class VideoCollator:
             out.append(dict(loaded[index]))
         self._last_key, self._last = key, out
         return [dict(item) for item in out]
+
+
+def resumable_repeat_sampler(data_source, mini_repeat_count: int, batch_size: int, repeat_count: int,
+                             shuffle: bool, seed: int):
+    """TRL's ``RepeatSampler`` whose order in epoch e is the same in a fresh run and in a run resumed at epoch e.
+
+    ``RepeatSampler`` draws each epoch's permutation from one generator seeded at construction, so a run resumed in a
+    later epoch (``transformers.Trainer`` builds a new sampler and does not replay earlier epochs) would draw the first
+    epoch's order again. Here ``set_epoch(e)`` (called by the Trainer at the start of every epoch) reseeds the
+    generator and replays the e earlier permutations: an uninterrupted run keeps exactly TRL's order.
+
+    Arguments as ``trl.trainer.utils.RepeatSampler``.
+    """
+    import torch
+    from trl.trainer.utils import RepeatSampler
+
+    class ResumableRepeatSampler(RepeatSampler):
+        def set_epoch(self, epoch: int) -> None:
+            if not self.shuffle:
+                return
+            self.generator = torch.Generator().manual_seed(self.seed)
+            for _ in range(epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+
+    return ResumableRepeatSampler(data_source=data_source, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
+                                  repeat_count=repeat_count, shuffle=shuffle, seed=seed)

@@ -1,6 +1,8 @@
-"""The ``grounding-rl`` command. Each subcommand lives in its own module exposing ``main(argv) -> int``.
+"""The ``grounding-rl`` command: the entry layer on top of the stages. Each subcommand lives in a module exposing
+``main(argv) -> int``; ``train`` and ``sft`` share :mod:`grounding_rl.cli.common`.
 
-Modules are imported only when their subcommand runs, so ``grounding-rl --help`` is instant.
+Modules are imported only when their subcommand runs, so ``grounding-rl --help`` is instant. A
+:class:`grounding_rl.errors.UserError` raised by any subcommand is printed as one line on stderr with exit status 2.
 """
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import sys
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("grounding_rl.data.prepare", "convert benchmark annotations to canonical JSONL"),
-    "score": ("grounding_rl.reward.score", "score predictions against annotations (R1@m, mIoU)"),
-    "train": ("grounding_rl.update.train", "GRPO training (TrlParser: --config X.yaml plus overrides)"),
-    "sft": ("grounding_rl.update.sft", "supervised warm start on the answer format"),
+    "score": ("grounding_rl.eval.score", "score predictions against annotations (R1@m, mIoU)"),
+    "train": ("grounding_rl.cli.train", "GRPO training (--config X.yaml plus --key value overrides)"),
+    "sft": ("grounding_rl.cli.sft", "supervised warm start on the answer format (--config X.yaml ...)"),
+    "merge-lora": ("grounding_rl.cli.merge_lora", "merge a LoRA checkpoint into full weights"),
     "eval": ("grounding_rl.eval.evaluate", "evaluate a checkpoint on a canonical JSONL"),
     "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
     "baseline": ("grounding_rl.eval.baseline", "predict the training set's mean normalized interval (a prior)"),
@@ -43,9 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"grounding-rl: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    from grounding_rl.errors import UserError
 
+    try:
+        module = importlib.import_module(SUBCOMMANDS[name][0])
+        return int(module.main(rest) or 0)
+    except UserError as err:
+        print(f"grounding-rl {name}: error: {err}", file=sys.stderr)
+        return 2
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The entry layer that ``grounding-rl train`` (GRPO) and ``grounding-rl sft`` share, so they read top to bottom alike:
+parse (:func:`parse_training_args`) → data (:func:`load_dataset`) → model (:func:`load_training_model`) → trainer →
+resume (:func:`resolve_resume`) → train → save (:func:`finish_training`).
+
+The YAML and the command line are parsed together by ``trl.TrlParser`` into three dataclasses: the script arguments
+below (what to train on), the stage's training config (:class:`grounding_rl.update.config.GroundingGRPOConfig` or
+:class:`grounding_rl.update.sft.GroundingSFTConfig`) and TRL's ``ModelConfig`` (model path, dtype, LoRA). Unknown keys
+are an error. Multi-process runs go through ``accelerate launch`` or ``torchrun``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grounding_rl.errors import UserError
+from grounding_rl.paths import resolve_config_path
+
+logger = logging.getLogger("grounding_rl.cli")
+
+
+@dataclass
+class GroundingScriptArguments:
+    """What to train on; the same for GRPO and SFT.
+
+    Attributes:
+        train_file: canonical JSONL (``grounding-rl prepare`` output); relative video paths resolve against
+            ``video_root`` or the file's folder.
+        video_root: folder holding the videos, or None.
+        max_train_samples: use only the first N samples (smoke runs), None = all.
+        freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
+        frame_cache_dir, frame_cache_gb: optional :class:`grounding_rl.data.cache.FrameCache` for decoded clips.
+        tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
+            (:func:`grounding_rl.models.tiny.ensure_from_config`).
+    """
+
+    train_file: str = field(default=None, metadata={"help": "Canonical JSONL of training samples (required)."})
+    video_root: str | None = field(default=None, metadata={"help": "Folder of the videos (relative paths)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N samples only."})
+    freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
+    frame_cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Folder of an on-disk frame cache (decode each clip once across epochs); None = off."},
+    )
+    frame_cache_gb: float = field(default=20.0, metadata={"help": "Size bound of the frame cache in GB."})
+    tiny_model: dict | str | None = field(
+        default=None,
+        metadata={"help": "A tiny random-weight model for CPU runs: {tokenizer: DIR, hidden_size: N, ...}; "
+                          "scripts/train.sh builds it at model_name_or_path when missing (grounding-rl tiny-model)."},
+    )
+
+
+def _config_path(argv: list[str]) -> list[str]:
+    """Check and resolve the ``--config PATH`` of ``argv`` (returned as a new list).
+
+    Raises:
+        UserError: ``--config`` without a path, or a path that is not a file.
+    """
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        if arg == "--config" or arg.startswith("--config="):
+            if arg == "--config":
+                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                    raise UserError("--config needs the path of a YAML file (e.g. --config configs/demo_grpo.yaml)")
+                value, put = argv[i + 1], lambda v, i=i: argv.__setitem__(i + 1, v)
+            else:
+                value, put = arg.split("=", 1)[1], lambda v, i=i: argv.__setitem__(i, f"--config={v}")
+            resolved = resolve_config_path(value)
+            if not Path(resolved).is_file():
+                raise UserError(f"{value}: no such config file")
+            put(resolved)
+    return argv
+
+
+def parse_training_args(config_class, argv: list[str] | None, prog: str):
+    """``(script_args, training_args, model_args)`` from ``--config X.yaml`` plus ``--key value`` overrides.
+
+    Building the training config first also sets up the process group and registers a DeepSpeed config, which ZeRO-3
+    needs before any model is loaded. Paths (train file, video root, model, output folder) resolve as in
+    :func:`grounding_rl.paths.resolve_config_path`.
+
+    Args:
+        config_class: the stage's ``TrainingArguments`` subclass.
+        argv: command-line arguments (None = ``sys.argv[1:]``).
+        prog: program name for ``--help``.
+
+    Raises:
+        UserError: a missing ``--config`` path or file, no ``train_file`` or no ``model_name_or_path``.
+        ValueError: contradictory settings (from the config's own validation).
+    """
+    from trl import ModelConfig, TrlParser
+
+    argv = _config_path(sys.argv[1:] if argv is None else argv)
+    parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog)
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    if not script_args.train_file:
+        raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
+    if not model_args.model_name_or_path:
+        raise UserError("model_name_or_path is required (in the YAML or as --model_name_or_path)")
+    script_args.train_file = resolve_config_path(script_args.train_file)
+    script_args.video_root = resolve_config_path(script_args.video_root)
+    script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
+    model_args.model_name_or_path = resolve_config_path(model_args.model_name_or_path)
+    training_args.output_dir = resolve_config_path(training_args.output_dir)
+    return script_args, training_args, model_args
+
+
+def setup_logging(training_args) -> None:
+    """INFO on the main process, WARNING elsewhere."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(level=logging.INFO if training_args.process_index == 0 else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def init_deepspeed_comm(training_args) -> None:
+    """Hand an existing process group to DeepSpeed before any model loads.
+
+    With ``use_cpu`` (gloo) the process group is created by accelerate's ``PartialState`` while building the
+    TrainingArguments, but ``deepspeed.comm`` stays uninitialised, so ZeRO-3's ``zero.Init`` inside
+    ``from_pretrained`` would see a world size of 1 and reject the batch sizes. No-op without DeepSpeed.
+    """
+    if not (training_args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"):
+        return
+    import deepspeed
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and not deepspeed.comm.is_initialized():
+        deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
+
+
+def load_dataset(script_args):
+    """The training :class:`grounding_rl.data.dataset.GroundingDataset` (validation policy applied, capped at
+    ``max_train_samples``)."""
+    from grounding_rl.data.dataset import GroundingDataset
+
+    dataset = GroundingDataset.from_jsonl(script_args.train_file, video_root=script_args.video_root)
+    if script_args.max_train_samples:
+        dataset = GroundingDataset(dataset.samples[: script_args.max_train_samples])
+    logger.info("%d training samples from %s", len(dataset), script_args.train_file)
+    return dataset
+
+
+def frame_cache(script_args):
+    """The optional on-disk frame cache, or None."""
+    if not script_args.frame_cache_dir:
+        return None
+    from grounding_rl.data.cache import FrameCache
+
+    return FrameCache(script_args.frame_cache_dir, int(script_args.frame_cache_gb * 1e9))
+
+
+def load_training_model(script_args, model_args):
+    """``(model, processor)`` to train: :func:`grounding_rl.models.loading.load_policy` (remote code off), the vision
+    tower frozen when asked, and — the one place that does it — wrapped with PEFT when ``use_peft``
+    (``trl.get_peft_config``)."""
+    from trl import get_peft_config
+
+    from grounding_rl.models.loading import freeze_vision_tower, load_policy, load_processor
+
+    model = load_policy(model_args.model_name_or_path, dtype=model_args.dtype,
+                        attn_implementation=model_args.attn_implementation, revision=model_args.model_revision)
+    processor = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
+    if script_args.freeze_vision_tower:
+        freeze_vision_tower(model)
+    peft_config = get_peft_config(model_args)
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft_config)
+    return model, processor
+
+
+def resolve_resume(training_args) -> str | None:
+    """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or the last ``checkpoint-N`` in
+    ``output_dir`` for ``true`` / ``last``.
+
+    Raises:
+        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, or a path that is not a folder.
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    resume = training_args.resume_from_checkpoint
+    if resume is None or (isinstance(resume, str) and resume.lower() in ("false", "none", "")):
+        return None
+    if isinstance(resume, str) and resume.lower() in ("true", "last"):
+        found = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+        if found is None:
+            raise UserError(f"resume_from_checkpoint: no checkpoint-N folder in {training_args.output_dir}")
+        return found
+    if not Path(resume).is_dir():
+        raise UserError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
+    return resume
+
+
+def finish_training(trainer, result) -> None:
+    """Save the final model into ``output_dir`` (with processor, ``grounding_config.json`` and model card, through
+    :class:`grounding_rl.update.saving.GroundingFilesCallback`), then the files open-r1 and TRL scripts leave:
+    ``train_results.json`` / ``all_results.json`` (``save_metrics``) and ``trainer_state.json`` with
+    ``log_history`` (``save_state``), also when ``save_strategy`` is ``"no"``. All ranks leave together."""
+    output_dir = trainer.args.output_dir
+    trainer.save_model(output_dir)
+    metrics = dict(result.metrics)
+    metrics["train_samples"] = len(trainer.train_dataset)
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    if trainer.is_world_process_zero():
+        logger.info("done: %s; model, grounding_config.json and README.md in %s", metrics, output_dir)
+    # leave together: a rank exiting while another still tears down its communicator can abort at interpreter exit
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()

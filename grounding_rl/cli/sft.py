@@ -1,0 +1,32 @@
+"""``grounding-rl sft --config X.yaml [--key value …]``: a supervised warm start on the answer format before GRPO.
+
+Same entry layer as ``grounding-rl train`` (:mod:`grounding_rl.cli.common`): the same script arguments, config parser,
+model loader, resume resolution and saved files; the training config is
+:class:`grounding_rl.update.sft.GroundingSFTConfig`.
+"""
+from __future__ import annotations
+
+import sys
+
+from grounding_rl.cli import common
+
+
+def main(argv: list[str] | None = None) -> int:
+    from grounding_rl.update.sft import GroundingSFTConfig, GroundingSFTTrainer, SFTCollator
+
+    script_args, args, model_args = common.parse_training_args(GroundingSFTConfig, argv, "grounding-rl sft")
+    common.setup_logging(args)
+    common.init_deepspeed_comm(args)
+    dataset = common.load_dataset(script_args)
+    model, processor = common.load_training_model(script_args, model_args)
+    collator = SFTCollator(processor, dataset, args.prompt_template, args.video_settings, args.think_text,
+                           args.max_prompt_length, frame_cache=common.frame_cache(script_args))
+    trainer = GroundingSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
+                                  processing_class=processor)
+    result = trainer.train(resume_from_checkpoint=common.resolve_resume(args))
+    common.finish_training(trainer, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""``grounding-rl train --config X.yaml [--key value …]``: GRPO training on a canonical JSONL of grounding samples.
+
+Every knob is a field of :class:`grounding_rl.update.config.GroundingGRPOConfig` (TRL's ``GRPOConfig`` names),
+:class:`grounding_rl.cli.common.GroundingScriptArguments` (data) or ``trl.ModelConfig`` (model, LoRA); the recipes in
+``configs/`` show them in use. Multi-process runs go through ``scripts/train.sh`` (``accelerate launch``) or
+``torchrun``.
+"""
+from __future__ import annotations
+
+import sys
+
+from grounding_rl.cli import common
+
+
+def main(argv: list[str] | None = None) -> int:
+    from grounding_rl.update.config import GroundingGRPOConfig
+
+    script_args, training_args, model_args = common.parse_training_args(GroundingGRPOConfig, argv,
+                                                                        "grounding-rl train")
+    common.setup_logging(training_args)
+    common.init_deepspeed_comm(training_args)
+    from grounding_rl.update.trainer import GroundingGRPOTrainer
+
+    dataset = common.load_dataset(script_args)
+    model, processor = common.load_training_model(script_args, model_args)
+    trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
+                                   frame_cache=common.frame_cache(script_args))
+    result = trainer.train(resume_from_checkpoint=common.resolve_resume(training_args))
+    common.finish_training(trainer, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The model-side helpers that generation and both loss forwards share: unwrapping a trained model, finding its core
+model, and encoding each distinct clip once.
+
+A batch that shares videos keeps the patches of its U *distinct* clips and a ``video_index`` (B,) telling which clip each
+of its B rows uses (any mapping: a clip may have G rows, fewer when a group is split across ranks, or a different count
+than its neighbours). :func:`encode_videos` runs the vision tower once on the U clips and hands each row its clip's
+features through transformers' ``mm_encoder_outputs`` (Qwen2.5-VL ``forward`` and ``generate`` accept it); the
+gradients of all rows of a clip flow into its one encoding.
+"""
+from __future__ import annotations
+
+import torch
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+
+def unwrap(model):
+    """The module inside DDP / DeepSpeed engine wrappers (accelerate's ``extract_model_from_parallel``); a PEFT model
+    is kept as it is (its attribute access reaches the base model, and disabling its adapter still applies)."""
+    from accelerate.utils import extract_model_from_parallel
+
+    return extract_model_from_parallel(model, keep_fp32_wrapper=True, keep_torch_compile=True)
+
+
+def core_model(model):
+    """The ``Qwen2_5_VLModel`` (holder of ``rope_deltas`` and ``get_rope_index``) inside a possibly wrapped model.
+
+    Raises:
+        AttributeError: no core model with ``get_rope_index`` is found.
+    """
+    model = unwrap(model)
+    for attr in ("base_model", "model"):
+        while hasattr(model, attr) and not hasattr(model, "get_rope_index"):
+            model = getattr(model, attr)
+    if not hasattr(model, "get_rope_index"):
+        raise AttributeError(f"{type(model).__name__} has no Qwen2.5-VL core model with get_rope_index")
+    return model
+
+
+def first_rows(video_index: torch.Tensor) -> list[int]:
+    """For each distinct clip u = 0..U-1, the first row that uses it.
+
+    Args:
+        video_index: (B,) clip index of each row; every clip 0..U-1 must be used by at least one row.
+
+    Raises:
+        ValueError: some clip in 0..max is used by no row (its patches would be orphaned).
+    """
+    index = video_index.tolist() if isinstance(video_index, torch.Tensor) else list(video_index)
+    num_clips = max(index) + 1 if index else 0
+    first = {}
+    for row, clip in enumerate(index):
+        first.setdefault(clip, row)
+    missing = [u for u in range(num_clips) if u not in first]
+    if missing:
+        raise ValueError(f"video_index {index} leaves distinct clips {missing} without a row")
+    return [first[u] for u in range(num_clips)]
+
+
+def encode_videos(model, pixel_values_videos: torch.Tensor, video_grid_thw: torch.Tensor, rows) -> dict:
+    """Encode each distinct clip once and give every row its clip's features.
+
+    Args:
+        model: a Qwen2.5-VL model, possibly DDP/DeepSpeed/PEFT-wrapped (its ``get_video_features`` is called; with a
+            PEFT model whose adapter is disabled, the adapter-free encoder runs).
+        pixel_values_videos: patches of the U distinct clips, concatenated (Σ_u t_u·h_u·w_u, 1176).
+        video_grid_thw: (U, 3) grid of each distinct clip.
+        rows: (B,) tensor or list: for each model row, the index (0..U-1) of its clip; repeats and any order allowed.
+
+    Returns:
+        ``mm_encoder_outputs`` for the model call: ``{"video": BaseModelOutputWithPooling(pooler_output=tuple of B
+        tensors (tokens_u, hidden))}``; pass it instead of ``pixel_values_videos`` and keep ``video_grid_thw``,
+        ``second_per_grid_ts`` and ``mm_token_type_ids`` per row (they give the 3D position ids).
+    """
+    features = unwrap(model).get_video_features(pixel_values_videos, video_grid_thw, return_dict=True).pooler_output
+    rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
+    return {"video": BaseModelOutputWithPooling(pooler_output=tuple(features[u] for u in rows))}

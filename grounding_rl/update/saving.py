@@ -1,0 +1,85 @@
+"""What every checkpoint and the final output folder hold besides the weights and the processor: the
+``grounding_config.json`` that evaluation and inference reuse, and a model card (``README.md``, as TRL's trainers write
+one) saying what the model is and how it was trained, so a folder can be pushed to the Hub as it is.
+
+Both trainers (GRPO and SFT) mix in :class:`GroundingSaveMixin`; ``transformers.Trainer`` calls ``save_model`` for every
+checkpoint and for the final save, so this is the one place those files are written.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+MODEL_CARD = "README.md"
+
+
+def training_command(argv: list[str] | None = None) -> str:
+    """The command line of this run, quoted for a shell (``grounding-rl <subcommand> …``)."""
+    argv = list(sys.argv if argv is None else argv)
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def model_card(grounding_config, base_model: str | None, stage: str, command: str | None) -> str:
+    """The ``README.md`` of a checkpoint: Hub metadata (base model, tags) and the settings evaluation must reuse.
+
+    Args:
+        grounding_config: the :class:`grounding_rl.prompts.preprocessing.GroundingConfig` saved beside it.
+        base_model: the model training started from (path or hub id), or None.
+        stage: ``"GRPO"`` or ``"SFT"``.
+        command: the training command line, or None.
+    """
+    video = grounding_config.video.to_dict()
+    front = ["---", "library_name: transformers", "pipeline_tag: video-text-to-text",
+             "tags: [grounding-rl, video-temporal-grounding, " + ("grpo" if stage == "GRPO" else "sft") + "]"]
+    if base_model:
+        front.append(f"base_model: {json.dumps(base_model)}")
+    front.append("---")
+    lines = [
+        *front, "",
+        f"# Video temporal grounding model ({stage}, grounding_rl)", "",
+        f"Trained with `grounding_rl` ({stage}) from `{base_model or 'unknown'}` to answer when an event happens in a "
+        "video: `<think>…</think><answer>start to end</answer>`, times in seconds.", "",
+        "| setting | value |", "|---|---|",
+        f"| base model | `{base_model or 'unknown'}` |",
+        f"| prompt template | `{grounding_config.prompt_template}` |",
+        *[f"| video {key} | `{value}` |" for key, value in video.items()],
+        f"| rewards | `{', '.join(grounding_config.reward_funcs) or 'none (supervised)'}` |",
+        f"| reward weights | `{grounding_config.reward_weights}` |", "",
+        "Evaluate or query it with the same preprocessing (read from `grounding_config.json`):", "",
+        "```bash", "grounding-rl eval --model THIS_FOLDER --data test.jsonl --out eval-out",
+        "grounding-rl infer --model THIS_FOLDER --video clip.mp4 --query \"person opens the door.\"", "```", "",
+    ]
+    if command:
+        lines += ["Training command:", "", "```bash", command, "```", ""]
+    return "\n".join(lines)
+
+
+def write_grounding_files(folder: str | Path, grounding_config, base_model: str | None, stage: str,
+                          command: str | None) -> None:
+    """Write ``grounding_config.json`` and the model card into ``folder`` (created if needed)."""
+    folder = Path(folder)
+    grounding_config.save(folder)
+    (folder / MODEL_CARD).write_text(model_card(grounding_config, base_model, stage, command), encoding="utf-8")
+
+
+class GroundingSaveMixin:
+    """``save_model`` that also writes :func:`write_grounding_files` (every checkpoint and the final folder).
+
+    ``grounding_config()`` defaults to the ``args``' own; ``stage`` names the training stage in the card.
+    """
+
+    stage = "GRPO"
+    command: str | None = None
+
+    def grounding_config(self):
+        """What evaluation and inference must reuse."""
+        return self.args.grounding_config()
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save:
+            base = getattr(self.accelerator.unwrap_model(self.model), "name_or_path", None)
+            write_grounding_files(output_dir or self.args.output_dir, self.grounding_config(), base,
+                                  self.stage, self.command or training_command())
