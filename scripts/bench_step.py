@@ -1,4 +1,4 @@
-"""Benchmark of one GRPO step with and without sharing the video work per clip.
+"""Benchmark of one GRPO step: sharing the prompt and the video work per group against the per-row path.
 
     python scripts/bench_step.py [--steps 3] [--threads N] [--mem-rows 2] [--model DIR]
 
@@ -18,17 +18,22 @@ min_pixels 16·28·28): 20 frames, t = 10 temporal groups.
 Step: :class:`grounding_rl.update.trainer.GroundingGRPOTrainer` with β = 0.04 (a separate reference model), G rows of
 one clip: ``_generate_and_score`` (prompt tensors, generation of exactly 32 tokens — ``min_new_tokens`` 32 on the
 generation config, so both arms do the same work —, rewards, π_ref forward) then ``compute_loss`` and its backward
-(no optimizer step). ``share_video_encoding`` on and off alternate on the same trainer and weights: one warm-up step
-each, then ``--steps`` rounds, the order alternating every round; medians.
+(no optimizer step). Three arms alternate on the same trainer and weights: ``prefix`` (``share_video_encoding`` and
+``share_prompt_prefix``: one vision encoding, one prefill and one prompt pass of the language model per group),
+``video`` (``share_video_encoding`` only: the language model runs every row's whole prompt in the forwards) and
+``off`` (the per-row path); one warm-up step each, then ``--steps`` rounds, the order rotating every round; medians.
 
-Memory: one policy forward + backward over ``--mem-rows`` rows (prompt + 32 completion tokens), each arm in its own
-subprocess: ``full`` computes the logits of every position and a full-vocabulary log-softmax (what the peers do),
-``keep`` is :func:`grounding_rl.update.logprobs.completion_logps` (``logits_to_keep`` + TRL's
-``selective_log_softmax``). Peak RSS = the child's ``resource.getrusage(RUSAGE_SELF).ru_maxrss``.
+Memory: one policy forward + backward over ``--mem-rows`` rows of one clip (prompt + 32 completion tokens), each arm
+in its own subprocess: ``full`` computes the logits of every position and a full-vocabulary log-softmax (what the
+peers do), ``keep`` is :func:`grounding_rl.update.logprobs.completion_logps` per row (``logits_to_keep`` + TRL's
+``selective_log_softmax``), ``prefix`` the same with the prompt run once
+(:func:`grounding_rl.update.prefix.packed_completion_logps`). Peak RSS = the child's
+``resource.getrusage(RUSAGE_SELF).ru_maxrss``.
 
 Prints a table, then a last line of JSON: ``{"step_time_ratio_g4": x, "step_time_ratio_g8": y,
-"peak_mem_ratio_logits": z}`` (on / off, keep / full). Targets: x ≤ 0.7, y ≤ 0.6, z ≤ 0.5. Record the results in
-docs/BENCHMARKS.md.
+"step_time_ratio_video_only_g4": …, "step_time_ratio_video_only_g8": …, "peak_mem_ratio_logits": z,
+"peak_mem_ratio_prefix": w}`` (prefix / off, video / off, keep / full, prefix / keep). Targets: x ≤ 0.45, y ≤ 0.35,
+z ≤ 0.5. Record the results in docs/BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -99,9 +104,13 @@ def make_trainer(model_dir: Path, clip: Path, group: int, out: Path):
     return trainer
 
 
-def timed_step(trainer, items, share: bool) -> dict:
-    """One GRPO step; seconds of the whole step and of its parts."""
-    trainer.args.share_video_encoding = share
+ARMS = ("prefix", "video", "off")
+
+
+def timed_step(trainer, items, arm: str) -> dict:
+    """One GRPO step in ``arm`` (:data:`ARMS`); seconds of the whole step and of its parts."""
+    trainer.args.share_video_encoding = arm != "off"
+    trainer.share_prompt = arm == "prefix"
     parts = {"ref": 0.0}
     original = trainer._ref_logps
 
@@ -130,20 +139,19 @@ def timed_step(trainer, items, share: bool) -> dict:
 def bench_group(model_dir: Path, clip: Path, group: int, steps: int, out: Path) -> dict:
     trainer = make_trainer(model_dir, clip, group, out)
     items = trainer.data_collator([trainer.train_dataset[0]] * group)
-    results = {True: [], False: []}
-    for share in (True, False):
-        timed_step(trainer, items, share)  # warm-up
+    results = {arm: [] for arm in ARMS}
+    for arm in ARMS:
+        timed_step(trainer, items, arm)  # warm-up
     for round_ in range(steps):
-        for share in ((True, False) if round_ % 2 == 0 else (False, True)):
-            results[share].append(timed_step(trainer, items, share))
-            print(f"  G={group} share={'on ' if share else 'off'} step {results[share][-1]['step']:.2f} s "
-                  f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-    summary = {}
-    for share, runs in results.items():
-        summary["on" if share else "off"] = {key: statistics.median(r[key] for r in runs)
-                                             for key in ("step", "generation", "ref", "policy")}
-    summary["prompt_tokens"], summary["patches"] = results[True][0]["prompt_tokens"], results[True][0]["patches"]
-    summary["ratio"] = summary["on"]["step"] / summary["off"]["step"]
+        for arm in ARMS[round_ % 3:] + ARMS[:round_ % 3]:
+            results[arm].append(timed_step(trainer, items, arm))
+            print(f"  G={group} {arm:6} step {results[arm][-1]['step']:.2f} s (load {os.getloadavg()[0]:.1f})",
+                  file=sys.stderr, flush=True)
+    summary = {arm: {key: statistics.median(r[key] for r in runs) for key in ("step", "generation", "ref", "policy")}
+               for arm, runs in results.items()}
+    summary["prompt_tokens"], summary["patches"] = results["off"][0]["prompt_tokens"], results["off"][0]["patches"]
+    summary["ratio"] = summary["prefix"]["step"] / summary["off"]["step"]
+    summary["ratio_video_only"] = summary["video"]["step"] / summary["off"]["step"]
     return summary
 
 
@@ -166,11 +174,11 @@ def memory_child(model_dir: Path, clip: Path, rows: int, arm: str) -> None:
     generator = torch.Generator().manual_seed(0)
     batch["completion_ids"] = torch.randint(0, 150000, (rows, COMPLETION_TOKENS), generator=generator)
     batch["completion_mask"] = torch.ones(rows, COMPLETION_TOKENS, dtype=torch.long)
-    if arm == "keep":
-        logps = completion_logps(model, batch)
+    if arm in ("keep", "prefix"):
+        logps = completion_logps(model, batch, share_prompt=arm == "prefix")
     else:  # every position's logits, full-vocabulary log-softmax, then the completion tokens
         inputs = batching.forward_inputs(batch)
-        from grounding_rl.rollout.shared import encode_videos
+        from grounding_rl.models.vision import encode_videos
 
         inputs["mm_encoder_outputs"] = encode_videos(model, inputs.pop("pixel_values_videos"),
                                                      batching.clip_grid(batch), inputs.pop("video_index"))
@@ -203,7 +211,7 @@ def run_memory(model_dir: Path, clip: Path, rows: int, threads: int) -> dict:
     this before the timing (while this process is small) — ``vm_hwm_bytes`` (per process image) cross-checks it.
     """
     results = {}
-    for arm in ("keep", "full"):
+    for arm in ("keep", "prefix", "full"):
         cmd = [sys.executable, __file__, "--mem-child", arm, "--model", str(model_dir), "--clip", str(clip),
                "--mem-rows", str(rows), "--threads", str(threads)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -225,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mem-rows", type=int, default=2, help="rows in the memory measurement")
     parser.add_argument("--model", type=Path, default=None, help="model folder (built there when missing)")
     parser.add_argument("--clip", type=Path, default=None)
-    parser.add_argument("--mem-child", choices=["full", "keep"], help=argparse.SUPPRESS)
+    parser.add_argument("--mem-child", choices=["full", "keep", "prefix"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -244,23 +252,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {SIZES} vision MLP {VISION_INTERMEDIATE}; clip {clip.name}; {VIDEO}; beta {BETA}; "
           f"{COMPLETION_TOKENS} completion tokens; median of {args.steps} steps after 1 warm-up")
     memory = run_memory(model_dir, clip, args.mem_rows, args.threads)  # first: see run_memory
-    ratios = {}
+    summaries = {}
     for group in args.groups:
-        s = bench_group(model_dir, clip, group, args.steps, workdir / f"out{group}")
-        ratios[group] = s["ratio"]
+        s = summaries[group] = bench_group(model_dir, clip, group, args.steps, workdir / f"out{group}")
         print(f"G={group}: prompt {s['prompt_tokens']} tokens, {s['patches']} patches per clip")
-        print(f"  {'arm':4} {'step s':>8} {'generation':>11} {'policy f+b':>11} {'reference':>10}")
-        for arm in ("on", "off"):
+        print(f"  {'arm':6} {'step s':>8} {'generation':>11} {'policy f+b':>11} {'reference':>10}")
+        for arm in ARMS:
             r = s[arm]
-            print(f"  {arm:4} {r['step']:8.2f} {r['generation']:11.2f} {r['policy']:11.2f} {r['ref']:10.2f}")
-        print(f"  on/off {s['ratio']:.3f}")
-    keep, full = memory["keep"]["peak_rss_bytes"], memory["full"]["peak_rss_bytes"]
-    hwm = {arm: (memory[arm]["vm_hwm_bytes"] or 0) / 2**20 for arm in ("keep", "full")}
+            print(f"  {arm:6} {r['step']:8.2f} {r['generation']:11.2f} {r['policy']:11.2f} {r['ref']:10.2f}")
+        print(f"  prefix/off {s['ratio']:.3f}, video/off {s['ratio_video_only']:.3f}")
+    peak = {arm: memory[arm]["peak_rss_bytes"] for arm in ("keep", "prefix", "full")}
+    hwm = {arm: (memory[arm]["vm_hwm_bytes"] or 0) / 2**20 for arm in peak}
     print(f"memory, policy forward+backward over {args.mem_rows} rows of {memory['keep']['sequence_length']} tokens: "
-          f"keep {keep / 2**20:.0f} MiB, full {full / 2**20:.0f} MiB peak RSS (ru_maxrss; VmHWM {hwm['keep']:.0f} / "
-          f"{hwm['full']:.0f} MiB); load {os.getloadavg()[0]:.2f} at end")
-    result = {f"step_time_ratio_g{g}": round(r, 3) for g, r in ratios.items()}
-    result["peak_mem_ratio_logits"] = round(keep / full, 3)
+          + ", ".join(f"{arm} {peak[arm] / 2**20:.0f} MiB (VmHWM {hwm[arm]:.0f})" for arm in peak)
+          + f" peak RSS (ru_maxrss); load {os.getloadavg()[0]:.2f} at end")
+    result = {f"step_time_ratio_g{g}": round(s["ratio"], 3) for g, s in summaries.items()}
+    result.update({f"step_time_ratio_video_only_g{g}": round(s["ratio_video_only"], 3) for g, s in summaries.items()})
+    result["peak_mem_ratio_logits"] = round(peak["keep"] / peak["full"], 3)
+    result["peak_mem_ratio_prefix"] = round(peak["prefix"] / peak["keep"], 3)
     print(json.dumps(result))
     return 0
 

@@ -130,11 +130,12 @@ def _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=False, **override
                   max_steps=1, max_completion_length=6, report_to=[], save_strategy="no", seed=0, beta=0.04,
                   video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16, dataloader_num_workers=0,
                   share_video_encoding=share)
+    attention = overrides.pop("attn_implementation", None)
     values.update(overrides)
     dataset = GroundingDataset([
         {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
          "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
-    model = load_policy(str(tiny_model_dir))
+    model = load_policy(str(tiny_model_dir), attn_implementation=attention)
     if peft:
         from peft import LoraConfig, get_peft_model
 
@@ -233,7 +234,7 @@ def test_encode_videos_matches_per_row_features(tiny_model_dir, videos_dir):
 def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, tiny_model_dir, videos_dir, fps):
     """3D RoPE ids with sharing on: the shared prefill (one row per distinct clip, all but the last prompt token)
     followed by the continued decoding give every row the ids the policy and reference forwards use."""
-    trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, video_fps=fps)
+    trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, video_fps=fps, share_prompt_prefix=False)
     policy_calls, ref_calls = [], []
     for model, sink in ((trainer.model, policy_calls), (trainer.ref_model, ref_calls)):
         model.model.language_model.register_forward_pre_hook(
@@ -257,3 +258,81 @@ def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, 
     # the temporal ids of the pool clip run past the text after it (the case rope_deltas alone would get wrong)
     pool = rows.tolist().index(0)
     assert policy[0, pool].max() > policy[0, pool, batch["prompt_ids"].shape[1] - 1]
+
+
+# ------------------------------------------------------------------------------------------------------ prefix
+def _uneven(batch):
+    """Completions of uneven length: row r keeps its first C − (r mod 4) tokens (the rest masked, as after EOS)."""
+    mask = batch["completion_mask"].clone()
+    for row in range(mask.shape[0]):
+        cut = row % 4
+        if cut:
+            mask[row, -cut:] = 0
+    return {**batch, "completion_mask": mask}
+
+
+@pytest.mark.parametrize("fps, attention", [(1.0, "sdpa"), (4.0, "eager")])
+def test_prefix_sharing_gives_the_per_row_logps_and_positions(tmp_path, tiny_model_dir, videos_dir, fps, attention):
+    """One packed row per group: each completion's 3-D position ids and log-probs are the per-row ones; the language
+    model runs each prompt once (2 packed rows for 8 rows of 2 clips); with sdpa (boolean mask) and eager (additive)."""
+    from grounding_rl.update.prefix import group_rows
+
+    trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, video_fps=fps, attn_implementation=attention)
+    assert trainer.share_prompt
+    items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
+    batch = _uneven(trainer._generate_and_score(items))
+    seen = []
+    trainer.model.model.language_model.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs["position_ids"].clone()), with_kwargs=True)
+    with torch.no_grad():
+        per_row = completion_logps(trainer.model, batch, share_prompt=False)
+        packed = completion_logps(trainer.model, batch, share_prompt=True)
+    row_positions, packed_positions = seen
+    assert row_positions.shape[1] == 8 and packed_positions.shape[1] == 2  # the prompt runs once per clip
+    mask = batch["completion_mask"].bool()
+    torch.testing.assert_close(packed[mask], per_row[mask], rtol=1e-5, atol=1e-5)
+    assert (per_row[mask] - per_row[mask].mean()).abs().max() > 1e-3  # values that could be wrong
+    prompt, length = batch["prompt_ids"].shape[1], batch["completion_ids"].shape[1]
+    for u, rows in enumerate(group_rows(batch["video_index"])):
+        valid = batch["prompt_mask"][rows[0]].bool()
+        assert torch.equal(packed_positions[:, u, :prompt][:, valid], row_positions[:, rows[0], :prompt][:, valid])
+        for g, row in enumerate(rows):
+            start = prompt + g * length
+            assert torch.equal(packed_positions[:, u, start:start + length], row_positions[:, row, prompt:])
+
+
+def test_prefix_sharing_matches_per_row_with_checkpointing_and_two_iterations(tmp_path, tiny_model_dir, videos_dir):
+    """β > 0, activation checkpointing, num_iterations 2 (stored π_old log-probs) and uneven completion lengths: loss
+    within 1e-6 and gradients within 1e-5 relative of the per-row path."""
+    results = {}
+    for prefix in (True, False):
+        trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, share_prompt_prefix=prefix,
+                           activation_checkpointing=True, num_iterations=2)
+        assert trainer.share_prompt is prefix
+        items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
+        torch.manual_seed(11)
+        batch = _uneven(trainer._generate_and_score(items))
+        assert "old_logps" in batch
+        batch["sampled_ref_logps"] = batch["ref_logps"]
+        batch = {**batch, "ref_logps": batch["ref_logps"] + torch.linspace(-0.5, 0.5, batch["ref_logps"].shape[1]),
+                 "old_logps": batch["old_logps"] - 0.05}
+        model = trainer.model.train()
+        model.zero_grad()
+        loss = trainer.compute_loss(model, batch)
+        loss.backward()
+        results[prefix] = (batch, loss.detach(),
+                           {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+    _assert_equivalent(results[True], results[False])
+    mask = results[True][0]["completion_mask"].bool()
+    torch.testing.assert_close(results[True][0]["old_logps"][mask], results[False][0]["old_logps"][mask],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_prefix_sharing_falls_back_with_one_warning(tmp_path, tiny_model_dir, videos_dir, caplog):
+    trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, False)
+    assert not trainer.share_prompt and "share_video_encoding is off" in caplog.text
+    from grounding_rl.update.prefix import supports_prefix_sharing
+
+    trainer.model.config._attn_implementation = "flash_attention_2"
+    assert supports_prefix_sharing(trainer.model) == (False, "attention implementation 'flash_attention_2' takes "
+                                                             "no 4-D mask (supported: ('sdpa', 'eager'))")

@@ -359,7 +359,8 @@ def test_trl_named_fields_keep_trl_defaults():
     assert differ == DELIBERATE_DIFFERENCES
     base = {f.name for f in dataclasses.fields(TrainingArguments)}
     assert sorted(n for n in ours if n not in trl_fields and n not in base) == [
-        "drop_zero_std_groups", "max_prompt_length", "prompt_template", "reward_funcs", "share_video_encoding",
+        "drop_zero_std_groups", "max_prompt_length", "prompt_template", "reward_funcs", "share_prompt_prefix",
+        "share_video_encoding",
         "video_fps", "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels",
         "video_total_pixels"]
     for name in ("beta", "epsilon", "loss_type", "scale_rewards", "temperature", "num_iterations", "log_completions"):

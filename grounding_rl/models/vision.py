@@ -74,3 +74,17 @@ def encode_videos(model, pixel_values_videos: torch.Tensor, video_grid_thw: torc
     features = unwrap(model).get_video_features(pixel_values_videos, video_grid_thw, return_dict=True).pooler_output
     rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
     return {"video": BaseModelOutputWithPooling(pooler_output=tuple(features[u] for u in rows))}
+
+
+def rope_position_ids(model, inputs: dict) -> torch.Tensor:
+    """The 3-D RoPE position ids (3, B, L) the model computes for full rows (``get_rope_index`` of Qwen2.5-VL on
+    ``input_ids``, ``mm_token_type_ids``, ``video_grid_thw``, ``second_per_grid_ts`` and ``attention_mask``), as its own
+    forward would without ``position_ids``."""
+    positions, _ = core_model(model).get_rope_index(
+        inputs["input_ids"],
+        mm_token_type_ids=inputs["mm_token_type_ids"],
+        video_grid_thw=inputs["video_grid_thw"],
+        second_per_grid_ts=inputs["second_per_grid_ts"],
+        attention_mask=inputs["attention_mask"],
+    )
+    return positions

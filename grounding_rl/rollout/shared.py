@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from grounding_rl.models.vision import core_model, encode_videos, first_rows, unwrap
+from grounding_rl.models.vision import core_model, encode_videos, first_rows, rope_position_ids, unwrap
 from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS as PER_ROW_KEYS
 from grounding_rl.prompts.preprocessing import TEXT_KEYS
 
@@ -80,12 +80,6 @@ def _continuation_deltas(core, prompts: dict) -> torch.Tensor:
     extent. Whenever the temporal ids run past the text (long clips), the stored offset would shift the last prompt
     token and every completion token; this offset makes them continue exactly as in a full-prompt prefill.
     """
-    positions, _ = core.get_rope_index(
-        prompts["input_ids"],
-        mm_token_type_ids=prompts["mm_token_type_ids"],
-        video_grid_thw=prompts["video_grid_thw"],
-        second_per_grid_ts=prompts["second_per_grid_ts"],
-        attention_mask=prompts["attention_mask"],
-    )
+    positions = rope_position_ids(core, prompts)
     text_last = prompts["attention_mask"].long().sum(dim=-1) - 1  # generate's text position: cumsum(mask) − 1
     return (positions[0, :, -1] - text_last).unsqueeze(1)

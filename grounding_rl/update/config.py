@@ -193,6 +193,16 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
             "every row separately."
         },
     )
+    share_prompt_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "Run the language model over each group's shared prompt once in the policy and reference "
+            "forwards (Prefix Grouper, arXiv 2506.05433: one packed row per group, each completion attending to the "
+            "prompt and to itself through a 4-D attention mask, with its per-row 3-D position ids). Needs "
+            "`share_video_encoding` and an attention implementation that takes a 4-D mask (sdpa, eager); elsewhere "
+            "the trainer warns once and uses the per-row forward. False: the per-row forward (for comparison)."
+        },
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],
         metadata={"help": "Reward functions: registered names (iou, format, tiou, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function."},

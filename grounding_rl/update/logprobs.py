@@ -12,9 +12,10 @@ from trl.trainer.utils import selective_log_softmax
 
 from grounding_rl.models.vision import encode_videos
 from grounding_rl.update.batching import PIXELS, VIDEO_INDEX, clip_grid, forward_inputs
+from grounding_rl.update.prefix import packed_completion_logps
 
 
-def completion_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tensor:
+def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt: bool = False) -> torch.Tensor:
     """log π(o_t | prompt, video, o_<t) for each completion token.
 
     Args:
@@ -23,10 +24,14 @@ def completion_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tens
             with ``video_index`` the distinct clips are encoded once (gradients of all their rows flow into it).
         temperature: the sampling temperature; logits are divided by it as in sampling (TRL does the same), so
             π_old at generation and π_θ here describe the same distribution.
+        share_prompt: with a shared-video batch, run each group's prompt once
+            (:func:`grounding_rl.update.prefix.packed_completion_logps`; the caller checks the model supports it).
 
     Returns:
         (B, C) float tensor; values at masked positions are meaningless (the caller masks them).
     """
+    if share_prompt and VIDEO_INDEX in batch:
+        return packed_completion_logps(model, batch, temperature)
     completion_ids = batch["completion_ids"]
     length = completion_ids.size(1)
     inputs = forward_inputs(batch)

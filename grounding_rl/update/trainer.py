@@ -81,6 +81,7 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         # different ranks would draw identical completions (TRL does the same)
         set_seed(args.seed, device_specific=True)
         self.ref_model = self._build_ref_model(ref_model)
+        self.share_prompt = self._prefix_sharing()
         self.rollout_engine = rollout_engine or HFGenerateEngine(
             self.accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
         eos = self.accelerator.unwrap_model(self.model).generation_config.eos_token_id
@@ -113,11 +114,24 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
             return prepare_deepspeed(ref_model, self.accelerator)
         return self.accelerator.prepare_model(ref_model, evaluation_mode=True)
 
+    def _prefix_sharing(self) -> bool:
+        """``share_prompt_prefix`` where it applies; otherwise one warning and the per-row forward."""
+        if not self.args.share_prompt_prefix:
+            return False
+        from grounding_rl.update.prefix import supports_prefix_sharing
+
+        ok, why = supports_prefix_sharing(self.model)
+        if ok and not self.args.share_video_encoding:
+            ok, why = False, "share_video_encoding is off"
+        if not ok:
+            logger.warning("share_prompt_prefix: %s; the policy and reference forwards run per row", why)
+        return ok
+
     def _ref_logps(self, batch):
         if self.ref_model is not None:
-            return completion_logps(self.ref_model, batch, self.args.temperature)
+            return completion_logps(self.ref_model, batch, self.args.temperature, self.share_prompt)
         with self.accelerator.unwrap_model(self.model).disable_adapter():
-            return completion_logps(self.model, batch, self.args.temperature)
+            return completion_logps(self.model, batch, self.args.temperature, self.share_prompt)
 
     # ------------------------------------------------------------------------------------------------ data
     def get_train_dataloader(self):
@@ -199,8 +213,8 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         batch.update(completion_ids=completion_ids, completion_mask=mask, advantages=adv.advantages[local])
         batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         if args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps:
-            batch["old_logps"] = self._micro_batched(lambda b: completion_logps(self.model, b, args.temperature),
-                                                     batch)
+            batch["old_logps"] = self._micro_batched(
+                lambda b: completion_logps(self.model, b, args.temperature, self.share_prompt), batch)
         if args.beta != 0.0:
             batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
 
@@ -248,7 +262,7 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         if return_outputs:
             raise ValueError("GroundingGRPOTrainer does not return outputs")
         args = self.args
-        logps = completion_logps(model, inputs, args.temperature)
+        logps = completion_logps(model, inputs, args.temperature, self.share_prompt)
         old_logps = inputs.get("old_logps")
         mask = inputs["completion_mask"]
         accumulation = getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
