@@ -1,6 +1,7 @@
 """Benchmark of frame sampling: our sampler cold, from the cache, and qwen-vl-utils.
 
     python scripts/bench_video.py [--videos DIR] [--repeats 5]
+    python scripts/bench_video.py --memory [--long-clip PATH] [--mem-cap-gb 16]
 
 On every clip in ../shared/data/videos, with the same settings for all methods (fps 2, max_pixels 448*448 per frame,
 qwen-vl-utils' default min_pixels, no total budget):
@@ -14,6 +15,15 @@ qwen-vl-utils' default min_pixels, no total budget):
 Per clip: one untimed warm-up per method (it also fills the cache), then 5 rounds with the methods interleaved (the
 order rotates each round, so no method always runs right after another); the median of each method is reported. Prints a table, then a last line of JSON with geometric means over the clips of
 per-clip speed-ups: ``{"cold_vs_qwen_vl_utils": X, "cached_vs_cold": Y, "decode_only_vs_qwen_vl_utils": L}``.
+
+``--memory``: peak memory of sampling one long, large clip — a generated 5-minute 1920x1080 30 fps h264 clip (written
+once to ``--long-clip``, default in the temp folder) at TimeZero's budget (fps 2, total_pixels 3584·28·28, min_pixels
+16·28·28) — with our sampler (decoding and resizing ``CHUNK_FRAMES`` source frames at a time) and with
+``qwen_vl_utils.fetch_video`` (decord backend), each in its own subprocess whose address space is capped at
+``--mem-cap-gb`` (``RLIMIT_AS``), so an out-of-memory is reported as such instead of taking the machine down. Peak =
+the child's ``ru_maxrss``; the same child's RSS after its imports is reported too. Last line:
+``{"peak_mem_ours_mib": a, "peak_mem_qwen_vl_utils_mib": b | "out of memory at N GB", "ours_vs_qwen_vl_utils": a/b}``.
+
 Record results in docs/BENCHMARKS.md.
 """
 from __future__ import annotations
@@ -64,8 +74,87 @@ def methods(path: Path, cache: FrameCache) -> dict:
         "qwen": lambda: qwen.fetch_video(ele),
         "cold": lambda: V.sample_frames(path, SETTINGS),
         "cached": lambda: V.sample_frames(path, SETTINGS, cache=cache),
-        "decode": lambda: V._decode_decord(str(path), SETTINGS, V.decode_threads()),
+        "decode": lambda: decode_only(path),
     }
+
+
+def decode_only(path: Path):
+    """Our decord call for the sampled frames, uint8 at source size, no resize: the limit for ``cold``."""
+    import decord
+
+    reader = decord.VideoReader(str(path), num_threads=V.decode_threads())
+    indices, _ = V.sample_indices(len(reader), float(reader.get_avg_fps()), SETTINGS)
+    return reader.get_batch(indices).asnumpy()
+
+
+# ------------------------------------------------------------------------------------------------------ memory
+LONG_SECONDS, LONG_FPS, LONG_SIZE = 300, 30, (1920, 1080)
+TIMEZERO = V.VideoSettings(fps=2.0, min_pixels=16 * 28 * 28, total_pixels=3584 * 28 * 28)
+
+
+def make_long_clip(path: Path) -> Path:
+    """Write the 5-minute 1080p test clip (moving colour bars and a frame counter pattern) unless it exists."""
+    import av
+    import numpy as np
+
+    if path.is_file() and path.stat().st_size > 0:
+        return path
+    width, height = LONG_SIZE
+    tmp = path.with_suffix(".part.mp4")
+    with av.open(str(tmp), "w") as container:
+        stream = container.add_stream("libx264", rate=LONG_FPS)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast", "crf": "30"}
+        x = np.arange(width, dtype=np.int32)
+        for i in range(LONG_SECONDS * LONG_FPS):
+            row = np.stack([(x + 7 * i) % 256, (2 * x + 3 * i) % 256, (x // 4 + i) % 256], axis=-1).astype(np.uint8)
+            frame = np.broadcast_to(row, (height, width, 3))
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    tmp.rename(path)
+    return path
+
+
+def memory_child(method: str, clip: Path) -> None:
+    """Sample ``clip`` once with ``method``; print peak RSS (and RSS after imports) in MiB as one JSON line."""
+    import resource
+
+    after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if method == "ours":
+        frames = V.sample_frames(clip, TIMEZERO).frames
+        shape = list(frames.shape)
+    else:
+        frames = qwen.fetch_video({"video": str(clip), "fps": TIMEZERO.fps, "min_pixels": TIMEZERO.min_pixels,
+                                   "total_pixels": TIMEZERO.total_pixels})
+        frames = frames[0] if isinstance(frames, tuple) else frames
+        shape = list(frames.shape)
+    print(json.dumps({"method": method, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "after_imports_mib": after_imports, "shape": shape}))
+
+
+def run_memory(clip: Path, cap_gb: float) -> dict:
+    """Both methods, each in a subprocess with an address-space cap; ``"out of memory"`` when the cap is hit."""
+    import resource
+    import subprocess
+
+    def cap():
+        limit = int(cap_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    out = {}
+    for method in ("ours", "qwen"):
+        proc = subprocess.run([sys.executable, __file__, "--memory-child", method, "--long-clip", str(clip)],
+                              capture_output=True, text=True, preexec_fn=cap, check=False)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode == 0 and lines:
+            out[method] = json.loads(lines[-1])
+        else:
+            tail = (proc.stderr.strip().splitlines() or ["killed"])[-1]
+            out[method] = {"method": method, "error": f"out of memory at {cap_gb:g} GB" if (
+                "MemoryError" in proc.stderr or "memory" in tail.lower() or proc.returncode < 0) else tail[:200]}
+    return out
 
 
 def bench_clip(path: Path, cache: FrameCache, repeats: int) -> dict:
@@ -89,9 +178,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--videos", type=Path, default=None, help="folder of clips (default ../shared/data/videos)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per clip (median reported)")
     parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--memory", action="store_true", help="peak memory on a generated 5-minute 1080p clip")
+    parser.add_argument("--long-clip", type=Path, default=Path(tempfile.gettempdir()) / "bench_video_5min_1080p.mp4")
+    parser.add_argument("--mem-cap-gb", type=float, default=16.0, help="address-space cap of each memory child")
+    parser.add_argument("--memory-child", choices=["ours", "qwen"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
+    if args.memory_child:
+        qwen.get_video_reader_backend = lambda: "decord"
+        memory_child(args.memory_child, args.long_clip)
+        return 0
+    if args.memory:
+        start = time.perf_counter()
+        clip = make_long_clip(args.long_clip)
+        print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {cpu_model()}  clip {clip} ({clip.stat().st_size / 2**20:.0f} MiB, "
+              f"{LONG_SECONDS} s {LONG_SIZE[0]}x{LONG_SIZE[1]} {LONG_FPS} fps; ready in {time.perf_counter() - start:.0f} s)"
+              f"  settings={TIMEZERO}  CHUNK_FRAMES={V.CHUNK_FRAMES}  cap={args.mem_cap_gb:g} GB")
+        result = run_memory(clip, args.mem_cap_gb)
+        for method, r in result.items():
+            print(f"{method:5} " + (f"peak {r['peak_mib']:.0f} MiB (after imports {r['after_imports_mib']:.0f} MiB), "
+                                     f"frames {r['shape']}" if "peak_mib" in r else r["error"]))
+        ours, theirs = result["ours"].get("peak_mib"), result["qwen"].get("peak_mib")
+        print(json.dumps({"peak_mem_ours_mib": round(ours) if ours else result["ours"]["error"],
+                          "peak_mem_qwen_vl_utils_mib": round(theirs) if theirs else result["qwen"]["error"],
+                          "ours_vs_qwen_vl_utils": round(ours / theirs, 3) if ours and theirs else None}))
+        return 0
 
     videos = args.videos or ((shared_dir() or Path("../shared")) / "data" / "videos")
     clips = sorted(p for p in videos.iterdir() if p.suffix.lower() in VIDEO_EXTENSIONS) if videos.is_dir() else []

@@ -209,6 +209,65 @@ def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_
     assert metrics["n"] == 3 and metrics["video_load_failures"] == 2
 
 
+def test_group_and_shard_by_video():
+    from grounding_rl.eval.runner import group_by_video, shard_by_video
+
+    groups = group_by_video(["a", "b", "a", "c", "b", "d", "d", "d"])
+    assert groups == [("a", [0, 2]), ("b", [1, 4]), ("c", [3]), ("d", [5, 6, 7])]
+    shards = [shard_by_video(groups, rank, 2) for rank in range(2)]
+    assert shards[0] + shards[1] == groups  # whole videos, contiguous, each on one rank
+    assert [sum(len(p) for _, p in shard) for shard in shards] == [4, 4]  # balanced by queries
+    assert shard_by_video(groups, 0, 1) == groups
+    three = [shard_by_video(groups, rank, 3) for rank in range(3)]
+    assert sum(three, []) == groups and all(three)
+
+
+def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers(noisy_model_dir, videos_dir,
+                                                                                  tmp_path, monkeypatch, capsys):
+    """15 queries on 6 clips: grouped by video, each clip is decoded once and encoded once per batch; the answers
+    equal those of the per-query path (one query per batch, each decoded and encoded alone); with 2 background
+    decoding workers too. metrics.json records the wall time and queries per second."""
+    import grounding_rl.data.video as video_module
+    from grounding_rl.eval import runner
+    from grounding_rl.models.loading import load_for_inference, vision_tower
+
+    data = videos_dir / "annotations.jsonl"
+    decodes, encodings = [], []
+
+    def counting_sample_frames(path, *args, **kwargs):
+        decodes.append(path)
+        return video_module.sample_frames(path, *args, **kwargs)
+
+    def counting_load(*args, **kwargs):
+        model, processor = load_for_inference(*args, **kwargs)
+        vision_tower(model).register_forward_hook(lambda module, args, out: encodings.append(args[0].shape[0]))
+        return model, processor
+
+    monkeypatch.setattr(runner, "sample_frames", counting_sample_frames)
+    monkeypatch.setattr(ev, "load_for_inference", counting_load)
+    assert _eval(noisy_model_dir, data, tmp_path / "grouped", "--batch-size", "8") == 0
+    assert len(decodes) == 6 == len(set(decodes))
+    grouped_patches = sum(encodings)
+    decodes.clear()
+    encodings.clear()
+    assert _eval(noisy_model_dir, data, tmp_path / "per_query", "--batch-size", "1") == 0
+    assert len(encodings) == 15 and len(decodes) == 6
+    videos = [row["video"] for row in _lines(data)]
+    patches = dict(zip(videos, encodings))  # one query per call: that query's clip
+    order = [v for v, positions in runner.group_by_video(videos) for _ in positions]
+    expected = sum(patches[v] for v in set(order[:8])) + sum(patches[v] for v in set(order[8:]))
+    assert grouped_patches == expected < sum(encodings)  # each clip once per batch of 8
+    grouped, per_query = _lines(tmp_path / "grouped" / "predictions.jsonl"), _lines(tmp_path / "per_query" /
+                                                                                    "predictions.jsonl")
+    assert [p["answer"] for p in grouped] == [p["answer"] for p in per_query]
+    assert len({p["answer"] for p in grouped}) > 1
+    assert _eval(noisy_model_dir, data, tmp_path / "workers", "--batch-size", "8", "--num-workers", "2") == 0
+    assert _lines(tmp_path / "workers" / "predictions.jsonl") == grouped
+    run = json.loads((tmp_path / "grouped" / "metrics.json").read_text())["run"]
+    assert run["queries_run"] == 15 and run["videos_run"] == 6 and run["wall_time_s"] > 0
+    assert run["queries_per_second"] == pytest.approx(15 / run["wall_time_s"], rel=1e-3)
+
+
 @pytest.mark.slow
 def test_two_process_sharded_eval_matches_one_process(noisy_model_dir, videos_dir, tmp_path):
     data = videos_dir / "annotations.jsonl"

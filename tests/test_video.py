@@ -103,6 +103,17 @@ def test_pyav_fallback_gives_the_same_clip(videos_dir, sampled, monkeypatch):
         np.testing.assert_array_equal(ours.frames, ref.frames, err_msg=name)
 
 
+@pytest.mark.parametrize("name", ["charades_OHOFG.mp4", "mmaction2_basketball_drill.mp4"])
+def test_chunked_decoding_gives_the_frames_of_one_batch(videos_dir, sampled, monkeypatch, name):
+    """Decoding and resizing CHUNK_FRAMES source frames at a time (bounded memory) changes no frame."""
+    monkeypatch.setattr(V, "CHUNK_FRAMES", 3)
+    ours, ref = sample_frames(videos_dir / name, BENCH), sampled[name]
+    assert ref.num_frames > 3 and ours.frame_indices == ref.frame_indices
+    np.testing.assert_array_equal(ours.frames, ref.frames)
+    monkeypatch.setattr(V, "CHUNK_FRAMES", 10_000)
+    np.testing.assert_array_equal(sample_frames(videos_dir / name, BENCH).frames, ref.frames)
+
+
 def test_truncated_file_names_the_file(videos_dir, tmp_path):
     bad = tmp_path / "first_megabyte.mp4"
     bad.write_bytes((videos_dir / "charades_OHOFG.mp4").read_bytes()[: 2**20])

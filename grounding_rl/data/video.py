@@ -174,43 +174,61 @@ def sample_indices(total_frames: int, source_fps: float, settings: VideoSettings
     return indices.tolist(), f
 
 
-def _decode_decord(path: str, settings: VideoSettings, num_threads: int):
-    """Decode the sampled frames with decord: one batched ``get_batch`` (uint8 RGB at source size).
+# Source frames decoded (and resized) at a time: the peak memory of sampling a clip is one chunk of source-size frames
+# plus the resized output, whatever the clip's length and resolution.
+CHUNK_FRAMES = 16
 
-    Returns (frames (T, h, w, 3) uint8, total_frames, source_fps, indices, f). Raises whatever decord raises.
+
+def _decode_decord(path: str, settings: VideoSettings, num_threads: int):
+    """Decode and resize the sampled frames with decord, ``CHUNK_FRAMES`` source frames at a time (``get_batch``).
+
+    Returns (frames (T, H, W, 3) uint8 at :func:`frame_size`, total_frames, source_fps, indices, f). Raises whatever
+    decord raises.
     """
     import decord
 
     reader = decord.VideoReader(path, num_threads=num_threads)
     total, source_fps = len(reader), float(reader.get_avg_fps())
     indices, f = sample_indices(total, source_fps, settings)
-    batch = reader.get_batch(indices)
-    frames = batch.asnumpy() if hasattr(batch, "asnumpy") else np.asarray(batch)  # another decord bridge may be set
+    frames = None
+    for start in range(0, len(indices), CHUNK_FRAMES):
+        batch = reader.get_batch(indices[start:start + CHUNK_FRAMES])
+        chunk = batch.asnumpy() if hasattr(batch, "asnumpy") else np.asarray(batch)  # another bridge may be set
+        if frames is None:
+            height, width = frame_size(chunk.shape[1], chunk.shape[2], len(indices), settings)
+            frames = np.empty((len(indices), height, width, 3), dtype=np.uint8)
+        frames[start:start + len(chunk)] = resize_frames(chunk, height, width)
+        del batch, chunk
     return frames, total, source_fps, indices, f
 
 
-def _pyav_pass(path: str, indices: list[int], num_threads: int) -> tuple[list[np.ndarray], int]:
-    """Decode every frame of the first video stream in order; convert only ``indices`` to RGB.
+def _pyav_pass(path: str, indices: list[int], num_threads: int, settings: VideoSettings
+               ) -> tuple[list[np.ndarray], int]:
+    """Decode every frame of the first video stream in order; convert only ``indices`` to RGB and resize each as it
+    comes (so at most one source-size frame is held).
 
-    Returns (RGB frames for the indices that exist, number of decoded frames).
+    Returns (resized RGB frames for the indices that exist, number of decoded frames).
     """
     import av
 
     wanted = set(indices)
     kept: dict[int, np.ndarray] = {}
     count = 0
+    size = None
     with av.open(path) as container:
         stream = container.streams.video[0]
         stream.thread_type = "FRAME"
         stream.thread_count = num_threads
         for count, frame in enumerate(container.decode(stream), start=1):
             if count - 1 in wanted:
-                kept[count - 1] = frame.to_ndarray(format="rgb24")
+                rgb = frame.to_ndarray(format="rgb24")[None]
+                size = size or frame_size(rgb.shape[1], rgb.shape[2], len(indices), settings)
+                kept[count - 1] = resize_frames(rgb, *size)[0]
     return [kept[i] for i in indices if i in kept], count
 
 
 def _decode_pyav(path: str, settings: VideoSettings, num_threads: int):
-    """PyAV fallback for files decord cannot open or seek: sequential decoding, memory bounded by the T kept frames.
+    """PyAV fallback for files decord cannot open or seek: sequential decoding, each kept frame resized at once.
 
     The frame count comes from a demux pass (no decoding); if decoding yields a different count the indices are
     planned again from the decoded count and the file is decoded once more. Same return value as
@@ -224,7 +242,7 @@ def _decode_pyav(path: str, settings: VideoSettings, num_threads: int):
         total = sum(1 for packet in container.demux(stream) if packet.size)
     for _ in range(2):
         indices, f = sample_indices(total, source_fps, settings)
-        frames, decoded = _pyav_pass(path, indices, num_threads)
+        frames, decoded = _pyav_pass(path, indices, num_threads, settings)
         if decoded == total:
             return np.stack(frames), total, source_fps, indices, f
         total = decoded
@@ -248,8 +266,9 @@ def sample_frames(
 ) -> SampledVideo:
     """Sample a clip at an exact fps and pixel budget.
 
-    Decodes with decord (one batched ``get_batch``), falling back to PyAV when decord cannot open the file or fetch
-    the frames, then applies one batched resize (:func:`resize_frames`) to :func:`frame_size`.
+    Decodes with decord (batched ``get_batch`` over chunks of :data:`CHUNK_FRAMES` source frames, each chunk resized
+    at once by :func:`resize_frames` to :func:`frame_size`), falling back to PyAV when decord cannot open the file or
+    fetch the frames. Peak memory: one chunk of source-size frames plus the output.
 
     Args:
         path: a video file (anything decord or PyAV reads).
@@ -281,17 +300,16 @@ def sample_frames(
     errors = []
     for backend, decode in (("decord", _decode_decord), ("pyav", _decode_pyav)):
         try:
-            raw, total, source_fps, indices, f = decode(path, settings, num_threads)
+            frames, total, source_fps, indices, f = decode(path, settings, num_threads)
             break
         except Exception as err:  # decord raises DECORDError/RuntimeError, PyAV av.error.*; try the next backend
             errors.append(f"{backend}: {str(err).strip() or type(err).__name__}"[:300])
     else:
         raise VideoLoadError(f"{path}: cannot read video ({'; '.join(errors)})")
 
-    height, width = frame_size(raw.shape[1], raw.shape[2], len(indices), settings)
     video = SampledVideo(
         path=path,
-        frames=resize_frames(raw, height, width),
+        frames=frames,
         source_fps=source_fps,
         duration=total / source_fps,
         frame_indices=indices,

@@ -16,7 +16,9 @@
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
   --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and ends
   with the same metrics as an uninterrupted run; a rerun with other settings is refused (``--overwrite`` restarts).
-* Under ``accelerate launch`` / ``torchrun`` each rank takes a disjoint shard (every world-size-th pending query) and
+* Queries are grouped by video: each video is decoded once (in background DataLoader workers, ahead of generation)
+  and its rows in a batch share one vision encoding (:mod:`grounding_rl.eval.runner`).
+* Under ``accelerate launch`` / ``torchrun`` each rank takes a disjoint shard of whole videos and
   writes ``predictions.rank{r}.jsonl``; after a barrier rank 0 merges everything into ``predictions.jsonl`` in
   annotation order. One process works the same way without the rank files.
 * A clip that fails to load (:class:`~grounding_rl.data.video.VideoLoadError`) is a recorded failure: ``answer`` null,
@@ -33,7 +35,7 @@ import logging
 import os
 import random
 import sys
-from collections import OrderedDict
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +43,7 @@ import torch
 from tqdm import tqdm
 
 from grounding_rl.data.samples import Sample, load_samples
-from grounding_rl.data.video import VideoLoadError, VideoSettings, sample_frames
+from grounding_rl.eval.runner import clip_batches, group_by_video, shard_by_video
 from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, describe_config, resolve_config
 from grounding_rl.models.loading import load_for_inference
 from grounding_rl.reward.metrics import compute_metrics, format_metrics_table
@@ -191,49 +193,6 @@ class _Writer:
 
 
 # ------------------------------------------------------------------------------------------------------ data
-class ClipDataset(torch.utils.data.Dataset):
-    """``(position, SampledVideo | None, error | None)`` per sample; decoding runs in DataLoader workers.
-
-    Keeps the last few decoded clips (a video usually has several queries in a row) and optionally uses the shared
-    on-disk frame cache (``grounding_rl.data.cache.FrameCache``).
-    """
-
-    def __init__(self, samples: list[Sample], settings: VideoSettings, frame_cache: str | None = None,
-                 frame_cache_bytes: int = 0, keep: int = 4):
-        self.samples, self.settings = samples, settings
-        self.frame_cache, self.frame_cache_bytes = frame_cache, frame_cache_bytes
-        self.keep = keep
-        self._recent: OrderedDict = OrderedDict()
-        self._cache = None
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def _load(self, path: str):
-        if path in self._recent:
-            self._recent.move_to_end(path)
-            return self._recent[path]
-        if self.frame_cache and self._cache is None:
-            from grounding_rl.data.cache import FrameCache
-
-            self._cache = FrameCache(self.frame_cache, self.frame_cache_bytes)
-        video = sample_frames(path, self.settings, cache=self._cache)
-        self._recent[path] = video
-        while len(self._recent) > self.keep:
-            self._recent.popitem(last=False)
-        return video
-
-    def __getitem__(self, position: int):
-        try:
-            return position, self._load(self.samples[position].video), None
-        except VideoLoadError as err:
-            return position, None, str(err)
-
-
-def _collate(items):
-    return items
-
-
 # ------------------------------------------------------------------------------------------------------ run
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grounding-rl eval", description=__doc__.split("\n\n")[0],
@@ -350,29 +309,32 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         (outdir / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
     # a failed clip (recorded with an error) is tried again on a rerun
     pending = [s for s in samples if s.qid not in done or done[s.qid].get("error")]
-    # contiguous shards: a video's queries stay together, so each rank decodes it once (ClipDataset keeps recent clips)
-    lo, hi = (len(pending) * state.process_index // state.num_processes,
-              len(pending) * (state.process_index + 1) // state.num_processes)
-    shard = pending[lo:hi]
+    # shards of whole videos: each video is decoded and encoded once, on one rank, for all its pending queries
+    groups = shard_by_video(group_by_video([s.video for s in pending]), state.process_index, state.num_processes)
+    shard = [pending[p] for _, positions in groups for p in positions]
+    groups = group_by_video([s.video for s in shard])
     if main_process:
         print(f"eval: {len(samples)} queries, {len(samples) - len(pending)} already in {outdir}, "
               f"{len(pending)} to run on {state.num_processes} process(es)")
 
+    started = time.perf_counter()
     if shard:
         _seed_everything(args.seed)
         model, processor = load_for_inference(args.model, state.device, args.dtype, args.attn_implementation)
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
         writer = _Writer(outdir / name)
-        dataset = ClipDataset(shard, config.video, args.frame_cache, int(args.frame_cache_gb * 1e9))
-        loader = torch.utils.data.DataLoader(dataset, batch_size=max(1, args.batch_size), shuffle=False,
-                                             num_workers=max(0, args.num_workers), collate_fn=_collate)
+        batches = clip_batches(groups, config.video, max(1, args.batch_size), args.num_workers, args.frame_cache,
+                               int(args.frame_cache_gb * 1e9))
         bar = tqdm(total=len(shard), desc=f"eval (rank 0 of {state.num_processes})", unit="query",
                    disable=not main_process, file=sys.stderr)
+        failed = 0
         try:
-            for batch in loader:
+            for batch in batches:
                 for record in _run_batch(model, processor, batch, shard, config, max_new_tokens):
                     writer.write(record)
+                    failed += record.get("error") is not None
                 bar.update(len(batch))
+                bar.set_postfix(failed=failed)
         finally:
             writer.close()
             bar.close()
@@ -381,6 +343,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if not main_process:
         return None
 
+    wall = time.perf_counter() - started
     records = merge_predictions(outdir, samples)
     metrics = metrics_from_records(records)
     info = {"model": model_id, "data": run["data"], "benchmark": bench.name if bench else None,
@@ -389,7 +352,10 @@ def evaluate(args: argparse.Namespace) -> dict | None:
                          "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
                          "do_sample": False, "repetition_penalty": 1.0, "batch_size": args.batch_size,
                          "dtype": args.dtype},
-            "seed": args.seed, "num_processes": state.num_processes}
+            "seed": args.seed, "num_processes": state.num_processes,
+            "run": {"queries_run": len(pending), "videos_run": len(group_by_video([s.video for s in pending])),
+                    "wall_time_s": round(wall, 3),
+                    "queries_per_second": round(len(pending) / wall, 4) if wall > 0 and pending else None}}
     from grounding_rl.eval import report
 
     payload = report.write_metrics_json(outdir / METRICS, metrics, info)
