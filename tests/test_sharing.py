@@ -104,7 +104,8 @@ def test_generation_is_identical_and_encodes_each_clip_once(tiny_model_dir, vide
     calls.calls.clear()
     torch.manual_seed(3)
     video_index = shared.pop("video_index")
-    out = generate_shared(model, shared, video_index, prefill_once=prefill_once, **gen)
+    out, width = generate_shared(model, shared, video_index, prefill_once=prefill_once, **gen)
+    assert width == per_row["input_ids"].shape[1]  # a GRPO group keeps its left-padded layout
     assert calls.calls == [(False, _patches(per_row, [0, 1]))]  # each distinct clip once
 
     # the pool clip's temporal RoPE ids run past the text after it: the case where a prefill's stored rope_deltas

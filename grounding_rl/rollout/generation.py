@@ -5,8 +5,9 @@ of :data:`~grounding_rl.prompts.preprocessing.MODEL_INPUT_KEYS`, the very tensor
 receive afterwards) and a :class:`SamplingParams`; greedy decoding (:meth:`SamplingParams.greedy`) neutralises the
 checkpoint's sampling defaults in :meth:`SamplingParams.generate_kwargs`, the only place that builds ``generate``
 keyword arguments. With ``video_index`` in the inputs, ``pixel_values_videos`` holds the U distinct clips only and row
-i uses clip ``video_index[i]``: each clip is encoded once and, when all rows of a clip share the whole prompt (the G
-rows of a GRPO group), prefilled once (:mod:`grounding_rl.rollout.shared`).
+i uses clip ``video_index[i]``: each clip is encoded once and the prefix its rows share (the whole prompt for the G rows
+of a GRPO group; system text, video and shared instruction for several queries on one clip with a video-first prompt)
+is prefilled once (:mod:`grounding_rl.rollout.shared`).
 
 The trainer sees only :class:`RolloutEngine` (``generate(model, inputs, params) -> completion ids``), so another engine
 can replace :class:`HFGenerateEngine` without touching the trainer.
@@ -61,16 +62,6 @@ class SamplingParams:
                     repetition_penalty=self.repetition_penalty)
 
 
-def _rows_share_prompts(input_ids: torch.Tensor, video_index: torch.Tensor) -> bool:
-    """True when all rows that use the same clip have the same prompt token ids (then a prefill can be shared)."""
-    first = {}
-    for row, clip in enumerate(video_index.tolist()):
-        if clip in first and not torch.equal(input_ids[row], input_ids[first[clip]]):
-            return False
-        first.setdefault(clip, row)
-    return True
-
-
 @torch.no_grad()
 def generate(model, inputs: dict, params: SamplingParams, pad_token_id: int | None = None) -> torch.LongTensor:
     """Decode one completion per prompt row.
@@ -95,9 +86,7 @@ def generate(model, inputs: dict, params: SamplingParams, pad_token_id: int | No
     if video_index is None:
         out = model.generate(**kwargs, use_cache=True, **decoding)
     else:
-        video_index = torch.as_tensor(video_index, dtype=torch.long, device=kwargs["input_ids"].device)
-        out = generate_shared(model, kwargs, video_index,
-                              prefill_once=_rows_share_prompts(kwargs["input_ids"], video_index), **decoding)
+        out, prompt_length = generate_shared(model, kwargs, video_index, **decoding)
     return out[:, prompt_length:]
 
 

@@ -24,11 +24,63 @@ from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS as PER_ROW_KEY
 from grounding_rl.prompts.preprocessing import TEXT_KEYS
 
 
+def shared_prefix_layout(inputs: dict, video_index: torch.Tensor) -> tuple[dict, list[int], int] | None:
+    """Re-pad the rows so that the rows of each clip share their common prefix at the same positions.
+
+    Each row becomes ``[left padding | the clip's common prefix (c_u tokens) | middle padding | its own suffix]``:
+    c_u is the longest prefix that every row of clip u shares, at most all but the last token of its shortest row,
+    the prefixes end at one column ``Lc`` and the suffixes at the last one. Rows of one clip that share the whole
+    prompt (a GRPO group) keep exactly their left-padded layout (c_u = all but the last token, suffix 1 token).
+    Padding is masked; ``get_rope_index`` and ``generate`` take positions from the mask, so every token keeps its
+    position.
+
+    Args:
+        inputs: ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` (B, P) left-padded, plus per-row video keys.
+        video_index: (B,) distinct-clip index of each row.
+
+    Returns:
+        ``(rows, first, Lc)``: the re-padded per-row inputs (B, Lc + Ls), the first row of each clip, and the prefix
+        width; or None when some row's suffix holds vision tokens (the rows differ before their video: a text-first
+        prompt with different queries), where a shared prefill would not cover the video.
+    """
+    ids, mask, mm = (torch.as_tensor(inputs[k]) for k in TEXT_KEYS)
+    first = first_rows(video_index)
+    rows_of: dict[int, list[int]] = {}
+    for row, clip in enumerate(video_index.tolist()):
+        rows_of.setdefault(clip, []).append(row)
+    valid = [mask[r].bool() for r in range(ids.shape[0])]
+    tokens = [ids[r][valid[r]] for r in range(ids.shape[0])]
+    types = [mm[r][valid[r]] for r in range(ids.shape[0])]
+    prefix = {}
+    for clip, rows in rows_of.items():
+        shortest = min(len(tokens[r]) for r in rows)
+        common = shortest - 1
+        for r in rows[1:]:
+            differ = (tokens[r][:common] != tokens[rows[0]][:common]).nonzero()
+            if len(differ):
+                common = int(differ[0])
+        if any(bool((types[r][common:] != 0).any()) for r in rows):
+            return None
+        prefix[clip] = common
+    width = max(prefix.values())
+    suffix = max(len(tokens[r]) - prefix[c] for r, c in enumerate(video_index.tolist()))
+    out = {k: torch.zeros(ids.shape[0], width + suffix, dtype=v.dtype, device=v.device)
+           for k, v in zip(TEXT_KEYS, (ids, mask, mm))}
+    for r, clip in enumerate(video_index.tolist()):
+        c, n = prefix[clip], len(tokens[r])
+        for key, values in (("input_ids", tokens[r]), ("mm_token_type_ids", types[r]),
+                            ("attention_mask", torch.ones_like(tokens[r], dtype=mask.dtype))):
+            out[key][r, width - c:width] = values[:c]
+            out[key][r, width + suffix - (n - c):] = values[c:]
+    for key in PER_ROW_KEYS:
+        out[key] = torch.as_tensor(inputs[key], device=ids.device)
+    return out, first, width
+
+
 @torch.no_grad()
 def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once: bool = True, **generate_kwargs):
-    """Sample one completion per row, encoding (and by default prefilling) each distinct prompt once.
-
-    Rows that share a clip index must share the whole prompt (the trainer's rows of one dataset index do).
+    """Sample one completion per row, encoding each distinct clip once and, where possible, prefilling the prefix its
+    rows share once.
 
     Args:
         model: the unwrapped generation model (inside TRL's ``unwrap_model_for_generation``: ZeRO-3 parameters
@@ -36,29 +88,34 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
         inputs: ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` (B, P) left-padded, ``video_grid_thw`` (B, 3)
             and ``second_per_grid_ts`` (B,) per row; ``pixel_values_videos`` of the U distinct clips only.
         video_index: (B,) distinct-clip index of each row.
-        prefill_once: True → prefill the U distinct prompts (all but their last token) once, gather the KV cache and
-            ``rope_deltas`` to the B rows, then let ``generate`` continue; False → encode the video once
-            (``mm_encoder_outputs``) but prefill all B rows inside ``generate``.
+        prefill_once: True → prefill each clip's common prefix (:func:`shared_prefix_layout`: the whole prompt but
+            its last token for a GRPO group; the system text, the video and the shared instruction text for
+            video-first prompts with different queries) once, gather the KV cache and ``rope_deltas`` to the B rows,
+            then let ``generate`` continue; when the rows differ before their video tokens, or with False, encode the
+            video once (``mm_encoder_outputs``) and prefill all B rows inside ``generate``.
         generate_kwargs: sampling settings for ``generate`` (``max_new_tokens``, ``do_sample``, ``temperature``...).
 
     Returns:
-        (B, P + new) token ids, as ``model.generate`` on the B per-row inputs would return them (the same tokens for
-        the same RNG state; checked in ``tests/test_sharing.py``).
+        ``(output, prompt_width)``: what ``model.generate`` returns (ids (B, prompt_width + new), or its output object
+        with ``return_dict_in_generate``), the same tokens as ``model.generate`` on the B per-row inputs for the same
+        RNG state (``tests/test_sharing.py``); completion tokens start at column ``prompt_width``.
     """
     video_index = torch.as_tensor(video_index, dtype=torch.long, device=inputs["input_ids"].device)
-    first = first_rows(video_index)
-    per_row = {k: torch.as_tensor(inputs[k], device=video_index.device) for k in TEXT_KEYS + PER_ROW_KEYS}
-    pixels, clip_grid = inputs["pixel_values_videos"], per_row["video_grid_thw"][first]
-    if not prefill_once:
-        encoded = encode_videos(model, pixels, clip_grid, video_index)
-        return model.generate(**per_row, mm_encoder_outputs=encoded, **generate_kwargs)
+    layout = shared_prefix_layout(inputs, video_index) if prefill_once else None
+    if layout is None:
+        per_row = {k: torch.as_tensor(inputs[k], device=video_index.device) for k in TEXT_KEYS + PER_ROW_KEYS}
+        clip_grid = per_row["video_grid_thw"][first_rows(video_index)]
+        encoded = encode_videos(model, inputs["pixel_values_videos"], clip_grid, video_index)
+        return (model.generate(**per_row, mm_encoder_outputs=encoded, **generate_kwargs),
+                per_row["input_ids"].shape[1])
+    per_row, first, width = layout
     core = core_model(model)
     first_t = torch.as_tensor(first, device=video_index.device)
-    head = {k: per_row[k][first_t, :-1] for k in TEXT_KEYS}
+    head = {k: per_row[k][first_t, :width] for k in TEXT_KEYS}
     out = model(
         **head,
-        pixel_values_videos=pixels,
-        video_grid_thw=clip_grid,
+        pixel_values_videos=inputs["pixel_values_videos"],
+        video_grid_thw=per_row["video_grid_thw"][first_t],
         second_per_grid_ts=per_row["second_per_grid_ts"][first_t],
         cache=DynamicCache(config=unwrap(model).config),
         use_cache=True,
@@ -66,12 +123,12 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
     )
     cache = out.cache
     cache.batch_select_indices(video_index)  # advanced indexing: repeats allowed, any order
-    core.rope_deltas = _continuation_deltas(core, {k: v[first_t] for k, v in per_row.items()})[video_index]
-    return model.generate(**per_row, cache=cache, **generate_kwargs)
+    core.rope_deltas = _continuation_deltas(core, per_row)
+    return model.generate(**per_row, cache=cache, **generate_kwargs), per_row["input_ids"].shape[1]
 
 
 def _continuation_deltas(core, prompts: dict) -> torch.Tensor:
-    """(U, 1) offset from the text position to the 3D RoPE position of each prompt's last token.
+    """(B, 1) offset from the text position to the 3D RoPE position of each row's last prompt token.
 
     ``generate`` continuing from a filled cache places new tokens at ``text position + rope_deltas``. The
     ``rope_deltas`` that a prefill stores (transformers 5.24 ``get_rope_index``: max position + 1 − length) are past the
