@@ -71,3 +71,22 @@ def varied_reward(completions, **columns):
     """A reward with spread inside every group (a random tiny model never earns IoU/format rewards, which would leave
     every advantage at 0). Loadable as ``tests/conftest.py:varied_reward`` in ``reward_funcs``."""
     return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
+
+
+@pytest.fixture(scope="session")
+def noisy_tiny_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny model with its matrices re-drawn from N(0, 0.3): the greedy answers then depend on the clip and the
+    query (the plain tiny model answers newlines to everything), so comparisons between runs have teeth."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    out = tmp_path_factory.mktemp("noisy_model")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, 0.3, generator=generator)
+    model.save_pretrained(out)
+    AutoProcessor.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out

@@ -64,8 +64,10 @@ def shared_prefix_layout(inputs: dict, video_index: torch.Tensor) -> tuple[dict,
         prefix[clip] = common
     width = max(prefix.values())
     suffix = max(len(tokens[r]) - prefix[c] for r, c in enumerate(video_index.tolist()))
-    out = {k: torch.zeros(ids.shape[0], width + suffix, dtype=v.dtype, device=v.device)
-           for k, v in zip(TEXT_KEYS, (ids, mask, mm))}
+    padding = ids[mask == 0]
+    pad_id = int(padding[0]) if len(padding) else 0  # the batch's own padding token (masked either way)
+    out = {k: torch.full((ids.shape[0], width + suffix), pad_id if k == "input_ids" else 0, dtype=v.dtype,
+                         device=v.device) for k, v in zip(TEXT_KEYS, (ids, mask, mm))}
     for r, clip in enumerate(video_index.tolist()):
         c, n = prefix[clip], len(tokens[r])
         for key, values in (("input_ids", tokens[r]), ("mm_token_type_ids", types[r]),
