@@ -1,4 +1,4 @@
-"""The shell entry points: scripts/train.sh on the real-clips tiny config."""
+"""The shell entry points: scripts/train.sh on the real-clips tiny config; scripts/gpu_check.sh --dry-run."""
 import json
 import math
 import os
