@@ -6,7 +6,7 @@ Stages, in order (a stage that fails is recorded with its error and the next one
 after ``--budget-s`` seconds is recorded as skipped, so a cut-off run still reports what it measured):
 
 1. ``environment``: Python, torch, CUDA, GPU name and memory, package versions.
-2. ``fits``: :func:`grounding_rl.cli.fits.estimate_recipe` for Qwen2.5-VL-7B (the TimeZero recipe, 8 GPUs),
+2. ``fits``: ``grounding-rl fits --json`` (one process each) for Qwen2.5-VL-7B (the TimeZero recipe, 8 GPUs),
    Qwen3-VL-8B (the same settings) and Qwen2.5-VL-3B (the Time-R1 recipe, 1 GPU), built on the ``meta`` device.
 3. ``tests``: ``pytest tests/test_device.py`` with ``GROUNDING_RL_TEST_DEVICE=cuda`` (update sign, position ids,
    encode-once equivalence in fp32 and bf16, reference model).
@@ -138,16 +138,21 @@ def stage_environment(check: Check) -> dict:
 
 
 def stage_fits(check: Check) -> dict:
-    from grounding_rl.cli.fits import estimate_recipe
-
-    accelerate = sorted((REPO / "configs" / "accelerate").glob("*.yaml"))
+    """``grounding-rl fits --json`` per case, each in its own process: parsing a recipe builds TrainingArguments with
+    ``use_cpu``, whose accelerate state is a per-process singleton that the CUDA stages must not inherit."""
     cases = [("qwen2_5_vl_3b_charades_time_r1.yaml", None, 1)]
     if not check.dry_run:
         cases = [("qwen2_5_vl_7b_charades_timezero.yaml", None, 8),
                  ("qwen2_5_vl_7b_charades_timezero.yaml", "Qwen/Qwen3-VL-8B-Instruct", 8)] + cases
     out = {}
+    env = {**os.environ, "GROUNDING_RL_SHARED": str(check.shared)}
     for recipe, model, gpus in cases:
-        report = estimate_recipe(f"configs/{recipe}", gpus, accelerate, model)
+        cmd = [sys.executable, "-m", "grounding_rl.cli", "fits", f"configs/{recipe}", "--gpus", str(gpus),
+               "--gpu-memory", "80", "--json"] + (["--model", model] if model else [])
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(cmd[2:])}: exit {proc.returncode}: {proc.stderr[-2000:]}")
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
         out[f"{report['model'].split('/')[-1]} ({recipe}, {gpus} GPUs)"] = {
             "total_params": report["shape"]["total_params"], "trainable_params": report["shape"]["trainable_params"],
             "sequence_tokens": report["workload"]["sequence_tokens"],
