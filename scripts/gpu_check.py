@@ -191,7 +191,7 @@ def _trainer(check: Check, model, ref_model, group: int):
         output_dir=str(check.workdir / f"grpo{group}"), use_cpu=check.dry_run, bf16=not check.dry_run,
         per_device_train_batch_size=group, num_generations=group, max_steps=1, learning_rate=1e-6,
         max_completion_length=check.new_tokens, beta=BETA, report_to=[], save_strategy="no", seed=0,
-        dataloader_num_workers=0, max_prompt_length=None, gradient_checkpointing=True, prompt_template="timezero",
+        dataloader_num_workers=0, max_prompt_length=None, activation_checkpointing=True, prompt_template="timezero",
         **video)
     dataset = GroundingDataset([{"video": str(check.shared / "data" / "videos" / CLIP),
                                  "query": "a person cleans the pool", "start": 1.0, "end": 4.0, "duration": 10.0,
@@ -257,7 +257,7 @@ def _timed_step(check: Check, trainer, optimizer, items, share: bool) -> dict:
 def stage_grpo_step(check: Check) -> dict:
     model = check.policy()
     ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # as the recipes
+    model.activation_checkpointing_enable({"use_reentrant": False})  # as the recipes (transformers 5 name)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=True)
     out = {"model": "tiny" if check.dry_run else "Qwen2.5-VL-3B shape, random weights",
            "params": sum(p.numel() for p in model.parameters()),
