@@ -10,6 +10,7 @@ model), the loss within 1 %, the flattened gradient's cosine similarity ≥ 0.99
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 
 import pytest
@@ -34,6 +35,10 @@ DEVICE = DEVICE or "cpu"
 if DEVICE.startswith("cuda") and not torch.cuda.is_available():
     pytest.skip(f"GROUNDING_RL_TEST_DEVICE={DEVICE} but CUDA is not available", allow_module_level=True)
 SETTINGS = VideoSettings(fps=1.0, min_pixels=3136, max_pixels=28 * 28 * 16)
+# per-row policy and reference forwards where the config can pack each group's prompt into one row
+# (share_prompt_prefix): packed rows carry other position-id shapes, checked in tests/test_sharing.py
+PER_ROW_FORWARD = ({"share_prompt_prefix": False}
+                   if "share_prompt_prefix" in {f.name for f in dataclasses.fields(GroundingGRPOConfig)} else {})
 ROWS = [0, 1, 0, 0, 1]  # two clips, uneven rows
 
 
@@ -88,7 +93,7 @@ def test_sign_of_the_update_follows_the_advantage(tmp_path, tiny_model_dir, vide
 @pytest.mark.parametrize("share", [True, False])
 def test_position_ids_match_in_generation_policy_and_reference(tmp_path, tiny_model_dir, videos_dir, share):
     trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, beta=0.04, per_device_train_batch_size=8,
-                       share_video_encoding=share)
+                       share_video_encoding=share, **PER_ROW_FORWARD)
     calls = {"policy": [], "ref": []}
     for name, model in (("policy", trainer.model), ("ref", trainer.ref_model)):
         model.model.language_model.register_forward_pre_hook(

@@ -245,7 +245,8 @@ def layer_token_bytes(hidden: int, intermediate: int, kv_width: int, dtype_bytes
 def activation_bytes(shape: ModelShape, work: Workload) -> tuple[int, int]:
     """(training, generation) activation bytes of one GPU's micro-batch and generation batch (module docstring).
 
-    Training: the language model over ``rows × sequence_tokens`` tokens, the completion-only logits, and the vision
+    Training: the language model over ``rows × sequence_tokens`` tokens (the per-row forward; running a group's
+    shared prompt once needs fewer, so this is an upper bound there), the completion-only logits, and the vision
     tower over ``merge² × video_tokens`` patches per clip (once per clip with sharing, per row without; nothing saved
     when frozen). Generation: the KV cache of ``generation_rows`` rows of ``sequence_tokens``, plus one decoder
     layer of the prefill (once per clip with sharing).
