@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def recipe_workload(config: str):
+def parse_recipe(config: str):
     """``(script_args, training_args, model_args)`` of a recipe as ``grounding-rl train`` parses it (with
     ``use_cpu`` so a bf16 recipe parses on a machine without a GPU; nothing here runs on a device)."""
     from grounding_rl.cli.common import parse_training_args
@@ -86,7 +86,7 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
 
     from grounding_rl.models import memory
 
-    script_args, args, model_args = recipe_workload(config)
+    script_args, args, model_args = parse_recipe(config)
     name = model or model_args.model_name_or_path
     try:
         model_config = memory.model_config(name, shared_dir())
@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{' (reference model)' if work['beta'] > 0 and not work['use_peft'] else ''}, "
           f"{work['rows']} completions per micro-batch, {work['generation_rows']} per generation, "
           f"G {work['num_generations']}")
-    print(f"sequence: {work['video_tokens']} video + 300 text + {work['completion_tokens']} completion tokens "
+    from grounding_rl.models.memory import TEXT_TOKENS
+
+    print(f"sequence: {work['video_tokens']} video + {TEXT_TOKENS} text + {work['completion_tokens']} completion tokens "
           f"(a {args.video_seconds:g} s clip of {args.frame_size[0]}x{args.frame_size[1]}); activation "
           f"checkpointing {'on' if work['checkpointing'] else 'off'}")
     print(f"per GPU, GiB, {args.gpus} GPU(s) of {args.gpu_memory:g} GiB:")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 CUDA_OVERHEAD = 2 * 2**30  # bytes: CUDA context + allocator fragmentation (assumed)
@@ -333,8 +333,3 @@ def deepspeed_model_states(shape: ModelShape, strategy: Strategy, gpus: int, nod
     return estimate_zero3_model_states_mem_needs(
         shape.total_params, shape.largest_layer_params, per_node, nodes, cpu_offload=strategy.offload_optimizer,
         cpu_offload_params=strategy.offload_param, zero_init=True)[1]
-
-
-def as_dict(shape: ModelShape, estimate_: MemoryEstimate) -> dict:
-    """JSON-ready dict of a shape and an estimate (bytes)."""
-    return {"shape": asdict(shape), "bytes": {**asdict(estimate_), "model_states": estimate_.model_states}}
