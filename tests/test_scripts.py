@@ -1,7 +1,8 @@
-"""The shell entry points: scripts/train.sh on the real-clips tiny config."""
+"""The shell entry points: scripts/train.sh on the real-clips tiny config; scripts/gpu_check.sh --dry-run."""
 import json
 import math
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,34 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared):
                             str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path",
                             str(model_dir)], capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 0 and "building" not in again.stdout
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_writes_every_stage(tmp_path, shared):
+    """scripts/gpu_check.sh --dry-run: every stage of the GPU check runs on the CPU with tiny shapes and lands in the
+    results JSON with the figures the GPU run reports; the folder of carried wheels is git-ignored."""
+    out = tmp_path / "gpu_check.json"
+    env = {**os.environ, "PYTHON": sys.executable, "GROUNDING_RL_SHARED": str(shared)}
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    results = json.loads(out.read_text())
+    stages = results["stages"]
+    assert results["dry_run"] is True
+    assert {name: stage["status"] for name, stage in stages.items()} == {
+        "environment": "ok", "fits": "ok", "tests": "ok", "grpo_step": "ok", "eval": "ok"}
+    assert stages["environment"]["python"] == platform.python_version() and stages["environment"]["versions"]["trl"]
+    (fits,) = [v for k, v in stages["fits"].items() if isinstance(v, dict)]
+    assert fits["total_params"] == 3_754_622_976 and set(fits["per_gpu_gib"]) == {"ddp", "zero2", "zero3",
+                                                                                   "zero3_offload"}
+    assert stages["tests"]["counts"]["tests collected"] == 6  # tests/test_device.py, collected only on CPU
+    for group in (4, 8):
+        for share in ("on", "off"):
+            step = stages["grpo_step"][f"g{group}_share_{share}"]
+            assert step["generated_tokens"] == group * 8  # exactly 8 new tokens per completion
+            assert step["step_s"] >= step["rollout_s"] >= step["generate_s"] > 0 and step["generate_tokens_per_s"] > 0
+        assert stages["grpo_step"][f"g{group}_step_ratio_on_off"] > 0
+    assert stages["eval"]["queries"] == 4 and stages["eval"]["queries_per_s"] > 0
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["eval"] == "ok"
+    ignored = subprocess.run(["git", "-C", str(REPO_ROOT), "check-ignore", "-q", ".gpu/wheels/x.whl"])
+    assert ignored.returncode == 0, ".gpu/ must be git-ignored (wheels are never committed)"

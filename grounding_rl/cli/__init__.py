@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("grounding_rl.cli.train", "GRPO training (--config X.yaml plus --key value overrides)"),
     "sft": ("grounding_rl.cli.sft", "supervised warm start on the answer format (--config X.yaml ...)"),
     "merge-lora": ("grounding_rl.cli.merge_lora", "merge a LoRA checkpoint into full weights"),
+    "fits": ("grounding_rl.cli.fits", "per-GPU memory a recipe needs (weights, gradients, optimizer, activations)"),
     "eval": ("grounding_rl.eval.evaluate", "evaluate a checkpoint on a canonical JSONL"),
     "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
     "baseline": ("grounding_rl.eval.baseline", "predict the training set's mean normalized interval (a prior)"),

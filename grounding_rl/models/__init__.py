@@ -1,1 +1,2 @@
-"""Models: loading checkpoints, merging LoRA, encoding each clip once, and tiny random-weight models."""
+"""Models: loading checkpoints, merging LoRA, encoding each clip once, tiny random-weight models, and the per-GPU
+memory a model needs (built on the ``meta`` device)."""
