@@ -165,6 +165,7 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
     def _score(self, items, completions):
         """(B_local, F) rewards, NaN where a function returned None."""
         columns = {key: [item[key] for item in items] for key in ("start", "end", "duration", "query", "qid")}
+        columns["prompt_template"] = [self.args.prompt_template] * len(items)
         per_func = torch.full((len(items), len(self.reward_funcs)), float("nan"))
         for j, func in enumerate(self.reward_funcs):
             values = func(completions=completions, **columns)
