@@ -271,8 +271,12 @@ def test_benchmark_definitions_match_their_annotation_files(name, benchmarks_dir
         assert anchor["source"] and any(anchor.get(k) is not None for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU"))
 
 
-def test_tvgbench_count_and_anchor_numbers():
-    assert load_benchmark(REPO_ROOT / "evaluation" / "tvgbench.yaml").expected_queries == 789
+def test_tvgbench_count_and_anchor_numbers(benchmarks_dir):
+    from grounding_rl.eval.benchmarks import dropped_annotations
+
+    tvgbench = load_benchmark(REPO_ROOT / "evaluation" / "tvgbench.yaml")
+    assert tvgbench.expected_queries == 789
+    assert dropped_annotations(tvgbench) == 11  # zero-length answers: the standard scoring's n is 800, as Time-R1's
     charades = load_benchmark(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
     timezero = next(a for a in charades.anchors if a["method"].startswith("TimeZero"))
     assert (timezero["R1@0.3"], timezero["R1@0.5"], timezero["R1@0.7"]) == (83.3, 72.5, 47.9)

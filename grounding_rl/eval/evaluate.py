@@ -329,6 +329,10 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if bench is not None and args.limit is None and total_in_file != bench.expected_queries and main_process:
         print(f"warning: {args.data} has {total_in_file} queries; benchmark {bench.name} expects "
               f"{bench.expected_queries}", file=sys.stderr)
+    if bench is not None and args.limit is None and total_in_file == bench.expected_queries and not dropped:
+        from grounding_rl.eval.benchmarks import dropped_annotations
+
+        dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
 
     config, source = resolve_config(
         args.model, prompt_template=args.prompt_template,
