@@ -267,6 +267,7 @@ def test_benchmark_definitions_match_their_annotation_files(name, benchmarks_dir
     # paper protocol (TimeZero / Time-R1): 2 fps, 3584·28·28 pixels per clip, 16·28·28 minimum per frame
     assert (bench.protocol.video.fps, bench.protocol.video.total_pixels) == (2.0, 3584 * 28 * 28)
     assert bench.protocol.video.min_pixels == 16 * 28 * 28 and bench.protocol.prompt_template == "timezero"
+    assert bench.protocol.video.sampler == "qwen_vl_utils"  # how the cited TimeZero/Time-R1/VideoChat-R1 ran
     for anchor in bench.anchors:
         assert anchor["source"] and any(anchor.get(k) is not None for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU"))
 

@@ -361,7 +361,7 @@ def test_trl_named_fields_keep_trl_defaults():
     assert sorted(n for n in ours if n not in trl_fields and n not in base) == [
         "drop_zero_std_groups", "max_prompt_length", "prompt_template", "reward_funcs", "share_video_encoding",
         "video_fps", "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels",
-        "video_total_pixels"]
+        "video_sampler", "video_total_pixels"]
     for name in ("beta", "epsilon", "loss_type", "scale_rewards", "temperature", "num_iterations", "log_completions"):
         assert ours[name].metadata["help"].startswith(trl_fields[name].metadata["help"].split(".")[0])
 

@@ -339,7 +339,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         fallback=bench.protocol if bench else None,
         fallback_name=f"benchmark {bench.name} paper protocol" if bench else "benchmark protocol",
         fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
-        max_frames=args.max_frames)
+        max_frames=args.max_frames, sampler=args.video_sampler)
     max_new_tokens = args.max_new_tokens or (bench.max_new_tokens if bench else None) or DEFAULT_MAX_NEW_TOKENS
     model_id = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     run = {"model": model_id, "data": str(Path(args.data).resolve()),
