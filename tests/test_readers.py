@@ -69,6 +69,10 @@ def test_charades_sta_values(parsed, benchmarks_dir):
     clamped = [(r, s) for r, s in zip(raw, samples) if r.end > r.duration]
     assert len(clamped) == 562
     assert all(s.end == r.duration and s.start == r.start for r, s in clamped)
+    # the annotation as written stays beside the clamped times (the standard scoring reads it), also in JSONL
+    assert all((s.raw_start, s.raw_end) == (r.start, r.end) for r, s in clamped)
+    line = json.loads(clamped[0][1].to_json())
+    assert (line["end"], line["raw_end"]) == (clamped[0][0].duration, clamped[0][0].end)
 
 
 def test_activitynet_values_and_speed(parsed, benchmarks_dir):

@@ -3,8 +3,9 @@ inference.
 
 A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end"}``:
 ``video`` is a path, times are seconds as floats, ``start``/``end`` clamped into [0, duration] and
-``raw_start``/``raw_end`` the annotation as written (optional when reading). :func:`load_samples` is what training and evaluation call: it reads such a file, resolves
-relative video paths, fills missing durations by probing the video, and applies :func:`validate`.
+``raw_start``/``raw_end`` the annotation as written (optional when reading). :func:`load_samples` is what training
+and evaluation call: it reads such a file, resolves relative video paths, fills missing durations by probing the
+video, and applies :func:`validate`.
 """
 from __future__ import annotations
 
@@ -60,8 +61,12 @@ class Sample:
     raw_end: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical JSON object (keys in :data:`FIELDS` order)."""
-        return asdict(self)
+        """The canonical JSON object (keys in :data:`FIELDS` order; ``raw_start``/``raw_end`` only when known)."""
+        data = asdict(self)
+        for key in ("raw_start", "raw_end"):
+            if data[key] is None:
+                del data[key]
+        return data
 
     def to_json(self) -> str:
         """One canonical JSONL line (no trailing newline), UTF-8 text kept as is."""

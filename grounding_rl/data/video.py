@@ -6,10 +6,11 @@ Frame *times* do not: qwen-vl-utils spreads T frames uniformly over the clip (``
 1 / fps; we take frame k at t = k / f on an exact time scale (see :func:`frame_times`). Decoding: decord's batched
 ``get_batch`` (PyAV when decord fails), then one batched uint8 resize; timings in docs/BENCHMARKS.md.
 
-``VideoSettings.sampler`` chooses: ``exact`` (the above, default) or ``qwen_vl_utils`` — ``qwen_vl_utils.fetch_video``'s
-own frames (``linspace(0, total − 1, T)``) and its claimed rate ``T / total · fps`` (so its ``second_per_grid_ts``),
-which is how the TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and evaluated. Its claimed frame times
-``k / rate`` drift from the frames' true times (up to 1.5 s on a 20-minute clip; docs/BENCHMARKS.md).
+``VideoSettings.sampler`` chooses: ``exact`` (the above, default) or ``qwen_vl_utils`` —
+``qwen_vl_utils.fetch_video``'s own frames (``linspace(0, total − 1, T)``) and its claimed rate ``T / total · fps``
+(so its ``second_per_grid_ts``), which is how the TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and
+evaluated. Its claimed frame times ``k / rate`` drift from the frames' true times (about 0.5 s on 10 s clips, 1.53 s
+computed for a 20-minute one; docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
