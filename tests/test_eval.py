@@ -318,6 +318,10 @@ def test_eval_sh_prepares_a_benchmark_and_evaluates(tiny_model_dir, videos_dir, 
     assert metrics["sampling"]["video"]["fps"] == 1.0 and metrics["sampling"]["max_new_tokens"] == 10
     report = (out / "report.md").read_text()
     assert "| Paper X | zero-shot | 50.0 | 30.0 | – | – | a README |" in report
+    # both scorings side by side, the standard one the headline
+    assert metrics["scoring"] == "standard" and set(metrics["by_scoring"]) == {"standard", "clamped"}
+    assert metrics["mIoU"] == metrics["by_scoring"]["standard"]["mIoU"]
+    assert "| standard |" in report and "| clamped |" in report
 
 
 def test_eval_sh_without_video_root_fails_clearly(tiny_model_dir, videos_dir, tmp_path):
