@@ -24,7 +24,8 @@ torch.set_num_threads(1)
 FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens", "12",
         "--num-workers", "0", "--batch-size", "4"]
 METRIC_KEYS = ("n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate")
-RECORD_KEYS = {"qid", "video", "query", "duration", "gt_start", "gt_end", "answer", "reasoning", "start", "end", "iou"}
+RECORD_KEYS = {"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer",
+               "reasoning", "start", "end", "iou"}
 
 
 def _env() -> dict:
@@ -78,6 +79,28 @@ def test_metrics_from_records_counts_failures_as_zero():
     assert (m["R1@0.3"], m["R1@0.5"], m["R1@0.7"]) == (50.0, 50.0, 25.0)
     assert m["mIoU"] == pytest.approx(37.5)
     assert m["parse_failure_rate"] == 50.0 and m["format_rate"] == 50.0 and m["video_load_failures"] == 1
+
+
+def test_metrics_json_has_both_scorings_side_by_side():
+    """An annotation ending past the video (Charades-STA: 562 of 3,720 test queries): ``standard`` scores the
+    annotation as written against the prediction as parsed, ``clamped`` clamps both into the clip."""
+    from grounding_rl.data.samples import validate_sample
+
+    past_end, _ = validate_sample(Sample(video="v.mp4", query="q", start=20.0, end=40.0, duration=30.0, qid="a",
+                                         source="t"))
+    assert (past_end.start, past_end.end, past_end.raw_start, past_end.raw_end) == (20.0, 30.0, 20.0, 40.0)
+    recs = [ev.prediction_record(past_end, "<think>t</think><answer>20 to 30</answer>"),  # std 0.5, clamped 1
+            ev.prediction_record(past_end, "<think>t</think><answer>25 to 45</answer>"),  # std 15/25, clamped 5/10
+            ev.prediction_record(_sample(0.0, 10.0, 20.0, "c"), "<think>t</think><answer>0 to 10</answer>")]
+    assert recs[0]["gt_raw_end"] == 40.0 and recs[0]["gt_end"] == 30.0
+    m = ev.metrics_from_records(recs)
+    assert m["scoring"] == "standard" and set(m["by_scoring"]) == {"standard", "clamped"}
+    std, clamped = m["by_scoring"]["standard"], m["by_scoring"]["clamped"]
+    assert m["mIoU"] == std["mIoU"] == pytest.approx(100 * (0.5 + 0.6 + 1.0) / 3)
+    assert clamped["mIoU"] == pytest.approx(100 * (1.0 + 0.5 + 1.0) / 3)
+    assert (std["R1@0.5"], std["R1@0.7"]) == pytest.approx((100.0, 100 / 3))  # 0.5 is an exact tie: counted
+    assert (clamped["R1@0.5"], clamped["R1@0.7"]) == pytest.approx((100.0, 200 / 3))
+    assert std["n"] == clamped["n"] == 3
 
 
 def test_read_predictions_skips_a_half_written_line(tmp_path):
@@ -290,12 +313,17 @@ def test_benchmark_definitions_match_their_annotation_files(name, benchmarks_dir
     # paper protocol (TimeZero / Time-R1): 2 fps, 3584·28·28 pixels per clip, 16·28·28 minimum per frame
     assert (bench.protocol.video.fps, bench.protocol.video.total_pixels) == (2.0, 3584 * 28 * 28)
     assert bench.protocol.video.min_pixels == 16 * 28 * 28 and bench.protocol.prompt_template == "timezero"
+    assert bench.protocol.video.sampler == "qwen_vl_utils"  # how the cited TimeZero/Time-R1/VideoChat-R1 ran
     for anchor in bench.anchors:
         assert anchor["source"] and any(anchor.get(k) is not None for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU"))
 
 
-def test_tvgbench_count_and_anchor_numbers():
-    assert load_benchmark(REPO_ROOT / "evaluation" / "tvgbench.yaml").expected_queries == 789
+def test_tvgbench_count_and_anchor_numbers(benchmarks_dir):
+    from grounding_rl.eval.benchmarks import dropped_annotations
+
+    tvgbench = load_benchmark(REPO_ROOT / "evaluation" / "tvgbench.yaml")
+    assert tvgbench.expected_queries == 789
+    assert dropped_annotations(tvgbench) == 11  # zero-length answers: the standard scoring's n is 800, as Time-R1's
     charades = load_benchmark(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
     timezero = next(a for a in charades.anchors if a["method"].startswith("TimeZero"))
     assert (timezero["R1@0.3"], timezero["R1@0.5"], timezero["R1@0.7"]) == (83.3, 72.5, 47.9)
@@ -336,6 +364,10 @@ def test_eval_sh_prepares_a_benchmark_and_evaluates(tiny_model_dir, videos_dir, 
     assert metrics["sampling"]["video"]["fps"] == 1.0 and metrics["sampling"]["max_new_tokens"] == 10
     report = (out / "report.md").read_text()
     assert "| Paper X | zero-shot | 50.0 | 30.0 | – | – | a README |" in report
+    # both scorings side by side, the standard one the headline
+    assert metrics["scoring"] == "standard" and set(metrics["by_scoring"]) == {"standard", "clamped"}
+    assert metrics["mIoU"] == metrics["by_scoring"]["standard"]["mIoU"]
+    assert "| standard |" in report and "| clamped |" in report
 
 
 def test_eval_sh_without_video_root_fails_clearly(tiny_model_dir, videos_dir, tmp_path):

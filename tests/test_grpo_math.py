@@ -24,9 +24,15 @@ def test_group_advantages_scale_none_and_batch_and_zero_std():
     none = grpo.group_advantages(rewards, 2, "none")
     assert none.advantages.tolist() == pytest.approx([-1.0, 1.0, 0.0, 0.0])
     assert none.zero_std.tolist() == [False, False, True, True]
+    assert none.group_zero_std.tolist() == [False, False, True, True]
     batch = grpo.group_advantages(rewards, 2, "batch")
     std = rewards.std().item()
     assert batch.advantages.tolist() == pytest.approx([-1 / (std + 1e-4), 1 / (std + 1e-4), 0.0, 0.0], rel=1e-5)
+    # TRL 1.16: under "batch", frac_reward_zero_std is about the batch std (not 0 here); our drop rule stays per group
+    assert batch.zero_std.tolist() == [False] * 4
+    assert batch.group_zero_std.tolist() == [False, False, True, True]
+    flat = grpo.group_advantages(torch.tensor([2.0, 2.0, 2.0, 2.0]), 2, "batch")
+    assert flat.zero_std.tolist() == [True] * 4 and flat.group_zero_std.tolist() == [True] * 4
 
 
 def test_group_advantages_nan_reward_is_left_out():
@@ -72,7 +78,8 @@ def test_grpo_loss_gradient_and_clip_flags():
     ref = torch.tensor([[-0.5, -1.0], [-0.1, -2.0]])
     adv = torch.tensor([1.5, -1.0])
     mask = torch.ones(2, 2)
-    out = grpo.grpo_loss(logps, old, adv, mask, ref_logps=ref, beta=0.04, loss_type="bnpo")
+    out = grpo.grpo_loss(logps, old, adv, mask, ref_logps=ref, beta=0.04, loss_type="bnpo",
+                         use_bias_correction_kl=False)
     # token (0,0): ratio 1.35 > 1.2 with A > 0 → high-clipped; token (1,1): ratio exp(-0.5)=0.61 < 0.8 with A < 0
     assert out.high_clipped.tolist() == [[True, False], [False, False]]
     assert out.low_clipped.tolist() == [[False, False], [False, True]]
@@ -92,3 +99,89 @@ def test_grpo_loss_gradient_and_clip_flags():
 
 def test_masked_sum_count():
     assert grpo.masked_sum_count(torch.tensor([[1.0, 5.0]]), torch.tensor([[1, 0]])).tolist() == [1.0, 1.0]
+
+
+def _stale_micro_steps(accumulation: int, steps_per_generation: int, iterations: int, micro_steps: int) -> list[int]:
+    """Walk the schedule: micro-step s trains on generation s // (spg · μ), produced just before micro-step
+    (s // (spg · μ)) · spg · μ; optimizer steps follow micro-steps k · accumulation − 1. Stale = an optimizer step
+    happened between the generation and s."""
+    every = steps_per_generation * iterations
+    stale = []
+    for s in range(micro_steps):
+        generated_at = (s // every) * every
+        last_optimizer_boundary = (s // accumulation) * accumulation  # micro-steps before it were stepped
+        if last_optimizer_boundary > generated_at:
+            stale.append(s)
+    return stale
+
+
+@pytest.mark.parametrize("accumulation", [1, 2, 3, 4])
+@pytest.mark.parametrize("steps_per_generation", [1, 2, 3, 4])
+@pytest.mark.parametrize("iterations", [1, 2, 3, 4])
+def test_old_logps_are_stored_exactly_when_a_micro_step_is_stale(accumulation, steps_per_generation, iterations):
+    """TRL 1.16's rule: every micro-step whose batch was generated before the latest optimizer step has stored π_old
+    log-probs, and none are computed when no micro-step is stale."""
+    stale = _stale_micro_steps(accumulation, steps_per_generation, iterations, micro_steps=5 * 48)
+    assert grpo.needs_old_logps(accumulation, steps_per_generation, iterations) == bool(stale)
+    assert grpo.needs_old_logps(accumulation, steps_per_generation, iterations, engine_logps_need_correcting=True)
+
+
+def test_old_logps_rule_cases():
+    # accepted by the config, and the case the old rule (num_iterations > 1 or spg > accumulation) missed
+    assert grpo.needs_old_logps(3, 2, 1) and _stale_micro_steps(3, 2, 1, 6) == [3]
+    assert not grpo.needs_old_logps(4, 2, 2) and not grpo.needs_old_logps(2, 1, 2)  # old rule computed these
+    assert grpo.needs_old_logps(1, 2, 1)
+
+
+def test_bias_corrected_kl_gradient_is_trls():
+    """TRL 1.16 (use_bias_correction_kl=True): per_token_kl = k3 · exp(logp − old), added as β·kl. On-policy the ratio
+    is 1 in value but its gradient turns β·(1 − e^δ) into β·(logp − ref), δ = ref − logp."""
+    torch.manual_seed(0)
+    logps = (torch.randn(3, 5) - 1).requires_grad_(True)
+    ref = logps.detach() + 0.3 * torch.randn(3, 5)
+    adv = torch.tensor([0.5, -1.0, 2.0])
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    beta = 0.04
+    out = grpo.grpo_loss(logps, logps.detach(), adv, mask, ref_logps=ref, beta=beta, loss_type="bnpo")
+    (grad,) = torch.autograd.grad(out.loss, logps)
+
+    # TRL's formula, line by line (trl/trainer/grpo_trainer.py, _compute_loss)
+    trl_logps = logps.detach().clone().requires_grad_(True)
+    coef_1 = torch.exp(trl_logps - trl_logps.detach())
+    per_token_kl = (torch.exp(ref - trl_logps) - (ref - trl_logps) - 1) * coef_1
+    coef_2 = torch.clamp(coef_1, 1 - 0.2, 1 + 0.2)
+    per_token_loss = -torch.min(coef_1 * adv.unsqueeze(1), coef_2 * adv.unsqueeze(1)) + beta * per_token_kl
+    trl_loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
+    (trl_grad,) = torch.autograd.grad(trl_loss, trl_logps)
+    assert torch.equal(grad, trl_grad) and torch.equal(out.loss, trl_loss)
+
+    n = mask.sum()
+    expected = (-adv.unsqueeze(1) + beta * (logps.detach() - ref)) * mask / n
+    assert torch.allclose(grad, expected, atol=1e-7)
+    plain = grpo.grpo_loss(logps, logps.detach(), adv, mask, ref_logps=ref, beta=beta, loss_type="bnpo",
+                           use_bias_correction_kl=False)
+    (plain_grad,) = torch.autograd.grad(plain.loss, logps)
+    expected_plain = (-adv.unsqueeze(1) + beta * (1 - torch.exp(ref - logps.detach()))) * mask / n
+    assert torch.allclose(plain_grad, expected_plain, atol=1e-7)
+    assert not torch.allclose(plain_grad, grad, atol=1e-5)
+
+
+def test_dapo_normaliser_clamps_before_dividing():
+    # TRL 1.16: num_items_in_batch.clamp(min=1) / processes · accumulation / steps_per_generation
+    assert grpo.dapo_normaliser(torch.tensor(0), 4, 2, 2).item() == pytest.approx(0.25)
+    assert grpo.dapo_normaliser(torch.tensor(40), 4, 3, 2).item() == pytest.approx(15.0)
+    loss = torch.ones(1, 2)
+    mask = torch.zeros(1, 2)
+    assert grpo.aggregate_loss(loss, mask, "dapo", num_items=grpo.dapo_normaliser(torch.tensor(0), 4, 1, 1)).item() == 0
+
+
+def test_loss_is_aggregated_in_float32_for_a_bf16_model():
+    logps = torch.tensor([[-0.5, -1.25, -2.0]], dtype=torch.bfloat16)
+    mask = torch.tensor([[1, 1, 0]])
+    for loss_type in grpo.LOSS_TYPES:
+        out = grpo.grpo_loss(logps, logps, torch.tensor([0.3], dtype=torch.bfloat16), mask, loss_type=loss_type,
+                             max_completion_length=3, ref_logps=logps - 0.1, beta=0.1)
+        assert out.loss.dtype == torch.float32
+    per_token = torch.full((1, 300), 0.01, dtype=torch.bfloat16)
+    assert grpo.aggregate_loss(per_token, torch.ones(1, 300), "dr_grpo", max_completion_length=300).item() \
+        == pytest.approx(float(torch.tensor(0.01, dtype=torch.bfloat16)), rel=1e-6)

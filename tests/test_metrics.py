@@ -16,7 +16,7 @@ RECORDS = [
     {"qid": "d", "start": 15.0, "end": 18.0, "duration": 40.0, "answer": T("around five")},  # unparseable: 0
     {"qid": "e", "start": 35.0, "end": 40.0, "duration": 40.0, "pred_start": 30.0, "pred_end": 50.0},  # (30,40): 0.5
     {"qid": "f", "start": 15.0, "end": 18.0, "duration": 40.0, "answer": T("18 to 15")},  # reversed: 0, formatted
-    {"qid": "g", "start": 10.0, "end": 20.0, "duration": 30.0, "answer": T("[16, 20]")},  # 4/10, formatted
+    {"qid": "g", "start": 10.0, "end": 20.0, "duration": 30.0, "answer": T("[16, 20]")},  # 4/10, read, not strict
 ]
 
 
@@ -29,7 +29,7 @@ def test_hand_computed_example():
     assert m["R1@0.7"] == pytest.approx(100 * 2 / 7)  # 28.57
     assert m["mIoU"] == pytest.approx(100 * (1 + 2.7 / 3.5 + 0.5 + 0.4) / 7)  # 38.16
     assert m["parse_failure_rate"] == pytest.approx(100 * 1 / 7)  # only "around five"
-    assert m["format_rate"] == pytest.approx(100 * 4 / 7)  # a, b, f, g
+    assert m["format_rate"] == pytest.approx(100 * 3 / 7)  # a, b, f: the template asks for "S to E"
     assert set(m) == {"n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate"}
 
 
@@ -61,4 +61,36 @@ def test_table():
     table = format_metrics_table({**compute_metrics(RECORDS), "unknown_qids": 2})
     header, rule, row = table.splitlines()
     assert header == "| n | R1@0.3 | R1@0.5 | R1@0.7 | mIoU | parse_failure_rate | format_rate | unknown_qids |"
-    assert row == "| 7 | 57.14 | 42.86 | 28.57 | 38.16 | 14.29 | 57.14 | 2 |"
+    assert row == "| 7 | 57.14 | 42.86 | 28.57 | 38.16 | 14.29 | 42.86 | 2 |"
+
+
+@pytest.mark.parametrize("scoring", ["standard", "clamped"])
+@pytest.mark.parametrize("pred, gt, threshold", [
+    ((11.6, 14.6), (11.6, 17.6), 0.5),  # 0.49999999999999983 in float64
+    ((0.1, 0.4), (0.1, 1.1), 0.3),  # 0.3 exactly in real numbers
+    ((1.1, 1.4), (1.1, 2.1), 0.3),  # 0.2999999999999998
+    ((1.1, 1.8), (1.1, 2.1), 0.7),
+    ((2.2, 2.9), (2.2, 3.2), 0.7),  # 0.6999999999999997
+])
+def test_exact_ties_count(pred, gt, threshold, scoring):
+    from grounding_rl.reward.iou import temporal_iou
+
+    assert abs(temporal_iou(pred, gt) - threshold) < 1e-12  # a tie up to float error, on either side
+    m = compute_metrics([{"start": gt[0], "end": gt[1], "duration": 60.0, "pred_start": pred[0],
+                          "pred_end": pred[1]}], scoring)
+    assert m[f"R1@{threshold}"] == 100.0
+    below = compute_metrics([{"start": gt[0], "end": gt[1], "duration": 60.0, "pred_start": pred[0],
+                              "pred_end": pred[1] - 1e-6}], scoring)
+    assert below[f"R1@{threshold}"] == 0.0  # a real miss stays a miss
+
+
+def test_standard_scoring_keeps_annotation_and_prediction_as_written():
+    # annotation 20-40 s on a 30 s video, prediction 25-45 s: standard 15/25; clamped (25, 30) vs (20, 30) = 5/10
+    r = {"start": 20.0, "end": 30.0, "raw_start": 20.0, "raw_end": 40.0, "duration": 30.0, "pred_start": 25.0,
+         "pred_end": 45.0}
+    assert compute_metrics([r], "standard")["mIoU"] == pytest.approx(60.0)
+    assert compute_metrics([r], "clamped")["mIoU"] == pytest.approx(50.0)
+    # reversed prediction → 0 under both; unknown scoring → error
+    assert compute_metrics([{**r, "pred_start": 45.0, "pred_end": 25.0}], "standard")["mIoU"] == 0.0
+    with pytest.raises(ValueError, match="scoring"):
+        compute_metrics([r], "published")

@@ -1,4 +1,6 @@
 """Processor round trip with the real Qwen2.5-VL processor files, and grounding_config.json."""
+import json
+
 import pytest
 import torch
 
@@ -58,7 +60,8 @@ def test_length_mismatch_is_an_error(processor, clips):
 def test_grounding_config_round_trip(tmp_path):
     config = GroundingConfig(
         prompt_template="timezero",
-        video=VideoSettings(fps=2.0, min_pixels=16 * 28 * 28, total_pixels=3584 * 28 * 28, max_frames=128),
+        video=VideoSettings(fps=2.0, min_pixels=16 * 28 * 28, total_pixels=3584 * 28 * 28, max_frames=128,
+                            sampler="qwen_vl_utils"),
         reward_funcs=["iou", "format"],
         reward_weights=[5.0, 1.0],
     )
@@ -66,6 +69,10 @@ def test_grounding_config_round_trip(tmp_path):
     assert path == tmp_path / "ckpt" / CONFIG_NAME
     loaded = GroundingConfig.load(tmp_path / "ckpt")
     assert loaded == config and loaded.video.total_pixels == 3584 * 28 * 28 and loaded.reward_weights == [5.0, 1.0]
+    assert json.loads(path.read_text())["video"]["sampler"] == "qwen_vl_utils" == loaded.video.sampler
+    old = json.loads(path.read_text())
+    del old["video"]["sampler"]  # a checkpoint saved before the knob existed: the exact sampler
+    assert GroundingConfig.from_dict(old).video.sampler == "exact"
     assert GroundingConfig.load(tmp_path / "nothing_here") is None
     path.write_text("{not json")
     with pytest.raises(ValueError, match=CONFIG_NAME):

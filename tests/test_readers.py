@@ -63,11 +63,16 @@ def test_charades_sta_values(parsed, benchmarks_dir):
     raw, samples, _, _ = parsed("charades_test")
     first = samples[0]
     assert first == Sample(video=str(benchmarks_dir / "charades_sta" / "3MSZA.mp4"), query="person turn a light on.",
-                           start=24.3, end=30.4, duration=30.96, qid="charades_sta:3MSZA#0", source="charades_sta")
+                           start=24.3, end=30.4, duration=30.96, qid="charades_sta:3MSZA#0", source="charades_sta",
+                           raw_start=24.3, raw_end=30.4)
     assert samples[1].qid == "charades_sta:3MSZA#1"  # index counts per video
     clamped = [(r, s) for r, s in zip(raw, samples) if r.end > r.duration]
     assert len(clamped) == 562
     assert all(s.end == r.duration and s.start == r.start for r, s in clamped)
+    # the annotation as written stays beside the clamped times (the standard scoring reads it), also in JSONL
+    assert all((s.raw_start, s.raw_end) == (r.start, r.end) for r, s in clamped)
+    line = json.loads(clamped[0][1].to_json())
+    assert (line["end"], line["raw_end"]) == (clamped[0][0].duration, clamped[0][0].end)
 
 
 def test_activitynet_values_and_speed(parsed, benchmarks_dir):

@@ -68,7 +68,12 @@ def test_tiou_time_r1_formula():
 
 @pytest.mark.parametrize("text, expected", [
     ("<think>a</think><answer>1 to 2</answer>", 1.0),
-    ("  <think>\nmulti\nline\n</think>\n\n<answer> 00:01 to 00:02 </answer>\n", 1.0),
+    ("  <think>\nmulti\nline\n</think>\n\n<answer> 1.50 to 2.25 </answer>\n", 1.0),
+    ("<think>a</think><answer>00:01 to 00:02</answer>", 0.0),  # read for the IoU, but not the asked "S to E"
+    ("<think>a</think><answer>1s to 2s</answer>", 0.0),
+    ("<think>a</think><answer>[1, 2]</answer>", 0.0),
+    ("<think>a</think><answer>1 - 2</answer>", 0.0),
+    ("<think>a</think><answer>1 to " + "9" * 400 + "</answer>", 0.0),  # inf
     ("<think>a</think><answer>18 to 15</answer>", 1.0),  # parses; the iou reward handles reversal
     ("<answer>1 to 2</answer>", 0.0),  # no think
     ("<think>a</think>text<answer>1 to 2</answer>", 0.0),  # text between
@@ -115,3 +120,30 @@ def test_register_reward_and_user_functions(tmp_path, monkeypatch):
         get_reward_funcs(["my_rewards.py:nope"])
     with pytest.raises(ValueError, match="no such file"):
         get_reward_funcs(["missing.py:half"])
+
+
+@pytest.mark.parametrize("template, text, expected", [
+    ("timelens", "The event happens in 3.00 - 7.50 seconds", 1.0),
+    ("timelens", "The event happens in 3 - 7.5 seconds.", 1.0),
+    ("timelens", "<think>a</think><answer>3 to 7</answer>", 0.0),  # not what TimeLens's prompt asks for
+    ("timelens", "The event happens in 3.0 to 7.5 seconds", 0.0),
+    ("timelens", "I think the event happens in 3.0 - 7.5 seconds", 0.0),
+    ("time_r1", "<think>a</think><answer>3.00 to 7.50</answer>", 1.0),
+    ("videochat_r1", "The event happens in 3.00 - 7.50 seconds", 0.0),
+    ("timezero", "<think>a</think>\n<answer>12.54 to 17.83</answer>", 1.0),
+])
+def test_format_reward_is_strict_per_template(template, text, expected):
+    assert format_reward([text], prompt_template=[template]) == [expected]
+    assert format_reward([text], prompt_template=template) == [expected]
+
+
+def test_format_reward_linear_time():
+    import time
+
+    texts = ["<think>" + " " * 100_000 + "</think><answer>" + "1" * 50_000 + " " * 50_000 + "</answer>",
+             "<think>" * 30_000 + "</think>" * 30_000, " " * 100_000 + "1" * 100_000,
+             "The event happens in " + "1" * 100_000 + " - " + " " * 100_000]
+    start = time.perf_counter()
+    for template in ("default", "timelens"):
+        assert format_reward(texts, prompt_template=template) == [0.0] * 4
+    assert time.perf_counter() - start < 5.0

@@ -75,8 +75,23 @@ def test_real_annotations_via_cli(videos_dir, tmp_path):
 
 
 def test_annotations_follow_the_validation_policy(tmp_path):
-    """As in eval: a start ≥ end annotation is dropped (not in n), an end past the video is clamped."""
+    """As in eval: a start ≥ end annotation is dropped (not in the clamped n; IoU 0 in the standard n); an end past the
+    video is clamped for the clamped scoring and kept as annotated for the standard one (the headline)."""
     ann = write_jsonl(tmp_path / "gt.jsonl", [gt("ok", 10.0, 50.0), gt("bad", 5.0, 5.0)])
     pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "ok", "start": 10.0, "end": 40.0}])
     metrics = score(pred, ann)
-    assert metrics["n"] == 1 and metrics["mIoU"] == 100.0  # the ground truth 10-50 s is clamped to 10-40 s
+    assert metrics["scoring"] == "standard" and metrics["by_scoring"]["standard"] == {
+        k: v for k, v in metrics.items() if k not in ("scoring", "by_scoring", "unknown_qids")}
+    assert metrics["n"] == 2 and metrics["mIoU"] == 37.5  # 10-40 s against the annotated 10-50 s: 0.75; "bad": 0
+    clamped = metrics["by_scoring"]["clamped"]
+    assert clamped["n"] == 1 and clamped["mIoU"] == 100.0  # the ground truth 10-50 s is clamped to 10-40 s
+
+
+def test_standard_counts_dropped_annotations_as_zero(tmp_path):
+    """The published evaluators score every query; a zero-length annotation has IoU 0 with any real interval."""
+    ann = write_jsonl(tmp_path / "gt.jsonl", [gt("ok", 10.0, 20.0), gt("point", 5.0, 5.0)])
+    pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "ok", "start": 10.0, "end": 20.0}])
+    metrics = score(pred, ann)
+    assert (metrics["n"], metrics["mIoU"], metrics["dropped_annotations"]) == (2, 50.0, 1)
+    assert (metrics["by_scoring"]["clamped"]["n"], metrics["by_scoring"]["clamped"]["mIoU"]) == (1, 100.0)
+    assert metrics["parse_failure_rate"] == 0.0  # over the evaluated queries

@@ -216,6 +216,19 @@ def test_zero_variance_groups_are_counted_and_dropped(tmp_path, tiny_model_dir, 
     assert trainer._metrics["frac_reward_zero_std"] == [1.0]
 
 
+@pytest.mark.parametrize("accumulation, stored", [(3, True), (2, False)])
+def test_trainer_stores_old_logps_under_trls_rule(tmp_path, tiny_model_dir, videos_dir, accumulation, stored):
+    """gradient_accumulation_steps 3, steps_per_generation 2: micro-step 3 trains on part 1 of a batch generated
+    before the first optimizer step, so π_old log-probs are stored (the old rule skipped them); with 2 they are not
+    needed (grpo.needs_old_logps, pinned over 1..4 in test_grpo_math)."""
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), steps_per_generation=2,
+                           gradient_accumulation_steps=accumulation)
+    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 8))
+    assert ("old_logps" in batch) is stored
+    if stored:
+        assert batch["old_logps"].shape == batch["completion_ids"].shape
+
+
 def test_long_prompt_is_an_error_naming_the_sample(tmp_path, tiny_model_dir, videos_dir):
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), max_prompt_length=20)
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
@@ -362,7 +375,7 @@ def test_trl_named_fields_keep_trl_defaults():
         "drop_zero_std_groups", "max_prompt_length", "prompt_template", "reward_funcs", "share_prompt_prefix",
         "share_video_encoding",
         "video_fps", "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels",
-        "video_total_pixels"]
+        "video_sampler", "video_total_pixels"]
     for name in ("beta", "epsilon", "loss_type", "scale_rewards", "temperature", "num_iterations", "log_completions"):
         assert ours[name].metadata["help"].startswith(trl_fields[name].metadata["help"].split(".")[0])
 

@@ -204,3 +204,53 @@ def test_contradictory_settings_are_rejected():
         VideoSettings(min_pixels=100352, max_pixels=50176)
     with pytest.raises(ValueError, match="fps"):
         VideoSettings(fps=0.0)
+
+
+# ------------------------------------------------------------------------------------ video_sampler: qwen_vl_utils
+def _largest_time_gap(clip) -> float:
+    """Largest |claimed time k / sampled_fps − true time index / source_fps| over the sampled frames, seconds."""
+    claimed = np.arange(clip.num_frames) / clip.sampled_fps
+    return float(np.abs(claimed - np.asarray(clip.timestamps)).max())
+
+
+@pytest.fixture(scope="module")
+def both_samplers(videos_dir, qwen_fetch):
+    """Each clip under TimeZero's settings with each sampler (qwen_vl_utils on its decord backend)."""
+    import dataclasses
+
+    qwen = dataclasses.replace(TIMEZERO, sampler="qwen_vl_utils")
+    return {name: (sample_frames(videos_dir / name, TIMEZERO), sample_frames(videos_dir / name, qwen))
+            for name in CLIPS}
+
+
+def test_qwen_vl_utils_sampler_is_fetch_video(videos_dir, both_samplers, qwen_fetch):
+    name = "charades_OHOFG.mp4"
+    ours = both_samplers[name][1]
+    element = {"video": str(videos_dir / name), "fps": 2.0, "min_pixels": 16 * 28 * 28,
+               "total_pixels": 3584 * 28 * 28}
+    (frames, metadata), claimed_fps = qwen_fetch(element, return_video_sample_fps=True, return_video_metadata=True)
+    assert torch.equal(torch.from_numpy(ours.frames).permute(0, 3, 1, 2), frames.to(torch.uint8))
+    assert ours.sampled_fps == claimed_fps == pytest.approx(70 / 335 * 10000 / 1049)  # T / total · fps
+    total = metadata["total_num_frames"]
+    assert ours.frame_indices == np.round(np.linspace(0, total - 1, ours.num_frames)).astype(int).tolist()
+    assert ours.backend == "qwen_vl_utils/decord"
+
+
+def test_time_gap_of_each_sampler(both_samplers):
+    """The numbers of docs/BENCHMARKS.md: ours within half a source frame of the claimed time on every clip;
+    qwen-vl-utils reports n / total · fps for frames taken at linspace(0, total − 1, n)."""
+    gaps = {name: (_largest_time_gap(exact), _largest_time_gap(qwen)) for name, (exact, qwen) in both_samplers.items()}
+    assert all(exact <= 0.053 for exact, _ in gaps.values()), gaps
+    assert gaps["charades_OHOFG.mp4"][1] == pytest.approx(0.412, abs=1e-3)
+    assert gaps["mmaction2_eye_makeup.avi"][1] == pytest.approx(0.507, abs=1e-3)
+    assert all(qwen > 0.4 for _, qwen in gaps.values())
+
+
+def test_qwen_vl_utils_sampler_failure_is_one_line_naming_the_clip(tmp_path):
+    text = tmp_path / "notes.mp4"
+    text.write_text("not a video\n")
+    with pytest.raises(VideoLoadError, match=r"notes\.mp4: qwen_vl_utils\.fetch_video cannot read it \(") as err:
+        sample_frames(text, VideoSettings(sampler="qwen_vl_utils"))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="sampler"):
+        VideoSettings(sampler="linspace")

@@ -1,9 +1,11 @@
 """The canonical sample (one JSONL line per query) and the one validation policy used by training, evaluation and
 inference.
 
-A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source"}``: ``video`` is a path,
-times are seconds as floats. :func:`load_samples` is what training and evaluation call: it reads such a file, resolves
-relative video paths, fills missing durations by probing the video, and applies :func:`validate`.
+A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end"}``:
+``video`` is a path, times are seconds as floats, ``start``/``end`` clamped into [0, duration] and
+``raw_start``/``raw_end`` the annotation as written (optional when reading). :func:`load_samples` is what training
+and evaluation call: it reads such a file, resolves relative video paths, fills missing durations by probing the
+video, and applies :func:`validate`.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ logger = logging.getLogger(__name__)
 # Extensions recognised as videos (lower case), in order of preference after ".mp4".
 VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".3gp", ".ts")
 
-FIELDS = ("video", "query", "start", "end", "duration", "qid", "source")
+FIELDS = ("video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end")
 
 
 class AnnotationError(ValueError):
@@ -44,6 +46,8 @@ class Sample:
             (index = 0-based position of the query among that video's queries in the file); for ``jsonl`` files
             without ``qid``, the 0-based line number.
         source: the reader (format) name, or the ``source`` field of a canonical line.
+        raw_start, raw_end: the annotation's times as written, before :func:`validate_sample` clamps them (the
+            ``standard`` scoring of :mod:`grounding_rl.reward.metrics` uses them); None before validation.
     """
 
     video: str
@@ -53,10 +57,16 @@ class Sample:
     duration: float
     qid: str
     source: str
+    raw_start: float | None = None
+    raw_end: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical JSON object (keys in :data:`FIELDS` order)."""
-        return asdict(self)
+        """The canonical JSON object (keys in :data:`FIELDS` order; ``raw_start``/``raw_end`` only when known)."""
+        data = asdict(self)
+        for key in ("raw_start", "raw_end"):
+            if data[key] is None:
+                del data[key]
+        return data
 
     def to_json(self) -> str:
         """One canonical JSONL line (no trailing newline), UTF-8 text kept as is."""
@@ -93,9 +103,12 @@ def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
         return None, f"dropped: start {start} >= end {end}"
     new_start, new_end = min(max(start, 0.0), duration), min(end, duration)
     status = "clamped" if (new_start, new_end) != (start, end) else "kept"
-    if status == "kept" and query == sample.query:
+    raw_start = float(start) if sample.raw_start is None else sample.raw_start  # the annotation as written, kept
+    raw_end = float(end) if sample.raw_end is None else sample.raw_end
+    if status == "kept" and query == sample.query and (raw_start, raw_end) == (sample.raw_start, sample.raw_end):
         return sample, status
-    return replace(sample, query=query, start=float(new_start), end=float(new_end)), status
+    return replace(sample, query=query, start=float(new_start), end=float(new_end), raw_start=raw_start,
+                   raw_end=raw_end), status
 
 
 def validate(samples: Iterable[Sample], *, log_limit: int = 5) -> tuple[list[Sample], dict[str, int]]:
@@ -272,7 +285,10 @@ def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None 
             yield Sample(video=video, query=row["query"], start=as_seconds(row["start"], "start", where),
                          end=as_seconds(row["end"], "end", where), duration=duration,
                          qid=str(row["qid"]) if row.get("qid") is not None else str(index),
-                         source=str(row.get("source") or "jsonl"))
+                         source=str(row.get("source") or "jsonl"),
+                         raw_start=None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start",
+                                                                                        where),
+                         raw_end=None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where))
 
 
 def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None) -> list[Sample]:
@@ -312,7 +328,8 @@ def write_jsonl(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
     return count
 
 
-def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None) -> list[Sample]:
+def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                 counts: dict[str, int] | None = None) -> list[Sample]:
     """Read a canonical JSONL file and apply the validation policy: what training and evaluation call.
 
     Relative ``video`` paths resolve against ``video_root`` or the file's folder; missing durations are probed from
@@ -321,13 +338,17 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     Args:
         path: canonical JSONL file (e.g. written by ``grounding-rl prepare``).
         video_root: optional folder for relative video paths.
+        counts: a dict to receive the validation counts ``{"kept", "dropped", "clamped"}`` (the ``standard``
+            scoring counts dropped annotations as queries with IoU 0).
     Returns:
         the kept samples, in file order.
     Raises:
         AnnotationError, VideoProbeError: see :func:`iter_jsonl`.
     """
-    samples, counts = validate(iter_jsonl(path, video_root=video_root))
-    logger.info("%s: %s", path, counts)
+    samples, found = validate(iter_jsonl(path, video_root=video_root))
+    logger.info("%s: %s", path, found)
+    if counts is not None:
+        counts.update(found)
     return samples
 
 

@@ -5,6 +5,12 @@ turns ``total_pixels`` into a per-frame maximum), so a model trained with qwen-v
 Frame *times* do not: qwen-vl-utils spreads T frames uniformly over the clip (``linspace``), whose spacing drifts from
 1 / fps; we take frame k at t = k / f on an exact time scale (see :func:`frame_times`). Decoding: decord's batched
 ``get_batch`` (PyAV when decord fails), then one batched uint8 resize; timings in docs/BENCHMARKS.md.
+
+``VideoSettings.sampler`` chooses: ``exact`` (the above, default) or ``qwen_vl_utils`` —
+``qwen_vl_utils.fetch_video``'s own frames (``linspace(0, total − 1, T)``) and its claimed rate ``T / total · fps``
+(so its ``second_per_grid_ts``), which is how the TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and
+evaluated. Its claimed frame times ``k / rate`` drift from the frames' true times (about 0.5 s on 10 s clips, 1.53 s
+computed for a 20-minute one; docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -30,6 +36,9 @@ DEFAULT_MIN_PIXELS = VIDEO_MIN_TOKEN_NUM * IMAGE_FACTOR * IMAGE_FACTOR  # 100,35
 DEFAULT_MAX_PIXELS = VIDEO_MAX_TOKEN_NUM * IMAGE_FACTOR * IMAGE_FACTOR  # 602,112 (qwen-vl-utils default)
 
 
+VIDEO_SAMPLERS = ("exact", "qwen_vl_utils")
+
+
 class VideoLoadError(RuntimeError):
     """A video file could not be read, or yielded fewer than 2 frames. The message names the file."""
 
@@ -48,6 +57,8 @@ class VideoSettings:
         max_pixels: maximum H·W per frame.
         total_pixels: budget for T·H·W over the whole clip (TimeZero: 3584·28·28); None = qwen-vl-utils' default
             (MODEL_SEQ_LEN·28·28·0.9, effectively off).
+        sampler: ``exact`` (frames on an exact time scale, ours) or ``qwen_vl_utils`` (``fetch_video``'s frames and
+            claimed fps, to reproduce checkpoints trained with it); see the module docstring.
     """
 
     fps: float = 2.0
@@ -56,9 +67,12 @@ class VideoSettings:
     min_pixels: int = DEFAULT_MIN_PIXELS
     max_pixels: int = DEFAULT_MAX_PIXELS
     total_pixels: int | None = None
+    sampler: str = "exact"
 
     def __post_init__(self):
         problems = []
+        if self.sampler not in VIDEO_SAMPLERS:
+            problems.append(f"sampler must be one of {VIDEO_SAMPLERS} (got {self.sampler!r})")
         if not self.fps > 0:
             problems.append(f"fps must be > 0 (got {self.fps})")
         if not 1 <= self.min_frames <= self.max_frames:
@@ -295,6 +309,11 @@ def sample_frames(
         if hit is not None:
             return hit
 
+    if settings.sampler == "qwen_vl_utils":
+        video = _sample_qwen_vl_utils(path, settings)
+        if cache is not None:
+            cache.put(path, settings, video)
+        return video
     if num_threads is None:
         num_threads = decode_threads()
     errors = []
@@ -320,6 +339,35 @@ def sample_frames(
     if cache is not None:
         cache.put(path, settings, video)
     return video
+
+
+def _sample_qwen_vl_utils(path: str, settings: VideoSettings) -> SampledVideo:
+    """Frames, indices and claimed fps exactly as ``qwen_vl_utils.fetch_video`` gives them (its reader: decord here).
+
+    ``sampled_fps`` is its ``sample_fps`` = T / total_frames · source_fps (what the processor turns into
+    ``second_per_grid_ts``); ``frame_indices`` and ``timestamps`` are the true ones (``linspace(0, total − 1, T)``
+    rounded, / source_fps). Raises VideoLoadError naming the clip and the reason when ``fetch_video`` fails (e.g. its
+    torchvision fallback calls ``torchvision.io.read_video``, which torchvision 0.29 no longer has).
+    """
+    from qwen_vl_utils.vision_process import fetch_video
+
+    element = {"video": path, "fps": settings.fps, "min_frames": settings.min_frames,
+               "max_frames": settings.max_frames, "min_pixels": settings.min_pixels, "max_pixels": settings.max_pixels}
+    if settings.total_pixels is not None:
+        element["total_pixels"] = settings.total_pixels
+    try:
+        (frames, metadata), claimed_fps = fetch_video(element, return_video_sample_fps=True,
+                                                      return_video_metadata=True)
+    except Exception as err:  # whatever its readers raise
+        reason = f"{type(err).__name__}: {str(err).strip()}"[:300]
+        raise VideoLoadError(f"{path}: qwen_vl_utils.fetch_video cannot read it ({reason})") from err
+    source_fps = float(metadata["fps"])
+    indices = [int(i) for i in metadata["frames_indices"]]
+    frames = frames.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
+    return SampledVideo(path=path, frames=frames, source_fps=source_fps,
+                        duration=float(metadata["total_num_frames"]) / source_fps, frame_indices=indices,
+                        timestamps=[i / source_fps for i in indices], sampled_fps=float(claimed_fps),
+                        backend=f"qwen_vl_utils/{metadata.get('video_backend', '?')}")
 
 
 def resize_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -160,6 +160,17 @@ def anchors_table(anchors: list[dict], ours: dict | None = None, ours_label: str
     return "\n".join(lines)
 
 
+def dropped_annotations(bench: Benchmark) -> int:
+    """How many of the benchmark file's queries the validation policy drops (start ≥ end, e.g. TVGBench's 11
+    zero-length answers): ``grounding-rl prepare`` leaves them out of the canonical JSONL, and the ``standard``
+    scoring counts them back, with IoU 0, as the published evaluators do. Raises what the reader raises."""
+    from grounding_rl.data.readers import read_annotations
+    from grounding_rl.data.samples import validate
+
+    return validate(read_annotations(bench.format, bench.annotations, durations=bench.durations), log_limit=0)[1][
+        "dropped"]
+
+
 def prepare_args(bench: Benchmark, out: str, video_root: str | None = None) -> list[str]:
     """Arguments of ``grounding-rl prepare`` for ``bench`` writing ``out``.
 

@@ -10,7 +10,8 @@
   generation path of training too).
 * ``OUTDIR/predictions.jsonl`` is written incrementally, one flushed line per query::
 
-      {"qid", "video", "query", "duration", "gt_start", "gt_end", "answer", "reasoning", "start", "end", "iou"[, "error"]}
+      {"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer", "reasoning",
+       "start", "end", "iou"[, "error"]}
 
   ``start``/``end`` are the parsed prediction in seconds as the model wrote it (null when unparseable; ``iou`` applies
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
@@ -24,7 +25,9 @@
 * A clip that fails to load (:class:`~grounding_rl.data.video.VideoLoadError`) is a recorded failure: ``answer`` null,
   ``iou`` 0 and an ``error`` message; it is never dropped and never stops the run.
 * Rank 0 writes ``metrics.json`` (metrics, model, data, sampling settings, seed, package versions), ``report.md`` and
-  ``iou_hist.png``.
+  ``iou_hist.png``. Metrics come under two scorings (:mod:`grounding_rl.reward.metrics`): ``standard`` (the published
+  evaluators' rule; the top level of ``metrics.json``, the report's headline and its anchor comparison) and
+  ``clamped`` (ours, the reward's rule), both under ``by_scoring``.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.eval.runner import clip_batches, group_by_video, shard_by_video
 from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, describe_config, resolve_config
 from grounding_rl.models.loading import load_for_inference
-from grounding_rl.reward.metrics import compute_metrics, format_metrics_table
+from grounding_rl.reward.metrics import format_metrics_table, metrics_by_scoring
 from grounding_rl.reward.parsing import extract_think, parse_answer
 from grounding_rl.reward.rewards import query_iou
 from grounding_rl.rollout.generation import SamplingParams, generate_answers
@@ -74,14 +77,17 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
         error: why there is no answer (recorded as ``error``).
 
     Returns:
-        ``{"qid", "video", "query", "duration", "gt_start", "gt_end", "answer", "reasoning", "start", "end", "iou"}``
-        (+ ``error``): ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
+        ``{"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer",
+        "reasoning", "start", "end", "iou"}`` (+ ``error``): ``gt_start``/``gt_end`` clamped into the clip,
+        ``gt_raw_*`` as annotated, ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
         :func:`grounding_rl.reward.rewards.query_iou` (prediction clamped to [0, duration]; reversed or none → 0).
     """
     parsed = parse_answer(answer) if answer is not None else None
     record = {
         "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
-        "gt_start": sample.start, "gt_end": sample.end, "answer": answer,
+        "gt_start": sample.start, "gt_end": sample.end,
+        "gt_raw_start": sample.start if sample.raw_start is None else sample.raw_start,
+        "gt_raw_end": sample.end if sample.raw_end is None else sample.raw_end, "answer": answer,
         "reasoning": extract_think(answer) if answer is not None else None,
         "start": parsed[0] if parsed else None, "end": parsed[1] if parsed else None,
         "iou": query_iou(parsed, (sample.start, sample.end), sample.duration),
@@ -91,12 +97,16 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
     return record
 
 
-def metrics_from_records(records: list[dict]) -> dict:
-    """``compute_metrics`` over prediction records (one per query), plus ``video_load_failures`` (records with an
-    ``error``). Raises ValueError when ``records`` is empty."""
+def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0) -> dict:
+    """Both scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard`` and
+    ``clamped``) over prediction records (one per query), plus ``video_load_failures`` (records with an ``error``).
+    A record without ``gt_raw_*`` (written before they existed) scores its clamped ground truth under ``standard``.
+    ``dropped_annotations``: lines of the data file that the validation policy dropped (``standard`` counts them).
+    Raises ValueError when ``records`` is empty."""
     rows = [{"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
+             "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
              "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")} for r in records]
-    metrics = compute_metrics(rows)
+    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations)
     metrics["video_load_failures"] = sum(1 for r in records if r.get("error"))
     return metrics
 
@@ -263,8 +273,10 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
         bench = load_benchmark(args.benchmark)
 
-    samples = load_samples(args.data, video_root=args.video_root)
+    counts: dict[str, int] = {}
+    samples = load_samples(args.data, video_root=args.video_root, counts=counts)
     total_in_file = len(samples)
+    dropped = counts.get("dropped", 0) if args.limit is None else 0  # counted by the standard scoring (IoU 0)
     if args.limit is not None:
         samples = samples[: max(args.limit, 0)]
     if not samples:
@@ -276,13 +288,17 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if bench is not None and args.limit is None and total_in_file != bench.expected_queries and main_process:
         print(f"warning: {args.data} has {total_in_file} queries; benchmark {bench.name} expects "
               f"{bench.expected_queries}", file=sys.stderr)
+    if bench is not None and args.limit is None and total_in_file == bench.expected_queries and not dropped:
+        from grounding_rl.eval.benchmarks import dropped_annotations
+
+        dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
 
     config, source = resolve_config(
         args.model, prompt_template=args.prompt_template,
         fallback=bench.protocol if bench else None,
         fallback_name=f"benchmark {bench.name} paper protocol" if bench else "benchmark protocol",
         fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
-        max_frames=args.max_frames)
+        max_frames=args.max_frames, sampler=args.video_sampler)
     max_new_tokens = args.max_new_tokens or (bench.max_new_tokens if bench else None) or DEFAULT_MAX_NEW_TOKENS
     model_id = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     run = {"model": model_id, "data": str(Path(args.data).resolve()),
@@ -345,7 +361,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
     wall = time.perf_counter() - started
     records = merge_predictions(outdir, samples)
-    metrics = metrics_from_records(records)
+    metrics = metrics_from_records(records, config.prompt_template, dropped)
     info = {"model": model_id, "data": run["data"], "benchmark": bench.name if bench else None,
             "limit": args.limit,
             "sampling": {"source": source, "prompt_template": config.prompt_template,

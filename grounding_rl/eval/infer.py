@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config, source = resolve_config(args.model, prompt_template=args.prompt_template, fps=args.fps,
                                         min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                                        total_pixels=args.total_pixels, max_frames=args.max_frames)
+                                        total_pixels=args.total_pixels, max_frames=args.max_frames,
+                                        sampler=args.video_sampler)
     except ValueError as err:
         print(f"grounding-rl infer: error: {err}", file=sys.stderr)
         return EXIT_VIDEO

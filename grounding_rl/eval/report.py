@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from grounding_rl.reward.metrics import format_metrics_table
+from grounding_rl.reward.metrics import format_metrics_table, scoring_table
 
 # Distributions whose versions every metrics.json records, plus a few that change results.
 VERSION_PACKAGES = ("torch", "transformers", "trl", "qwen-vl-utils", "decord", "accelerate", "grounding-rl")
@@ -62,7 +62,8 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
 
     Args:
         path: output file.
-        metrics: ``compute_metrics`` output (percentages) plus extra counts.
+        metrics: ``metrics_by_scoring`` output (headline scoring at the top level, ``by_scoring``) or a plain
+            ``compute_metrics`` output (percentages), plus extra counts.
         info: run details (``model``, ``data``, ``sampling``, ``seed``, ``benchmark``...).
         anchors_md: a markdown table of published results (see ``benchmarks.anchors_table``), or None.
         hist_name: file name of the IoU histogram next to the report, or None.
@@ -73,8 +74,15 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
     sampling = info.get("sampling", {})
     lines = [f"# Evaluation: {Path(str(info.get('model', '?'))).name or info.get('model')}", "",
              format_metrics_table(metrics), "",
-             "R1@m: percent of queries with IoU ≥ m; mIoU: mean IoU in percent. Every query counts: an unparseable "
-             "answer or a clip that failed to load is IoU 0.", "",
+             "R1@m: percent of queries with IoU ≥ m (exact ties count); mIoU: mean IoU in percent. Every query "
+             "counts: an unparseable answer or a clip that failed to load is IoU 0."]
+    if "by_scoring" in metrics:
+        lines += ["", f"Headline numbers use the `{metrics.get('scoring')}` scoring. Both side by side:", "",
+                  scoring_table(metrics), "",
+                  "`standard`: the published evaluators' rule (TimeZero, VideoChat-R1, TimeLens) — ground truth as "
+                  "annotated, prediction as parsed. `clamped`: ours, the training reward's rule — both clamped into "
+                  "[0, duration]."]
+    lines += ["",
              "## Run", "",
              f"- model: `{info.get('model')}`",
              f"- data: `{info.get('data')}`" + (f" (benchmark `{info['benchmark']}`)" if info.get("benchmark") else ""),

@@ -8,7 +8,9 @@ Annotations are canonical JSONL (``{"video", "query", "start", "end", "duration"
 counts only for the format rate. The join is on ``qid`` (compared as strings). Annotated queries without a prediction
 count as failures (IoU 0); predictions for unknown qids are listed on stderr and counted as ``unknown_qids``.
 Annotations pass through the one validation policy (:func:`grounding_rl.data.samples.validate`), as in ``eval``:
-start ≥ end dropped, times clamped into [0, duration].
+start ≥ end dropped (``clamped`` leaves them out of n; ``standard`` counts them with IoU 0, as the published
+evaluators do), times clamped into [0, duration] for ``clamped``, kept as annotated for ``standard``
+(:mod:`grounding_rl.reward.metrics`); both scorings are printed and written.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from grounding_rl.reward.metrics import compute_metrics, format_metrics_table
+from grounding_rl.reward.metrics import format_metrics_table, metrics_by_scoring, scoring_table
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -50,15 +52,17 @@ def _index(path: Path) -> dict[str, tuple[int, dict]]:
     return out
 
 
-def score(predictions: Path, annotations: Path) -> dict:
-    """Metrics (``compute_metrics`` names plus ``unknown_qids``, a count) of ``predictions`` against ``annotations``.
+def score(predictions: Path, annotations: Path, prompt_template: str = "default") -> dict:
+    """Metrics of ``predictions`` against ``annotations`` under both scorings (``metrics_by_scoring``: ``standard``
+    at the top level, ``by_scoring`` with ``standard`` and ``clamped``), plus ``unknown_qids`` (a count).
+    ``prompt_template`` names the answer format the format rate checks.
 
     Raises ValueError naming file and line for bad JSON, a missing or duplicate qid, or a bad field.
     """
     from grounding_rl.data.samples import read_jsonl, validate
 
     # the one validation policy, as eval applies it (start ≥ end dropped, end past the video clamped)
-    kept = validate(read_jsonl(annotations))[0]
+    kept, counts = validate(read_jsonl(annotations))
     gts = {s.qid: s for s in kept}
     if len(gts) != len(kept):
         raise ValueError(f"{annotations}: duplicate qids")
@@ -79,10 +83,10 @@ def score(predictions: Path, annotations: Path) -> dict:
                 raise ValueError(f"{predictions}:{preds[qid][0] + 1}: {key!r} must be seconds or null, got {value!r}")
         records.append({
             "qid": f"{qid} ({annotations})",
-            "start": gt.start, "end": gt.end, "duration": gt.duration,
+            "start": gt.start, "end": gt.end, "duration": gt.duration, "raw_start": gt.raw_start, "raw_end": gt.raw_end,
             "answer": answer, "pred_start": pred.get("start"), "pred_end": pred.get("end"),
         })
-    metrics = compute_metrics(records)
+    metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"])
     metrics["unknown_qids"] = len(unknown)
     return metrics
 
@@ -94,13 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--predictions", type=Path, required=True, help="JSONL: qid plus answer and/or start/end")
     parser.add_argument("--annotations", type=Path, required=True, help="canonical JSONL of the queries")
     parser.add_argument("--out", type=Path, default=None, help="write the metrics as JSON here")
+    parser.add_argument("--prompt-template", default="default",
+                        help="the template the predictions were made with (its answer format sets the format rate)")
     args = parser.parse_args(argv)
     try:
-        metrics = score(args.predictions, args.annotations)
+        metrics = score(args.predictions, args.annotations, args.prompt_template)
     except (OSError, ValueError) as err:
         print(f"grounding-rl score: error: {err}", file=sys.stderr)
         return 1
-    print(format_metrics_table(metrics))
+    print(scoring_table(metrics))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")

@@ -17,7 +17,7 @@ from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
 DEFAULT_MAX_NEW_TOKENS = 256
 
 # Command-line names of the VideoSettings fields that may be overridden.
-VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "min_frames", "max_frames")
+VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "min_frames", "max_frames", "sampler")
 
 
 def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None, fallback: GroundingConfig | None = None,
@@ -69,10 +69,14 @@ def add_preprocessing_overrides(parser) -> None:
     parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
     parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
     parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
+                        help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
+                        "Time-R1 and VideoChat-R1 checkpoints were evaluated)")
 
 
 def describe_config(config: GroundingConfig) -> str:
     """One line: template and video settings, for logs and reports."""
     v = config.video
     return (f"prompt_template={config.prompt_template} fps={v.fps} min_pixels={v.min_pixels} "
-            f"max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}]")
+            f"max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
+            f"sampler={v.sampler}")

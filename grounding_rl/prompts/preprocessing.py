@@ -11,7 +11,8 @@ from pathlib import Path
 
 from transformers.video_utils import VideoMetadata
 
-from grounding_rl.data.video import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, SampledVideo, VideoSettings
+from grounding_rl.data.video import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VIDEO_SAMPLERS, SampledVideo,
+                                     VideoSettings)
 from grounding_rl.prompts.templates import TEMPLATES, render_prompt
 
 CONFIG_NAME = "grounding_config.json"
@@ -105,13 +106,18 @@ class PreprocessingArguments:
     video_total_pixels: int | None = field(
         default=None, metadata={"help": "Pixel budget T·H·W for a whole clip (TimeZero: 2809856 = 3584·28·28)."}
     )
+    video_sampler: str = field(
+        default="exact",
+        metadata={"help": "Frame sampler: 'exact' (frame k at k / fps, ours) or 'qwen_vl_utils' (fetch_video's frames "
+                  "and claimed fps, how TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and evaluated)."},
+    )
 
     @property
     def video_settings(self) -> VideoSettings:
         """The frame-sampling settings as a :class:`VideoSettings`."""
         return VideoSettings(fps=self.video_fps, min_frames=self.video_min_frames, max_frames=self.video_max_frames,
                              min_pixels=self.video_min_pixels, max_pixels=self.video_max_pixels,
-                             total_pixels=self.video_total_pixels)
+                             total_pixels=self.video_total_pixels, sampler=self.video_sampler)
 
     def preprocessing_problems(self) -> list[str]:
         """Messages for invalid or contradictory settings (empty when all is well)."""
@@ -120,6 +126,8 @@ class PreprocessingArguments:
             problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
         if self.video_fps <= 0:
             problems.append(f"video_fps must be > 0 (got {self.video_fps})")
+        if self.video_sampler not in VIDEO_SAMPLERS:
+            problems.append(f"video_sampler {self.video_sampler!r} is not one of {VIDEO_SAMPLERS}")
         if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:
             problems.append("video_min_pixels/min_frames must not exceed video_max_pixels/max_frames")
         return problems

@@ -6,7 +6,33 @@ ground-truth interval in the answer format the templates ask for (the SFT target
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 EVENT = "[EVENT]"
+
+# Answer formats: what a template asks the model to write, so the format reward accepts exactly that.
+THINK_ANSWER = "think_answer"  # <think>…</think><answer>S to E</answer>, S and E plain seconds ("12.54 to 17.83")
+TIMELENS = "timelens"  # untagged "The event happens in S - E seconds" (TencentARC/TimeLens, evaluation/utils.py)
+ANSWER_FORMATS = (THINK_ANSWER, TIMELENS)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A named prompt: the user text around the query, where the video goes, and the answer format it asks for.
+
+    Attributes:
+        text: the instruction, with ``[EVENT]`` where the query goes.
+        answer_format: one of :data:`ANSWER_FORMATS`.
+        video_first: the video part comes before the text in the user turn (TimeLens) instead of after it (TimeZero,
+            Time-R1, VideoChat-R1).
+        source: where the text is copied from, verbatim.
+    """
+
+    text: str
+    answer_format: str = THINK_ANSWER
+    video_first: bool = False
+    source: str = "ours"
+
 
 # TimeZero's published prompt (its trainer and evaluator use the same text): ../shared/DESIGN-NOTES.md.
 TIMEZERO = (
@@ -17,6 +43,26 @@ TIMEZERO = (
     '"start time to end time" within the <answer> </answer> tags. For example: "12.54 to 17.83".'
 )
 
+# Time-R1's QUESTION_TEMPLATE_TG_v1 (xiaomi-research/time-r1, src/time_r1/rl/timer1_trainer.py): TimeZero's text
+# without "specific timestamps (xx.xx) or".
+TIME_R1 = (
+    'To accurately pinpoint the event "[EVENT]" in the video, determine the precise time period of the event.\n\n'
+    "Output your thought process within the <think> </think> tags, including analysis with either specific time "
+    "ranges (xx.xx to xx.xx) in <timestep> </timestep> tags.\n\n"
+    "Then, provide the start and end times (in seconds, precise to two decimal places) in the format "
+    '"start time to end time" within the <answer> </answer> tags. For example: "12.54 to 17.83".'
+)
+
+# VideoChat-R1's QUESTION_TEMPLATE (OpenGVLab/VideoChat-R1, src/open_r1/trainer/grpo_trainer_video_tg.py): the same
+# text as TimeZero's, character for character (its system prompt is commented out there, so none here either).
+VIDEOCHAT_R1 = TIMEZERO
+
+# TimeLens's GROUNDER_PROMPT (TencentARC/TimeLens, evaluation/utils.py), "{}" → [EVENT]; the video comes first.
+TIMELENS_PROMPT = (
+    "Please find the visual event described by the sentence '[EVENT]', determining its starting and ending times. "
+    "The format should be: 'The event happens in <start time> - <end time> seconds'."
+)
+
 # Ours: shorter (fewer prompt tokens per clip), same answer format.
 DEFAULT = (
     'When does the event "[EVENT]" happen in the video? Think briefly within <think> </think> tags, then give the '
@@ -24,18 +70,38 @@ DEFAULT = (
     "17.83</answer>."
 )
 
-TEMPLATES: dict[str, str] = {"default": DEFAULT, "timezero": TIMEZERO}
+PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
+    "default": PromptTemplate(DEFAULT),
+    "timezero": PromptTemplate(TIMEZERO, source="www-Ye/TimeZero (trainer and evaluator)"),
+    "time_r1": PromptTemplate(TIME_R1, source="xiaomi-research/time-r1, src/time_r1/rl/timer1_trainer.py"),
+    "videochat_r1": PromptTemplate(VIDEOCHAT_R1,
+                                   source="OpenGVLab/VideoChat-R1, src/open_r1/trainer/grpo_trainer_video_tg.py"),
+    "timelens": PromptTemplate(TIMELENS_PROMPT, answer_format=TIMELENS, video_first=True,
+                               source="TencentARC/TimeLens, evaluation/utils.py"),
+}
+TEMPLATES: dict[str, str] = {name: t.text for name, t in PROMPT_TEMPLATES.items()}
 
 # The think text of SFT targets: short and generic (the localisation is learned from the video, not the reasoning).
 DEFAULT_THINK = "The event is visible in the video, so I find when it starts and ends."
 
 
-def answer_text(start: float, end: float, think: str = DEFAULT_THINK) -> str:
-    """A completion in the templates' answer format for an interval in seconds (two decimals).
+def get_template(name: str) -> PromptTemplate:
+    """The :class:`PromptTemplate` named ``name``. Raises ValueError for an unknown name (lists the known ones)."""
+    if name not in PROMPT_TEMPLATES:
+        raise ValueError(f"unknown prompt_template {name!r}; known: {sorted(PROMPT_TEMPLATES)}")
+    return PROMPT_TEMPLATES[name]
+
+
+def answer_text(start: float, end: float, think: str = DEFAULT_THINK, template: str = "default") -> str:
+    """A completion in ``template``'s answer format for an interval in seconds (two decimals): the SFT target.
 
     >>> answer_text(3.5, 9.0, "x")
     '<think>x</think><answer>3.50 to 9.00</answer>'
+    >>> answer_text(3.5, 9.0, template="timelens")
+    'The event happens in 3.50 - 9.00 seconds'
     """
+    if get_template(template).answer_format == TIMELENS:
+        return f"The event happens in {start:.2f} - {end:.2f} seconds"
     return f"<think>{think}</think><answer>{start:.2f} to {end:.2f}</answer>"
 
 
@@ -45,15 +111,17 @@ def instruction(query: str, template: str = "default") -> str:
     Raises:
         ValueError: unknown template name (lists the known ones).
     """
-    if template not in TEMPLATES:
-        raise ValueError(f"unknown prompt_template {template!r}; known: {sorted(TEMPLATES)}")
-    return TEMPLATES[template].replace(EVENT, query.strip())
+    return get_template(template).text.replace(EVENT, query.strip())
 
 
 def conversation(query: str, template: str = "default") -> list[dict]:
-    """A one-turn chat: user content is the instruction text, then the video (TimeZero's order; no system message,
-    so Qwen's chat template adds its default one)."""
-    return [{"role": "user", "content": [{"type": "text", "text": instruction(query, template)}, {"type": "video"}]}]
+    """A one-turn chat: user content is the instruction text, then the video (TimeZero's, Time-R1's and VideoChat-R1's
+    order), or the video first for a ``video_first`` template (TimeLens). No system message, so Qwen's chat template
+    adds its default one."""
+    parts = [{"type": "text", "text": instruction(query, template)}, {"type": "video"}]
+    if get_template(template).video_first:
+        parts.reverse()
+    return [{"role": "user", "content": parts}]
 
 
 def render_prompt(processor, query: str, template: str = "default") -> str:

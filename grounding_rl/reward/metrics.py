@@ -1,18 +1,32 @@
-"""Evaluation metrics for temporal grounding: R1@m, mIoU, parse-failure and format rates.
+"""Evaluation metrics for temporal grounding: R1@m, mIoU, parse-failure and format rates, under two named scorings.
 
 R1@m is the percent of queries whose top-1 prediction has IoU ≥ m; mIoU the mean IoU in percent. Every query counts in
-the denominator: a missing or unparseable prediction is IoU 0 (dropping such queries inflates R@1). Each query's IoU
-follows the ``iou`` reward's rule (``rewards.query_iou``: prediction clamped to [0, duration], reversed → 0).
+the denominator: a missing or unparseable prediction is IoU 0 (dropping such queries inflates R@1). An IoU within
+:data:`TIE_TOLERANCE` below m counts as ≥ m: ``temporal_iou((11.6, 14.6), (11.6, 17.6))`` is 0.49999999999999983 in
+float64, an exact tie at 0.5 in real numbers.
+
+Scorings (:data:`SCORINGS`), i.e. how one query's IoU is computed:
+
+* ``standard`` — the published evaluators' rule (www-Ye/TimeZero, OpenGVLab/VideoChat-R1 and TencentARC/TimeLens
+  ``evaluation/compute_metrics.py``: IoU ≥ m): the ground truth as annotated (``raw_start``/``raw_end``, which may end
+  past the video) against the prediction as parsed (not clamped); reversed or missing → 0; n = all queries.
+  (xiaomi-research/time-r1 uses IoU > m; ties are counted here, as ≥.)
+* ``clamped`` — ours, the ``iou`` reward's rule (``rewards.query_iou``): ground truth and prediction both clamped
+  into [0, duration]. Training rewards use it.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
 
+from grounding_rl.reward.iou import temporal_iou
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import format_reward, query_iou
 
 THRESHOLDS = (0.3, 0.5, 0.7)
+TIE_TOLERANCE = 1e-9
+SCORINGS = ("standard", "clamped")
+HEADLINE_SCORING = "standard"  # what metrics.json's top level, report.md and the anchor comparison use
 METRIC_NAMES = ("n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate")
 
 
@@ -35,18 +49,41 @@ def record_prediction(record: Mapping, where: str = "record") -> tuple[float, fl
     return (float(ps), float(pe)) if math.isfinite(ps) and math.isfinite(pe) else None
 
 
-def compute_metrics(records: Iterable[Mapping]) -> dict[str, float | int | None]:
-    """Metrics over one prediction per query.
+def recall_at(ious: Iterable[float], threshold: float, n: int) -> float:
+    """Percent of ``n`` queries with IoU ≥ ``threshold`` − :data:`TIE_TOLERANCE` (exact ties count)."""
+    return 100.0 * sum(iou >= threshold - TIE_TOLERANCE for iou in ious) / n
 
-    Each record is a mapping with the ground truth ``start``, ``end``, ``duration`` (seconds) and the prediction as
+
+def standard_iou(pred: tuple[float, float] | None, gt: tuple[float, float]) -> float:
+    """IoU under the ``standard`` scoring: the prediction as parsed against the ground truth as annotated, neither
+    clamped. None, non-finite or reversed prediction → 0.0; a reversed annotation (start > end) → 0.0. Zero union as
+    :func:`temporal_iou` (identical points → 1.0)."""
+    if pred is None or not all(math.isfinite(float(t)) for t in pred) or pred[0] > pred[1] or gt[0] > gt[1]:
+        return 0.0
+    return temporal_iou(pred, gt)
+
+
+def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt_template: str = "default",
+                    dropped_annotations: int = 0) -> dict[str, float | int | None]:
+    """Metrics over one prediction per query under one scoring (``standard`` or ``clamped``, see the module).
+
+    Each record is a mapping with the ground truth ``start``, ``end``, ``duration`` (seconds; clamped into the video),
+    optionally ``raw_start``/``raw_end`` (the annotation as written; default ``start``/``end``) and the prediction as
     ``pred_start``/``pred_end`` (seconds; they win when both are present and not None) and/or ``answer`` (the model's
-    text, parsed with ``parse_answer``; also used for the format rate). Optional ``qid`` names the record in errors.
+    text, parsed with ``parse_answer``; also used for the format rate, strict in ``prompt_template``'s answer format).
+    Optional ``qid`` names the record in errors.
+
+    ``dropped_annotations`` (``standard`` only): benchmark queries the validation policy dropped (start ≥ end, e.g.
+    TVGBench's 11 zero-length answers); the published evaluators count them, and their IoU with any interval of
+    positive length is 0, so they join ``n`` with IoU 0 (and ``dropped_annotations`` is reported).
 
     Returns ``{"n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate"}``; all but ``n`` are
     percentages. ``parse_failure_rate``: queries with no usable prediction. ``format_rate``: queries whose ``answer``
     gets ``format`` reward 1 (a query without answer text counts as not formatted); None when no record has answer
     text. Raises ValueError when there are no records or a ground-truth field is missing, non-numeric or reversed.
     """
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
     n = failures = formatted = with_text = 0
     ious: list[float] = []
     for i, record in enumerate(records):
@@ -55,24 +92,57 @@ def compute_metrics(records: Iterable[Mapping]) -> dict[str, float | int | None]
         duration = _number(record, "duration", where)
         pred = record_prediction(record, where)
         try:
-            ious.append(query_iou(pred, gt, duration))
+            if scoring == "standard":
+                raw = tuple(_number(record, key, where) if record.get(key) is not None else default
+                            for key, default in (("raw_start", gt[0]), ("raw_end", gt[1])))
+                ious.append(standard_iou(pred, raw))
+            else:
+                ious.append(query_iou(pred, gt, duration))
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from err
         failures += pred is None
         answer = record.get("answer")
         if isinstance(answer, str):
             with_text += 1
-            formatted += format_reward([answer])[0] == 1.0
+            formatted += format_reward([answer], prompt_template=prompt_template)[0] == 1.0
         n += 1
     if n == 0:
         raise ValueError("compute_metrics: no records")
+    extra = dropped_annotations if scoring == "standard" else 0
+    n += extra
+    ious += [0.0] * extra
     metrics: dict[str, float | int | None] = {"n": n}
     for m in THRESHOLDS:
-        metrics[f"R1@{m}"] = 100.0 * sum(iou >= m for iou in ious) / n
+        metrics[f"R1@{m}"] = recall_at(ious, m, n)
     metrics["mIoU"] = 100.0 * sum(ious) / n
-    metrics["parse_failure_rate"] = 100.0 * failures / n
-    metrics["format_rate"] = 100.0 * formatted / n if with_text else None
+    metrics["parse_failure_rate"] = 100.0 * failures / (n - extra)
+    metrics["format_rate"] = 100.0 * formatted / (n - extra) if with_text else None
+    if extra:
+        metrics["dropped_annotations"] = extra
     return metrics
+
+
+def metrics_by_scoring(records: Iterable[Mapping], prompt_template: str = "default",
+                       dropped_annotations: int = 0) -> dict:
+    """Both scorings side by side: the headline (:data:`HEADLINE_SCORING`) metrics at the top level, plus
+    ``"scoring": "standard"`` and ``"by_scoring": {"standard": {...}, "clamped": {...}}`` — the shape of
+    ``metrics.json`` and of ``grounding-rl score --out``."""
+    records = list(records)
+    both = {name: compute_metrics(records, name, prompt_template, dropped_annotations) for name in SCORINGS}
+    return {**both[HEADLINE_SCORING], "scoring": HEADLINE_SCORING, "by_scoring": both}
+
+
+def scoring_table(metrics: Mapping) -> str:
+    """A markdown table with one row per scoring (``by_scoring`` of :func:`metrics_by_scoring`)."""
+    rows = metrics["by_scoring"]
+    keys = [k for k in METRIC_NAMES if k in rows[HEADLINE_SCORING]]
+
+    def cell(value) -> str:
+        return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+    lines = ["| scoring | " + " | ".join(keys) + " |", "|---|" + "|".join("---:" for _ in keys) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(m[k]) for k in keys) + " |" for name, m in rows.items()]
+    return "\n".join(lines)
 
 
 def format_metrics_table(metrics: Mapping) -> str:

@@ -1,83 +1,208 @@
-"""Read a model's answer: the ``(start, end)`` interval inside ``<answer>…</answer>``, in seconds.
+"""Read a model's answer: one ``(start, end)`` interval in seconds, from the answers that models actually write.
 
-Grammar of the answer block (whitespace around every token is free; units and words are case-insensitive)::
+Where the interval is read: the last complete ``<answer>…</answer>`` block when there is one; otherwise (an untagged
+answer such as TimeLens's ``The event happens in 3.0 - 7.5 seconds.``) the whole text with every ``<think>…</think>``
+block removed (an unclosed ``<think>`` hides everything after it, and an ``<answer>`` without its closing tag gives
+None: a cut-off answer is never guessed at). Numbers inside ``<think>`` are never read.
 
-    answer   := [ "[" | "(" ] time joiner time [ "]" | ")" ]     brackets must match when present
-    time     := clock | number [ unit ]
-    number   := digits [ "." digits* ] | "." digits               no sign: "-" is always a joiner
-    clock    := digits ":" ss [ ":" ss ] [ "." digits ]           mm:ss or hh:mm:ss, ss in 00..59
-    unit     := "s" | "sec" | "secs" | "second" | "seconds"
-    joiner   := "to" | "and" | "-" | "–" | "—" | "~" | ","
+Grammar (a scan into tokens, then a search for intervals; case-insensitive, whitespace and other punctuation free)::
 
-Anything else (one or three numbers, a negative number, "about 5 or 6", decimal commas such as "12,5 to 17,8", an
-empty block) is ambiguous and gives None rather than a guess. A reversed pair is returned as written; the reward
-policy (``grounding_rl.reward.rewards.query_iou``) scores it 0.
+    time      := clock | number [ unit ]
+    number    := digits [ "." digits* ] | "." digits            "17.8." is 17.8 then a full stop
+    clock     := digits ":" ss [ ":" ss ] [ "." digits ]          mm:ss or hh:mm:ss, ss in 00..59 (00:12, 1:02:03.5)
+    unit      := "s" | "sec" | "secs" | "second" | "seconds" | "秒"
+    joiner    := "to" | "until" | "till" | "through" | "and" | "到" | "至" | "-" | "–" | "—" | "~" | "～" | "," | "，"
+    interval  := time joiner time                               e.g. "3 to 7 seconds", "between 3 and 7", "[3, 7]",
+                                                                "from 00:03 to 00:07", "3秒到7秒", "3.0 - 7.5 seconds."
+    labelled  := start-word … time   and   end-word … time      "start: 3, end: 7", "starts at 3s and ends at 7s"
+    start-word := "start" | "starts" | "starting" | "begin" | "begins" | "beginning" | "开始"
+    end-word  := "end" | "ends" | "ending" | "finish" | "finishes" | "结束"   (up to 3 filler words such as "time",
+                                                                "at", "is", "about" and ":" between word and time)
+
+Words around the interval ("about", "from", "between", "The event happens in") are ignored. The reading is the one
+interval found; the pair is returned as written (a reversed pair too: the reward policy,
+``grounding_rl.reward.rewards.query_iou``, scores it 0). None — never a guess — when:
+
+* no interval, or a single number ("at 5 seconds");
+* two different intervals ("1 to 2 and 3", "5 to 6 to 7", decimal commas "12,5 to 17,8"), or labels that disagree
+  with the interval;
+* a negative number ("-5 to 10", "5 to -10": a dash not preceded by a time is a sign), a non-finite one (a 400-digit
+  number is ``inf``), or a malformed clock ("00:75");
+* a time in another unit anywhere ("5 to 6 minutes", "2 min", "frames", "ms", "分钟").
+
+The scan is one pass of a regular expression whose alternatives each consume a run of one character class, and the
+search is one pass over the tokens, so the time is linear in the text's length on any input.
 """
 from __future__ import annotations
 
+import math
 import re
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-
-_TIME = r"""
-    (?: (?P<{n}_clock> \d+ (?: : \d{{2}} ){{1,2}} (?: \. \d+ )? )
-      | (?P<{n}_num> \d+ (?: \. \d* )? | \. \d+ ) (?: \s* (?: seconds? | secs? | s ) (?![a-z]) )?
-    )"""
-_JOINER = r"(?: (?<![a-z]) (?: to | and ) (?![a-z]) | - | – | — | ~ | , )"
-_RANGE_RE = re.compile(
-    rf"""\s* (?P<open> [\[(] )? \s* {_TIME.format(n='a')} \s* {_JOINER} \s* {_TIME.format(n='b')} \s*
-        (?P<close> [\])] )? \s*""",
-    re.IGNORECASE | re.VERBOSE,
+_TOKEN_RE = re.compile(
+    r"(?P<num>\d+(?::\d+)*(?:\.\d*)?|\.\d+)"  # a number or a clock
+    r"|(?P<word>[a-zA-Z]+|[^\W\d_])"  # a Latin word, or one other letter (a CJK character is a word)
+    r"|(?P<dash>[-–—~～−])"
+    r"|(?P<comma>[,，])"
+    r"|(?P<space>\s+)"
+    r"|(?P<other>.)",
+    re.DOTALL,
 )
-_BRACKETS = {None: None, "[": "]", "(": ")"}
+_UNITS = {"s", "sec", "secs", "second", "seconds", "秒"}
+_FOREIGN_UNITS = {"m", "min", "mins", "minute", "minutes", "h", "hr", "hrs", "hour", "hours", "ms", "msec",
+                  "millisecond", "milliseconds", "frame", "frames", "分", "钟", "小", "毫", "帧"}
+_JOINER_WORDS = {"to", "until", "till", "through", "thru", "and", "到", "至"}
+_START_WORDS = {"start", "starts", "starting", "begin", "begins", "beginning", "开", "始"}
+_END_WORDS = {"end", "ends", "ending", "finish", "finishes", "结", "束"}
+_FILLERS = {"time", "at", "is", "about", "around", "approximately", "roughly", "from", "of", "the", "timestamp",
+            "point", "in", "于", "在", "间", "时"}
+_MAX_FILLERS = 3
+
+_TIME, _JOIN, _UNIT, _FOREIGN, _START, _END, _FILL, _BREAK = range(8)
 
 
 def _clock_seconds(text: str) -> float | None:
-    """``"01:02:03.5"`` → 3723.5; ``"00:12"`` → 12.0. None when a minutes/seconds field is 60 or more."""
+    """``"01:02:03.5"`` → 3723.5; ``"00:12"`` → 12.0. None for more than three fields, an inner field that is not two
+    digits, or a minutes/seconds field of 60 or more."""
     *head, last = text.split(":")
+    if len(head) > 2 or any(len(f) != 2 for f in head[1:]) or len(last.split(".")[0]) != 2:
+        return None
     seconds = float(last)
-    if seconds >= 60 or any(int(f) >= 60 for f in head[1:]):
+    if seconds >= 60 or any(float(f) >= 60 for f in head[1:]):
         return None
     total = 0.0
     for field in head:
-        total = total * 60 + int(field)
+        total = total * 60 + float(field)
     return total * 60 + seconds
 
 
-def _time(match: re.Match, name: str) -> float | None:
-    clock = match.group(f"{name}_clock")
-    return _clock_seconds(clock) if clock is not None else float(match.group(f"{name}_num"))
+def _tokens(text: str) -> list[tuple[int, object]]:
+    """``[(kind, value)]``: times carry their seconds (None when malformed or not finite), spaces dropped."""
+    out: list[tuple[int, object]] = []
+    for match in _TOKEN_RE.finditer(text):
+        kind = match.lastgroup
+        value = match.group()
+        if kind == "num":
+            seconds = _clock_seconds(value) if ":" in value else float(value)
+            out.append((_TIME, seconds if seconds is not None and math.isfinite(seconds) else None))
+        elif kind == "word":
+            word = value.lower()
+            if word in _UNITS:
+                out.append((_UNIT, word))
+            elif word in _FOREIGN_UNITS:
+                out.append((_FOREIGN, word))
+            elif word in _JOINER_WORDS:
+                out.append((_JOIN, word))
+            elif word in _START_WORDS:
+                out.append((_START, word))
+            elif word in _END_WORDS:
+                out.append((_END, word))
+            elif word in _FILLERS:
+                out.append((_FILL, word))
+            else:
+                out.append((_BREAK, word))
+        elif kind == "dash":
+            attached = match.end() < len(text) and (text[match.end()].isdigit() or text[match.end()] == ".")
+            out.append((_JOIN, "sign" if attached else value))
+        elif kind == "comma":
+            out.append((_JOIN, value))
+        elif kind == "other" and value in ":：":
+            out.append((_FILL, value))
+        elif kind == "other" and value not in ".。!！\"'“”「」*`()[]（）【】<>/":
+            out.append((_BREAK, value))
+    return out
+
+
+def _read(text: str) -> tuple[float, float] | None:
+    tokens = _tokens(text)
+    pairs: set[tuple[float, float]] = set()
+    starts: set[float] = set()
+    ends: set[float] = set()
+    n = len(tokens)
+    for i, (kind, value) in enumerate(tokens):
+        if kind == _FOREIGN and i > 0 and tokens[i - 1][0] == _TIME:
+            return None
+        if kind != _TIME:
+            continue
+        if value is None:
+            return None
+        previous = tokens[i - 1] if i > 0 else (_BREAK, None)
+        if previous == (_JOIN, "sign") and (i < 2 or tokens[i - 2][0] not in (_TIME, _UNIT)):
+            return None  # a sign: "-5 to 10", "5 to -10" (a dash written against the number, after no time)
+        j = i + 1
+        if j < n and tokens[j][0] == _UNIT:
+            j += 1
+        if j + 1 < n and tokens[j][0] == _JOIN and tokens[j + 1][0] == _TIME:
+            second = tokens[j + 1][1]
+            if second is None:
+                return None
+            pairs.add((float(value), float(second)))
+        # labelled: walk back over at most _MAX_FILLERS fillers to a start/end word
+        k, fillers = i - 1, 0
+        while k >= 0 and tokens[k][0] == _FILL and fillers < _MAX_FILLERS:
+            k, fillers = k - 1, fillers + 1
+        if k >= 0 and tokens[k][0] == _START:
+            starts.add(float(value))
+        elif k >= 0 and tokens[k][0] == _END:
+            ends.add(float(value))
+    if len(starts) > 1 or len(ends) > 1:
+        return None
+    if starts and ends:
+        pairs.add((starts.pop(), ends.pop()))
+    elif starts or ends:
+        if len(pairs) == 1:
+            (s, e), = pairs
+            if (starts and starts != {s}) or (ends and ends != {e}):
+                return None
+    if len(pairs) != 1:
+        return None
+    return pairs.pop()
+
+
+def _answer_region(text: str) -> str | None:
+    """The last complete answer block; else the text without think blocks; None for a dangling ``<answer>``."""
+    close = text.rfind("</answer>")
+    if close >= 0:
+        open_ = text.rfind("<answer>", 0, close)
+        if open_ >= 0:
+            return text[open_ + len("<answer>"):close]
+    parts, position = [], 0
+    while True:
+        start = text.find("<think>", position)
+        if start < 0:
+            parts.append(text[position:])
+            break
+        parts.append(text[position:start])
+        end = text.find("</think>", start)
+        if end < 0:
+            break  # an unclosed think block hides the rest
+        position = end + len("</think>")
+    rest = "".join(parts)
+    if "<answer>" in rest:
+        return None
+    return rest
 
 
 def parse_answer(text: str | None) -> tuple[float, float] | None:
-    """Parse the last ``<answer>…</answer>`` block of ``text`` into ``(start, end)`` seconds.
-
-    Only the last complete answer block is read (never the ``<think>`` text); no block → None. The block must match
-    the grammar in this module's docstring exactly, else None. Examples: ``"12.54 to 17.83"``, ``"5.0s to 11.6s"``,
-    ``"00:12 to 00:17"`` → (12.0, 17.0), ``"12.54 - 17.83"``, ``"[12.54, 17.83]"``. The pair is returned as written,
-    reversed or not. Never raises on a string; non-string input (e.g. None) gives None.
+    """Parse a completion into ``(start, end)`` seconds under the module's grammar (lenient in form, strict about
+    ambiguity). Examples: ``"<answer>12.54 to 17.83</answer>"``, ``"<answer>5.0s to 11.6s</answer>"``,
+    ``"<answer>00:12 to 00:17</answer>"`` → (12.0, 17.0), ``"<answer>[12.54, 17.83]</answer>"``,
+    ``"The event happens in 3.0 - 7.5 seconds."`` → (3.0, 7.5), ``"<answer>between 3 and 7.</answer>"`` → (3.0, 7.0),
+    ``"<answer>1 to 2 and 3</answer>"`` → None. Linear time in ``len(text)``. Never raises on a string; non-string
+    input (e.g. None) gives None.
     """
     if not isinstance(text, str):
         return None
-    blocks = _ANSWER_RE.findall(text)
-    if not blocks:
-        return None
-    match = _RANGE_RE.fullmatch(blocks[-1])
-    if match is None or _BRACKETS[match.group("open")] != match.group("close"):
-        return None
-    start, end = _time(match, "a"), _time(match, "b")
-    if start is None or end is None:
-        return None
-    return start, end
+    region = _answer_region(text)
+    return None if region is None else _read(region)
 
 
 def extract_think(text: str | None) -> str | None:
     """The reasoning inside the last complete ``<think>…</think>`` block, stripped; None when there is none."""
     if not isinstance(text, str):
         return None
-    blocks = _THINK_RE.findall(text)
-    return blocks[-1].strip() if blocks else None
+    close = text.rfind("</think>")
+    open_ = text.rfind("<think>", 0, close) if close >= 0 else -1
+    return text[open_ + len("<think>"):close].strip() if open_ >= 0 else None
 
 
 def completion_text(completion) -> str:

@@ -2,7 +2,8 @@
 
 Each reward has TRL's reward-function signature ``fn(completions, **columns) -> list[float]``: ``completions`` as TRL
 passes them (strings or conversational message lists), ``columns`` the dataset columns as lists with one entry per
-completion, of which ``start``, ``end`` (ground truth) and ``duration`` (all seconds) are used; TRL's extra keyword
+completion, of which ``start``, ``end`` (ground truth) and ``duration`` (all seconds) are used, and
+``prompt_template`` by ``format``; TRL's extra keyword
 arguments (``prompts``, ``completion_ids``, ``trainer_state``, ``log_extra``…) are accepted and ignored.
 
 Registry names: ``iou``, ``format``, ``tiou``. Combine them with ``reward_weights`` as TRL does
@@ -16,11 +17,54 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from grounding_rl.prompts.templates import ANSWER_FORMATS, THINK_ANSWER, TIMELENS, get_template
 from grounding_rl.reward.iou import clamp_interval, temporal_iou
 from grounding_rl.reward.parsing import completion_text, parse_answer
 
-_NO_TAG = r"(?:(?!</?think>|</?answer>).)*"
-_FORMAT_RE = re.compile(rf"\s*<think>{_NO_TAG}</think>\s*<answer>{_NO_TAG}</answer>\s*", re.DOTALL)
+# The strict answers each template's answer format asks for (grounding_rl.prompts.templates.ANSWER_FORMATS): plain
+# seconds, "to" for the tagged templates ("12.54 to 17.83"), TimeLens's sentence for "timelens". Each pattern has one
+# way to match any text, so fullmatch runs in linear time.
+_SECONDS_TO_SECONDS = re.compile(r"\s*(\d+(?:\.\d+)?)\s+to\s+(\d+(?:\.\d+)?)\s*")
+_TIMELENS_SENTENCE = re.compile(r"\s*The event happens in (\d+(?:\.\d+)?) - (\d+(?:\.\d+)?) seconds\.?\s*")
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+
+
+def _think_answer(text: str) -> str | None:
+    """The answer of ``<think>…</think>`` then ``<answer>…</answer>`` (whitespace around and between, no other tag of
+    the four inside either block); None when the text is not exactly that."""
+    text = text.strip()
+    if not text.startswith("<think>"):
+        return None
+    close = text.find("</think>")
+    if close < 0:
+        return None
+    think, rest = text[len("<think>"):close], text[close + len("</think>"):].lstrip()
+    if not (rest.startswith("<answer>") and rest.endswith("</answer>")) or len(rest) < len("<answer></answer>"):
+        return None
+    answer = rest[len("<answer>"):-len("</answer>")]
+    if any(tag in think or tag in answer for tag in _TAGS):
+        return None
+    return answer
+
+
+def strict_answer(text: str, answer_format: str = THINK_ANSWER) -> tuple[float, float] | None:
+    """The interval of a completion written exactly in ``answer_format``, else None.
+
+    ``think_answer``: ``<think>…</think><answer>S to E</answer>`` with S, E plain non-negative decimal seconds;
+    ``timelens``: ``The event happens in S - E seconds`` (an optional full stop), untagged, nothing else. Non-finite
+    values give None. Linear time. Raises ValueError for an unknown format.
+    """
+    if answer_format == THINK_ANSWER:
+        answer = _think_answer(text)
+        match = None if answer is None else _SECONDS_TO_SECONDS.fullmatch(answer)
+    elif answer_format == TIMELENS:
+        match = _TIMELENS_SENTENCE.fullmatch(text)
+    else:
+        raise ValueError(f"unknown answer format {answer_format!r}; known: {ANSWER_FORMATS}")
+    if match is None:
+        return None
+    start, end = float(match.group(1)), float(match.group(2))
+    return (start, end) if math.isfinite(start) and math.isfinite(end) else None
 
 
 def query_iou(pred: Sequence[float] | None, gt: Sequence[float], duration: float) -> float:
@@ -65,15 +109,18 @@ def iou_reward(completions, **columns) -> list[float]:
     return _per_sample(completions, columns, query_iou)
 
 
-def format_reward(completions, **columns) -> list[float]:
-    """1.0 when the completion is exactly ``<think>…</think>`` then ``<answer>…</answer>`` (whitespace allowed between
-    and around, no other tags inside) and the answer parses (``parse_answer``), else 0.0. Uses no columns."""
-    out = []
-    for completion in completions:
-        text = completion_text(completion)
-        ok = _FORMAT_RE.fullmatch(text) is not None and parse_answer(text) is not None
-        out.append(1.0 if ok else 0.0)
-    return out
+def format_reward(completions, prompt_template=None, **columns) -> list[float]:
+    """1.0 when the completion is written exactly in its prompt template's answer format (:func:`strict_answer`),
+    else 0.0: for the tagged templates ``<think>…</think><answer>12.54 to 17.83</answer>``, for ``timelens``
+    ``The event happens in 12.54 - 17.83 seconds``. Looser answers that the parser still reads for the IoU
+    (``5.0s to 11.6s``, an untagged interval) get 0.
+
+    ``prompt_template``: the column of template names (one per completion, or one name for all); None = ``default``.
+    """
+    if prompt_template is None or isinstance(prompt_template, str):
+        prompt_template = [prompt_template or "default"] * len(completions)
+    return [1.0 if strict_answer(completion_text(c), get_template(t).answer_format) is not None else 0.0
+            for c, t in zip(completions, prompt_template, strict=True)]
 
 
 def _tiou(pred, gt, duration) -> float:

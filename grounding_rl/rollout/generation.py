@@ -120,7 +120,13 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
 
 
 class RolloutEngine(Protocol):
-    """Anything that turns prompt tensors into sampled completion ids (see :func:`generate` for the arguments)."""
+    """Anything that turns prompt tensors into sampled completion ids (see :func:`generate` for the arguments).
+
+    ``logps_need_correcting``: True for an engine whose sampling distribution can differ from the trained model's
+    (TRL: vLLM with importance-sampling correction); the trainer then always stores π_old log-probs.
+    """
+
+    logps_need_correcting: bool
 
     def generate(self, model, inputs: dict, params: SamplingParams) -> torch.LongTensor:
         ...
@@ -136,6 +142,8 @@ class HFGenerateEngine:
         gather_deepspeed3_params: TRL's ``ds3_gather_for_generation``.
         gradient_checkpointing_kwargs: the config's, passed through so checkpointing is restored identically.
     """
+
+    logps_need_correcting = False  # the trained model itself samples
 
     def __init__(self, accelerator, gather_deepspeed3_params: bool = True, gradient_checkpointing_kwargs=None):
         self.accelerator = accelerator

@@ -124,6 +124,16 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
             "lower-bound specified in argument `epsilon`. Paper DAPO recommends `0.28`."
         },
     )
+    use_bias_correction_kl: bool = field(
+        default=True,
+        metadata={
+            "help": "Whether to multiply the KL term by the importance sampling ratio, so that the KL gradient "
+            "becomes the unbiased reverse-KL gradient, as described in the [DeepSeek-V3.2 "
+            "paper](https://huggingface.co/papers/2512.02556). This changes the KL gradient whenever `beta != 0`, "
+            "including on-policy: the ratio is differentiable, so it affects the gradient even where its value is "
+            "exactly 1. (TRL 1.16's default; TimeZero's recipe sets it false: its TRL 0.15 had no such term.)"
+        },
+    )
     reward_weights: list[float] | None = field(
         default=None,
         metadata={
@@ -180,7 +190,8 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
         default=False,
         metadata={
             "help": "Drop groups whose G rewards are all equal from the loss, KL included (they carry no advantage). "
-            "They are counted in `frac_reward_zero_std` either way."
+            "The rule is per group whatever `scale_rewards` is; `frac_reward_zero_std` follows TRL (under "
+            "`scale_rewards: batch` it tells whether the batch std is 0), so it need not equal the dropped fraction."
         },
     )
     share_video_encoding: bool = field(

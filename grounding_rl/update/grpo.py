@@ -8,10 +8,13 @@ means the same objective; the tests pin the worked example's numbers (../shared/
 * ratio ``ρ_t = exp(logp_t − logp_old_t)``;
 * clipped surrogate ``min(ρ_t·A, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A)`` (PPO, Schulman et al. 2017), loss is its negative;
 * per-token KL estimator k3 ``exp(ref − logp) − (ref − logp) − 1`` (Schulman, "Approximating KL divergence", 2020),
-  added as ``β·k3`` to the per-token loss;
+  multiplied by the ratio ``ρ_t`` when ``use_bias_correction_kl`` (TRL 1.16's default; DeepSeek-V3.2, arXiv:2512.02556)
+  and added as ``β·k3`` to the per-token loss;
 * aggregation per ``loss_type``: ``grpo`` (DeepSeekMath: mean over each completion's tokens, then over completions),
   ``bnpo`` (mean over all active tokens of the local batch), ``dr_grpo`` (Dr. GRPO: sum / (B · max_completion_length)),
-  ``dapo`` (DAPO: sum / number of active tokens, the caller passing the global count as ``num_items``).
+  ``dapo`` (DAPO: sum / number of active tokens, the caller passing :func:`dapo_normaliser` as ``num_items``), always
+  in float32 (TRL's per-token loss is float32 because its advantages are, whatever the model's dtype);
+* when π_old's log-probs must be stored (:func:`needs_old_logps`, TRL's rule).
 """
 from __future__ import annotations
 
@@ -31,13 +34,18 @@ class Advantages:
 
     Attributes:
         advantages: per completion; 0 where the reward is NaN (no function scored it).
-        std: the std used (group std repeated G times, or the batch std); logged as ``reward_std`` by the caller.
-        zero_std: bool, True for completions whose group's rewards all agree (``frac_reward_zero_std``).
+        std: the std used (group std repeated G times, or the batch std under ``scale_rewards="batch"``).
+        zero_std: bool, True where ``std`` is 0 (``torch.isclose``): TRL 1.16's ``frac_reward_zero_std`` is its mean,
+            so under ``"batch"`` it is all True or all False (the batch std), else per group.
+        group_zero_std: bool, True for completions whose group's G rewards all agree, whatever ``scale_rewards``:
+            the rule of our ``drop_zero_std_groups`` (such a group has advantage 0 under ``"group"`` and ``"none"``;
+            under ``"batch"`` too, since its rewards equal its mean).
     """
 
     advantages: torch.Tensor
     std: torch.Tensor
     zero_std: torch.Tensor
+    group_zero_std: torch.Tensor
 
 
 def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group") -> Advantages:
@@ -70,8 +78,35 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
     advantages = rewards - mean
     if scale_rewards != "none":
         advantages = advantages / (std + ADVANTAGE_EPS)
-    zero_std = torch.isclose(torch.nan_to_num(group_std, nan=0.0), torch.zeros_like(group_std))
-    return Advantages(torch.nan_to_num(advantages, nan=0.0), std, zero_std)
+    group_zero_std = torch.isclose(torch.nan_to_num(group_std, nan=0.0), torch.zeros_like(group_std))
+    zero_std = torch.isclose(torch.nan_to_num(std, nan=0.0), torch.zeros_like(std))
+    return Advantages(torch.nan_to_num(advantages, nan=0.0), std, zero_std, group_zero_std)
+
+
+def needs_old_logps(gradient_accumulation_steps: int, steps_per_generation: int, num_iterations: int,
+                    engine_logps_need_correcting: bool = False) -> bool:
+    """Whether π_old's per-token log-probs must be computed at generation time (TRL 1.16
+    ``_generate_and_score_completions``): ``gradient_accumulation_steps % (steps_per_generation · num_iterations) != 0``
+    — some micro-step then trains on a batch generated before the latest optimizer step, so π_θ ≠ π_old — or when the
+    rollout engine's own sampling log-probs need correcting (TRL: vLLM with importance-sampling correction).
+
+    Otherwise every micro-step of a generation falls in the optimizer step that follows it, π_old = π_θ and
+    ``logps.detach()`` is exact. Example: (3, 2, 1) → True (micro-step 3 reuses a batch generated before the first
+    optimizer step); (4, 2, 2) → False; (2, 2, 1) → False.
+    """
+    return gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0 or engine_logps_need_correcting
+
+
+def dapo_normaliser(num_items_in_batch: torch.Tensor, num_processes: int, accumulation_steps: int,
+                    steps_per_generation: int) -> torch.Tensor:
+    """The ``dapo`` divisor for one micro-batch on one process, as TRL 1.16 computes it:
+    ``num_items_in_batch.clamp(min=1) / num_processes · accumulation_steps / steps_per_generation``.
+
+    ``num_items_in_batch`` is the number of active completion tokens over the whole generation batch (all processes);
+    the clamp comes before the division (an all-masked batch divides by 1 / processes · …, not by 1).
+    """
+    normaliser = torch.as_tensor(num_items_in_batch, dtype=torch.float32).clamp(min=1.0) / num_processes
+    return normaliser * accumulation_steps / steps_per_generation
 
 
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:
@@ -108,8 +143,7 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 
     Seed: logp −0.2, ref −0.5 → 0.0408.
     """
-    delta = ref_logps - logps
-    return torch.exp(delta) - delta - 1
+    return torch.exp(ref_logps - logps) - (ref_logps - logps) - 1  # TRL's expression, so gradients match bit for bit
 
 
 def aggregate_loss(
@@ -127,16 +161,17 @@ def aggregate_loss(
         loss_type: ``grpo`` Σ_t / |o_i| per completion, then mean over the B completions (a fully masked row counts
             as 0); ``bnpo`` Σ / Σ mask; ``dr_grpo`` Σ / (B · max_completion_length); ``dapo`` Σ / ``num_items``.
         max_completion_length: required for ``dr_grpo``.
-        num_items: the ``dapo`` normaliser (active tokens over the global accumulated batch, divided as the caller
-            needs); None = Σ mask (then equal to ``bnpo``).
+        num_items: the ``dapo`` normaliser, used as given (:func:`dapo_normaliser`); None = Σ mask clamped to ≥ 1
+            (then equal to ``bnpo``).
 
     Returns:
-        Scalar tensor.
+        Scalar float32 tensor: the per-token loss is cast to float32 first (a bf16 model's loss is summed in fp32).
 
     Raises:
         ValueError: unknown loss type, or ``dr_grpo`` without ``max_completion_length``.
     """
-    mask = mask.to(per_token_loss.dtype)
+    per_token_loss = per_token_loss.float()
+    mask = mask.float()
     masked = per_token_loss * mask
     if loss_type == "grpo":
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
@@ -147,8 +182,9 @@ def aggregate_loss(
             raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
         return masked.sum() / (per_token_loss.size(0) * max_completion_length)
     if loss_type == "dapo":
-        normaliser = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=masked.dtype)
-        return masked.sum() / normaliser.clamp(min=1.0)
+        if num_items is None:
+            return masked.sum() / mask.sum().clamp(min=1.0)
+        return masked.sum() / torch.as_tensor(num_items, dtype=torch.float32, device=masked.device)
     raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
 
 
@@ -158,7 +194,7 @@ class GRPOLoss:
 
     Attributes:
         loss: scalar to back-propagate (before gradient-accumulation scaling).
-        per_token_kl: (B, T) k3 KL, or None when β = 0.
+        per_token_kl: (B, T) k3 KL (times ρ with ``use_bias_correction_kl``, as TRL logs ``kl``), or None at β = 0.
         ratio: (B, T) importance ratio (detached).
         low_clipped: (B, T) bool, ratio < 1 − ε_low where A < 0 (TRL's ``clip_ratio/low``).
         high_clipped: (B, T) bool, ratio > 1 + ε_high where A > 0 (``clip_ratio/high``).
@@ -184,6 +220,7 @@ def grpo_loss(
     *,
     ref_logps: torch.Tensor | None = None,
     beta: float = 0.0,
+    use_bias_correction_kl: bool = True,
     epsilon_low: float = 0.2,
     epsilon_high: float | None = None,
     loss_type: str = "dapo",
@@ -199,6 +236,9 @@ def grpo_loss(
         mask: (B, T) completion mask (see :func:`aggregate_loss`).
         ref_logps: (B, T) under π_ref; required when ``beta`` ≠ 0.
         beta: KL weight β.
+        use_bias_correction_kl: multiply the k3 KL by the (differentiable) ratio ρ_t, TRL 1.16's default: the KL
+            gradient becomes the unbiased reverse-KL gradient (DeepSeek-V3.2). It changes the gradient whenever
+            β ≠ 0, also on-policy where ρ = 1 in value. False = the plain k3 of TRL ≤ 0.2x (TimeZero's recipe).
         epsilon_low, epsilon_high: clip range (see :func:`clipped_surrogate`).
         loss_type, max_completion_length, num_items: see :func:`aggregate_loss`.
 
@@ -213,12 +253,15 @@ def grpo_loss(
                          f"mask {tuple(mask.shape)}")
     epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
     ratio = importance_ratio(logps, old_logps)
-    per_token_loss = -clipped_surrogate(ratio, advantages, epsilon_low, epsilon_high)
     per_token_kl = None
-    if beta != 0.0:
+    if beta != 0.0:  # built before the surrogate, in TRL's order, so autograd sums the gradients in the same order
         if ref_logps is None:
             raise ValueError("beta != 0 needs reference log-probs (ref_logps)")
         per_token_kl = k3_kl(logps, ref_logps)
+        if use_bias_correction_kl:
+            per_token_kl = per_token_kl * ratio
+    per_token_loss = -clipped_surrogate(ratio, advantages, epsilon_low, epsilon_high)
+    if per_token_kl is not None:
         per_token_loss = per_token_loss + beta * per_token_kl
     loss = aggregate_loss(per_token_loss, mask, loss_type, max_completion_length, num_items)
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages

@@ -92,7 +92,8 @@ class SFTCollator:
         tokenizer = self.processor.tokenizer
         rows = self.loader(rows)  # decoded; an unreadable clip is replaced by its substitute
         prompt = build_inputs(self.processor, [r["query"] for r in rows], [r["clip"] for r in rows], self.template)
-        targets = [answer_text(r["start"], r["end"], self.think_text) + tokenizer.eos_token for r in rows]
+        targets = [answer_text(r["start"], r["end"], self.think_text, self.template) + tokenizer.eos_token
+                   for r in rows]
         target_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
         ids, mm, labels = [], [], []
         for i, row in enumerate(rows):

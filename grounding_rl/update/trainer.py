@@ -179,6 +179,7 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
     def _score(self, items, completions):
         """(B_local, F) rewards, NaN where a function returned None."""
         columns = {key: [item[key] for item in items] for key in ("start", "end", "duration", "query", "qid")}
+        columns["prompt_template"] = [self.args.prompt_template] * len(items)
         per_func = torch.full((len(items), len(self.reward_funcs)), float("nan"))
         for j, func in enumerate(self.reward_funcs):
             values = func(completions=completions, **columns)
@@ -208,11 +209,12 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         adv = grpo.group_advantages(weighted, self.num_generations, args.scale_rewards)
         local = slice(self.accelerator.process_index * len(items), (self.accelerator.process_index + 1) * len(items))
         if args.drop_zero_std_groups:
-            mask = mask * (~adv.zero_std[local]).unsqueeze(1).int()
+            mask = mask * (~adv.group_zero_std[local]).unsqueeze(1).int()
 
         batch.update(completion_ids=completion_ids, completion_mask=mask, advantages=adv.advantages[local])
         batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        if args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps:
+        if grpo.needs_old_logps(args.gradient_accumulation_steps, args.steps_per_generation, args.num_iterations,
+                                self.rollout_engine.logps_need_correcting):
             batch["old_logps"] = self._micro_batched(
                 lambda b: completion_logps(self.model, b, args.temperature, self.share_prompt), batch)
         if args.beta != 0.0:
@@ -268,11 +270,12 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         accumulation = getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
         num_items = None
         if args.loss_type == "dapo":  # TRL: global active tokens, per process, per accumulation window
-            num_items = (inputs["num_items_in_batch"].float() / self.accelerator.num_processes
-                         * accumulation / args.steps_per_generation)
+            num_items = grpo.dapo_normaliser(inputs["num_items_in_batch"], self.accelerator.num_processes,
+                                             accumulation, args.steps_per_generation)
         out = grpo.grpo_loss(
             logps, logps.detach() if old_logps is None else old_logps, inputs["advantages"], mask,
-            ref_logps=inputs.get("ref_logps"), beta=args.beta, epsilon_low=args.epsilon,
+            ref_logps=inputs.get("ref_logps"), beta=args.beta, use_bias_correction_kl=args.use_bias_correction_kl,
+            epsilon_low=args.epsilon,
             epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items)
         loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation

@@ -1,0 +1,41 @@
+"""Prompt templates: the peers' prompts verbatim, each with its answer format, and the strict format reward."""
+import pytest
+
+from grounding_rl.prompts import templates
+from grounding_rl.reward.parsing import parse_answer
+from grounding_rl.reward.rewards import format_reward
+
+
+def test_peer_templates_are_the_published_texts():
+    # Time-R1 (xiaomi-research/time-r1, src/time_r1/rl/timer1_trainer.py, QUESTION_TEMPLATE_TG_v1) differs from
+    # TimeZero's only by "specific timestamps (xx.xx) or"; VideoChat-R1's QUESTION_TEMPLATE is TimeZero's text
+    assert templates.TIME_R1 == templates.TIMEZERO.replace("specific timestamps (xx.xx) or time ranges",
+                                                           "specific time ranges")
+    assert templates.VIDEOCHAT_R1 == templates.TIMEZERO
+    assert templates.instruction("a man runs.", "timelens") == (
+        "Please find the visual event described by the sentence 'a man runs.', determining its starting and ending "
+        "times. The format should be: 'The event happens in <start time> - <end time> seconds'.")
+    for name in ("time_r1", "videochat_r1", "timelens"):
+        assert "/" in templates.get_template(name).source  # each names its repository and file
+
+
+def test_each_template_names_its_answer_format_and_video_position():
+    formats = {name: t.answer_format for name, t in templates.PROMPT_TEMPLATES.items()}
+    assert formats == {"default": "think_answer", "timezero": "think_answer", "time_r1": "think_answer",
+                       "videochat_r1": "think_answer", "timelens": "timelens"}
+    assert [p["type"] for p in templates.conversation("q", "timelens")[0]["content"]] == ["video", "text"]
+    assert [p["type"] for p in templates.conversation("q", "time_r1")[0]["content"]] == ["text", "video"]
+    with pytest.raises(ValueError, match="unknown prompt_template"):
+        templates.get_template("timezero2")
+
+
+@pytest.mark.parametrize("name", sorted(templates.PROMPT_TEMPLATES))
+def test_sft_target_is_what_the_template_asks_for(name):
+    target = templates.answer_text(3.5, 9.0, "x", template=name)
+    assert format_reward([target], prompt_template=name) == [1.0]
+    assert parse_answer(target) == (3.5, 9.0)
+    others = {t.answer_format for t in templates.PROMPT_TEMPLATES.values()} - {
+        templates.get_template(name).answer_format}
+    for other in others:  # and nothing looser: another template's format gets no format reward
+        other_name = next(n for n, t in templates.PROMPT_TEMPLATES.items() if t.answer_format == other)
+        assert format_reward([templates.answer_text(3.5, 9.0, "x", other_name)], prompt_template=name) == [0.0]
