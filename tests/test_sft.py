@@ -120,7 +120,9 @@ def test_demo_config_parses_with_overrides():
     assert script.train_file == str(REPO / "data" / "demo" / "train.jsonl")
     assert model_args.model_name_or_path == str(REPO / "outputs" / "tiny-model")
     assert args.video_settings.max_pixels == 3136 and args.video_fps == 2.0
-    with pytest.raises(ValueError):
+    from grounding_rl.errors import UserError
+
+    with pytest.raises(UserError, match="unknown option --no_such_key"):
         parse_args(["--config", "configs/demo_sft.yaml", "--no_such_key", "1"])
 
 

@@ -9,13 +9,14 @@ are an error. Multi-process runs go through ``accelerate launch`` or ``torchrun`
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grounding_rl.errors import UserError
+from grounding_rl.errors import UserError, reading
 from grounding_rl.paths import resolve_config_path
 
 logger = logging.getLogger("grounding_rl.cli")
@@ -74,6 +75,66 @@ def _config_path(argv: list[str]) -> list[str]:
     return argv
 
 
+def _read_config(path: str) -> tuple[dict, list[str]]:
+    """The YAML mapping of a config file and its lines (for naming a key's line).
+
+    Raises:
+        UserError: the file is not UTF-8, not valid YAML (with the line) or not a mapping.
+    """
+    import yaml
+
+    with reading(path), open(path, encoding="utf-8-sig") as handle:
+        text = handle.read()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise UserError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a config must be a YAML mapping of 'key: value' lines")
+    return data, text.splitlines()
+
+
+def _closest(name: str, known) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
+    """Every key of the YAML and every ``--key`` of ``argv`` is a field of the parser's dataclasses.
+
+    Raises:
+        UserError: the first unknown key, with its file and line (or ``command line``) and the closest known key.
+    """
+    dests = {action.dest for action in parser._actions if action.dest != "help"}
+    options = {opt for action in parser._actions for opt in action.option_strings}
+    if config_path is not None:
+        config, lines = _read_config(config_path)
+        for key in config:
+            if key != "env" and key not in dests:
+                number = next((i for i, line in enumerate(lines, 1) if line.split(":", 1)[0].strip() == str(key)),
+                              None)
+                where = f"{config_path}:{number}" if number else config_path
+                raise UserError(f"{where}: unknown key {key!r}{_closest(str(key), dests)}")
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--config":
+            skip = True
+            continue
+        if arg.startswith("--") and not arg.startswith("--config="):
+            flag = arg.split("=", 1)[0]
+            if flag not in options:
+                raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
+
+
 def parse_training_args(config_class, argv: list[str] | None, prog: str):
     """``(script_args, training_args, model_args)`` from ``--config X.yaml`` plus ``--key value`` overrides.
 
@@ -87,14 +148,29 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         prog: program name for ``--help``.
 
     Raises:
-        UserError: a missing ``--config`` path or file, no ``train_file`` or no ``model_name_or_path``.
-        ValueError: contradictory settings (from the config's own validation).
+        UserError: a missing ``--config`` path or file, a config that is not a YAML mapping, an unknown key (file,
+            line and the closest known key), an invalid value (the config's own validation, naming the file), no
+            ``train_file`` or no ``model_name_or_path``.
     """
     from trl import ModelConfig, TrlParser
 
     argv = _config_path(sys.argv[1:] if argv is None else argv)
-    parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog,
+                       usage=f"{prog} --config CONFIG.yaml [--key value ...]", description=USAGE.format(
+                           prog=prog, example=f"configs/demo_{'sft' if prog.endswith('sft') else 'grpo'}.yaml"),
+                       formatter_class=_HelpFormatter)
+    config_path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
+    config_path = config_path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if any(a in ("-h", "--help") for a in argv):
+        parser.parse_args_into_dataclasses(args=["--help"])  # prints the help and exits 0
+    _check_keys(parser, config_path, argv)
+    if config_path is not None:  # TRL's parser reads "--config PATH" only
+        argv = [a for a in argv if not a.startswith("--config=")] + (
+            ["--config", config_path] if "--config" not in argv else [])
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except ValueError as err:
+        raise UserError(f"{config_path or 'command line'}: {err}") from None
     if not script_args.train_file:
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
@@ -105,6 +181,16 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     model_args.model_name_or_path = resolve_config_path(model_args.model_name_or_path)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
     return script_args, training_args, model_args
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown (as transformers' parser does) and the description kept as written."""
+
+
+USAGE = """Settings come from a YAML config (--config CONFIG.yaml) and --key value overrides of any of its keys, e.g.
+  {prog} --config {example} --learning_rate 2e-6 --output_dir outputs/run1
+The recipes in configs/ (configs/README.md lists each and its source) show the knobs in use; every key is one of the
+options below (data and model first, then training: transformers' TrainingArguments and TRL's names)."""
 
 
 def setup_logging(training_args) -> None:
@@ -176,8 +262,12 @@ def resolve_resume(training_args) -> str | None:
     """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or the last ``checkpoint-N`` in
     ``output_dir`` for ``true`` / ``last``.
 
+    Weights, optimizer, scheduler, RNG states and the data order are restored exactly
+    (:mod:`grounding_rl.update.resume`): the resumed run ends with the same weights as an uninterrupted one.
+
     Raises:
-        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, or a path that is not a folder.
+        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, a path that is not a folder, or a
+            checkpoint without trainer state or optimizer state.
     """
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -188,10 +278,26 @@ def resolve_resume(training_args) -> str | None:
         found = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
         if found is None:
             raise UserError(f"resume_from_checkpoint: no checkpoint-N folder in {training_args.output_dir}")
-        return found
+        return _check_resumable(found)
     if not Path(resume).is_dir():
         raise UserError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
-    return resume
+    return _check_resumable(resume)
+
+
+def _check_resumable(folder: str) -> str:
+    """``folder`` when it holds what an exact resume needs: ``trainer_state.json`` and the optimizer state
+    (``optimizer.pt``, or DeepSpeed's ``latest`` and ``global_stepN/``).
+
+    Raises:
+        UserError: one of them is missing (e.g. a checkpoint written with ``save_only_model: true``).
+    """
+    path = Path(folder)
+    if not (path / "trainer_state.json").is_file():
+        raise UserError(f"resume_from_checkpoint: {folder} has no trainer_state.json (not a train/sft checkpoint)")
+    if not ((path / "optimizer.pt").is_file() or (path / "latest").is_file()):
+        raise UserError(f"resume_from_checkpoint: {folder} holds no optimizer state (saved with save_only_model: "
+                        f"true); start a new run from it with --model_name_or_path {folder} instead")
+    return folder
 
 
 def finish_training(trainer, result) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from grounding_rl.data.probe import VideoProbeError, probe_duration
+from grounding_rl.errors import UserError, excerpt, reading
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +27,9 @@ VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".m
 FIELDS = ("video", "query", "start", "end", "duration", "qid", "source")
 
 
-class AnnotationError(ValueError):
-    """An annotation file or line cannot be turned into a sample. The message names the file and line (or video key)."""
+class AnnotationError(UserError, ValueError):
+    """An annotation file or line cannot be turned into a sample. The message names the file and line (or video key);
+    the ``grounding-rl`` command prints it as one line with exit status 2."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,11 +217,11 @@ def as_seconds(value: Any, what: str, where: str) -> float:
         AnnotationError: not a number (bools and None included); the message starts with ``where``.
     """
     if isinstance(value, bool) or value is None:
-        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {value!r}")
+        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {excerpt(value)}")
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {value!r}") from None
+        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {excerpt(value)}") from None
 
 
 def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
@@ -244,7 +246,7 @@ def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None 
     """
     path = str(path)
     resolver = VideoResolver(path, video_root)
-    with open(path, encoding="utf-8-sig") as handle:
+    with reading(path), open(path, encoding="utf-8-sig") as handle:
         for index, line in enumerate(handle):
             if not line.strip():
                 continue

@@ -31,12 +31,13 @@ from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, co
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
+from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
 logger = logging.getLogger(__name__)
 
 
-class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
+class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
     """GRPO trainer for Qwen2.5-VL on (video, query, start, end) samples.
 
     Args:
@@ -119,6 +120,26 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         with self.accelerator.unwrap_model(self.model).disable_adapter():
             return completion_logps(self.model, batch, self.args.temperature)
 
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        """``Trainer.train``, refusing a checkpoint inside a generation window (see
+        :attr:`GroundingGRPOConfig.generation_window`; only a checkpoint at ``max_steps``, from which nothing is left
+        to train, may sit inside one).
+
+        Raises:
+            UserError: ``resume_from_checkpoint`` is inside a generation window of this run's settings.
+        """
+        if isinstance(resume_from_checkpoint, str):
+            from grounding_rl.errors import UserError
+            from grounding_rl.update.resume import checkpoint_global_step
+
+            step, window = checkpoint_global_step(resume_from_checkpoint), self.args.generation_window
+            if step is not None and step % window and not 0 < self.args.max_steps <= step:
+                raise UserError(
+                    f"{resume_from_checkpoint}: step {step} is inside a generation window of {window} optimizer steps "
+                    "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a checkpoint "
+                    f"at a multiple of {window}, or with the settings that wrote it")
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
     # ------------------------------------------------------------------------------------------------ data
     def get_train_dataloader(self):
         # TRL's change to Trainer.get_train_dataloader: one batch = per_device × steps_per_generation rows
@@ -143,7 +164,7 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
     def _prepare_inputs(self, generation_batch):
         """Generate once per ``steps_per_generation × num_iterations`` steps; return this step's micro-batch."""
         generate_every = self.args.steps_per_generation * self.args.num_iterations
-        if self._buffered_inputs is None:  # first step of this run, fresh or resumed: count micro-steps from the state
+        if self._buffered_inputs is None:  # first step of this run, fresh or resumed (at a window boundary: train())
             self._step = self.state.global_step * self.args.gradient_accumulation_steps
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             rollout = self._generate_and_score(generation_batch)
