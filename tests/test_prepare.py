@@ -58,6 +58,6 @@ def test_prepare_error_names_the_line(tmp_path, capsys):
     ann = tmp_path / "ann.txt"
     ann.write_text("AAA 1.0 2.0##a\n")
     out = tmp_path / "out.jsonl"
-    assert main(["--format", "charades_sta", "--annotations", str(ann), "--out", str(out)]) == 1
+    assert cli_main(["prepare", "--format", "charades_sta", "--annotations", str(ann), "--out", str(out)]) == 2
     assert "ann.txt:1: no duration for video 'AAA'" in capsys.readouterr().err
     assert not out.exists()

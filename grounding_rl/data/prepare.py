@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from grounding_rl.data.probe import VideoProbeError
 from grounding_rl.data.readers import READERS, read_annotations
-from grounding_rl.data.samples import AnnotationError, Sample, validate, write_jsonl
+from grounding_rl.data.samples import Sample, validate, write_jsonl
+from grounding_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +66,16 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
     Raises:
         KeyError, FileNotFoundError, AnnotationError, VideoProbeError: see
         :func:`grounding_rl.data.readers.read_annotations`.
+        UserError: no line of the input is usable (nothing is written).
     """
     stream = read_annotations(format_name, annotations, video_root=video_root, durations=durations)
-    bar = tqdm(stream, desc=f"prepare {format_name}", unit=" queries", disable=not progress, file=sys.stderr)
+    # no bar when stderr is not a terminal (disable=None), so a log or a test sees only messages
+    bar = tqdm(stream, desc=f"prepare {format_name}", unit=" queries", disable=None if progress else True,
+               file=sys.stderr)
     kept, counts = validate(bar)
+    if not kept:
+        raise UserError(f"{annotations}: no usable line ({counts['dropped']} dropped by the validation policy, "
+                        f"{format_name} format); nothing written to {out}")
     missing = 0
     if video_root is not None:
         videos = sorted({sample.video for sample in kept})
@@ -83,15 +90,22 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (``grounding-rl prepare``). Returns 0 on success, 1 on bad input (message on stderr)."""
+    """CLI entry point (``grounding-rl prepare``). Returns 0 on success.
+
+    Raises:
+        UserError: an unknown format, an output path that is a folder, a video that cannot be probed, an input with
+            no usable line; the readers' :class:`AnnotationError` (a subclass) for a bad file or line. The
+            ``grounding-rl`` command prints each as one line with exit status 2.
+    """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if os.path.isdir(args.out):
+        raise UserError(f"{args.out}: --out is a folder; give the path of the .jsonl file to write")
     try:
         counts = prepare(args.format, args.annotations, args.out, durations=args.durations,
                          video_root=args.video_root)
-    except (KeyError, FileNotFoundError, AnnotationError, VideoProbeError) as err:
-        print(f"grounding-rl prepare: error: {err.args[0] if err.args else err}", file=sys.stderr)
-        return 1
+    except (KeyError, VideoProbeError) as err:
+        raise UserError(err.args[0] if err.args else str(err)) from None
     print(json.dumps(counts))
     return 0
 

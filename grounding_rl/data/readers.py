@@ -32,6 +32,7 @@ position of the query among that video's queries in the file; ``source`` is the 
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import re
@@ -297,7 +298,7 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
     if format_name not in READERS:
         raise KeyError(f"unknown annotation format {format_name!r}; known: {', '.join(READERS)}")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"annotation file not found: {path}")
+        raise FileNotFoundError(errno.ENOENT, "annotation file not found", str(path))
     if durations is not None and not isinstance(durations, dict):
         durations = load_durations(durations)
     return READERS[format_name](path, video_root=video_root, durations=durations)

@@ -26,6 +26,7 @@ imports neither torch nor transformers, so it starts in a fraction of a second).
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from grounding_rl.errors import UserError, user_message
 from grounding_rl.paths import resolve_config_path
 
 if TYPE_CHECKING:  # importing the preprocessing pulls in transformers: only when a protocol is built
@@ -42,7 +44,7 @@ ANCHOR_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")
 _REQUIRED = ("name", "format", "annotations", "expected_queries")
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(UserError, ValueError):
     """A benchmark YAML is missing a field or has a bad value (the message names the file)."""
 
 
@@ -95,7 +97,7 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True) -> Benchmar
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"benchmark definition not found: {path}")
+        raise FileNotFoundError(errno.ENOENT, "benchmark definition not found", str(path))
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise BenchmarkError(f"{path}: expected a mapping at the top level")
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = load_benchmark(args.yaml, build_protocol=False)
         print("\n".join(prepare_args(bench, args.out, args.video_root)))
     except (FileNotFoundError, BenchmarkError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {user_message(err)}", file=sys.stderr)
         return 2
     return 0
 
