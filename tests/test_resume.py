@@ -159,3 +159,38 @@ def test_sft_killed_and_resumed_ends_bit_identical(tmp_path, demo_dir, bpe_tiny_
     assert any(not torch.equal(start[k], final[k]) for k in final)  # steps 4-5 moved the weights
     state = json.loads((killed / "trainer_state.json").read_text())
     assert state["global_step"] == 5
+
+
+def test_resume_refuses_another_runs_checkpoint(tmp_path, demo_dir, bpe_tiny_model_dir, capsys):
+    """A checkpoint records what produced it (run_fingerprint.json); resuming with other data or settings is one line
+    and exit 2, and so is a checkpoint without optimizer state."""
+    from grounding_rl.cli import main as cli
+
+    train = tmp_path / "train.jsonl"
+    shutil.copy(demo_dir / "train.jsonl", train)
+    out = tmp_path / "run"
+
+    def sft(*extra):
+        return cli(["sft", "--config", "configs/demo_sft.yaml", "--model_name_or_path", str(bpe_tiny_model_dir),
+                    "--train_file", str(train), "--video_root", str(demo_dir), "--output_dir", str(out),
+                    "--max_train_samples", "2", "--per_device_train_batch_size", "2", "--max_steps", "1",
+                    "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true", "--report_to", "none",
+                    *extra])
+
+    assert sft() == 0
+    saved = json.loads((out / "checkpoint-1" / "run_fingerprint.json").read_text())
+    assert saved["prompt_template"] == "default" and len(saved["train_sha256"]) == 64
+    capsys.readouterr()
+    assert sft("--resume_from_checkpoint", "true", "--prompt_template", "timezero") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "prompt_template: 'default' → 'timezero'" in err and "--output_dir" in err
+    rows = train.read_text().splitlines()
+    first = json.loads(rows[0])
+    first["end"] = first["end"] - 0.5
+    train.write_text("\n".join([json.dumps(first), *rows[1:]]) + "\n")
+    assert sft("--resume_from_checkpoint", "true") == 2
+    assert "train_sha256 changed" in capsys.readouterr().err
+    (out / "checkpoint-1" / "optimizer.pt").unlink()
+    (out / "checkpoint-1" / "run_fingerprint.json").unlink()
+    assert sft("--resume_from_checkpoint", "true") == 2
+    assert "holds no optimizer state" in capsys.readouterr().err

@@ -258,7 +258,49 @@ def load_training_model(script_args, model_args):
     return model, processor
 
 
-def resolve_resume(training_args) -> str | None:
+FINGERPRINT_FILE = "run_fingerprint.json"
+SAMPLING_KEYS = ("num_generations", "max_completion_length", "temperature", "top_p", "top_k", "repetition_penalty",
+                 "reward_funcs", "reward_weights", "think_text")
+
+
+def run_fingerprint(script_args, training_args, model_args) -> dict:
+    """What produced a run's checkpoints, written into each as ``run_fingerprint.json``
+    (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
+    file and its content hash, the model and its fingerprint (:func:`grounding_rl.data.fingerprint.model_fingerprint`),
+    prompt template, video and sampling settings, seed and package version (not the git commit). ``max_steps``,
+    learning rate and the like are not in it: a finished run may be continued with more steps."""
+    from grounding_rl import __version__
+    from grounding_rl.data.fingerprint import file_sha256, model_fingerprint
+
+    return {
+        "train_file": script_args.train_file, "train_sha256": file_sha256(script_args.train_file),
+        "max_train_samples": script_args.max_train_samples, "model": model_args.model_name_or_path,
+        "model_revision": model_args.model_revision,
+        "model_fingerprint": model_fingerprint(model_args.model_name_or_path, model_args.model_revision),
+        "prompt_template": training_args.prompt_template, "video": training_args.video_settings.to_dict(),
+        "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
+        "seed": training_args.seed, "version": __version__,
+    }
+
+
+def _check_fingerprint(folder: str, fingerprint: dict | None) -> None:
+    """Raises UserError when the checkpoint's ``run_fingerprint.json`` differs from ``fingerprint``."""
+    import json
+
+    from grounding_rl.data.fingerprint import changes
+
+    path = Path(folder) / FINGERPRINT_FILE
+    if fingerprint is None or not path.is_file():
+        return
+    paths = ("train_file", "model")  # where they are may change; what they are may not
+    differ = changes(json.loads(path.read_text(encoding="utf-8")), fingerprint, [k for k in fingerprint
+                                                                                  if k not in paths])
+    if differ:
+        raise UserError(f"resume_from_checkpoint: {folder} was written by another run ({'; '.join(differ)}); resume "
+                        "with the settings that wrote it, or start afresh with a new --output_dir")
+
+
+def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None:
     """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or the last ``checkpoint-N`` in
     ``output_dir`` for ``true`` / ``last``.
 
@@ -266,8 +308,9 @@ def resolve_resume(training_args) -> str | None:
     (:mod:`grounding_rl.update.resume`): the resumed run ends with the same weights as an uninterrupted one.
 
     Raises:
-        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, a path that is not a folder, or a
-            checkpoint without trainer state or optimizer state.
+        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, a path that is not a folder, a
+            checkpoint without trainer state or optimizer state, or one whose ``run_fingerprint.json`` differs from
+            ``fingerprint`` (:func:`run_fingerprint`; the message names what changed).
     """
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -278,9 +321,10 @@ def resolve_resume(training_args) -> str | None:
         found = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
         if found is None:
             raise UserError(f"resume_from_checkpoint: no checkpoint-N folder in {training_args.output_dir}")
-        return _check_resumable(found)
-    if not Path(resume).is_dir():
+        resume = found
+    elif not Path(resume).is_dir():
         raise UserError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
+    _check_fingerprint(resume, fingerprint)
     return _check_resumable(resume)
 
 

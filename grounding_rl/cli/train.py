@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     script_args, training_args, model_args = common.parse_training_args(GroundingGRPOConfig, argv,
                                                                         "grounding-rl train")
     common.setup_logging(training_args)
+    fingerprint = common.run_fingerprint(script_args, training_args, model_args)
+    resume = common.resolve_resume(training_args, fingerprint)  # before any loading: a wrong checkpoint fails at once
     common.init_deepspeed_comm(training_args)
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
@@ -25,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     model, processor = common.load_training_model(script_args, model_args)
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
                                    frame_cache=common.frame_cache(script_args))
-    result = trainer.train(resume_from_checkpoint=common.resolve_resume(training_args))
+    trainer.fingerprint = fingerprint
+    result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)
     return 0
 
