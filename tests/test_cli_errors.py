@@ -131,3 +131,36 @@ def test_train_help_starts_with_the_config_usage(capsys):
     assert out.startswith("usage: grounding-rl train --config CONFIG.yaml [--key value ...]")
     assert "configs/README.md" in out.split("options:")[0]
     assert Path(REPO_ROOT / "configs" / "README.md").is_file()
+
+
+def test_missing_videos_fail_above_max_missing_fraction(tmp_path, capsys):
+    """11 of 12 videos missing (a wrong --video-root): prepare, eval and train stop with the count and first paths;
+    with max_missing_fraction 1.0 prepare goes on and reports the count."""
+    from grounding_rl.data.missing import check_fraction
+
+    rows = [{"video": f"v{i:02d}.mp4", "query": "q", "start": 1.0, "end": 2.0, "duration": 5.0, "qid": str(i)}
+            for i in range(12)]
+    (tmp_path / "v00.mp4").write_bytes(b"")  # one exists
+    ann = tmp_path / "ann.jsonl"
+    ann.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["prepare", "--format", "jsonl", "--annotations", str(ann), "--video-root", str(tmp_path), "--out",
+            str(tmp_path / "o.jsonl")]
+    assert cli(base) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "11 of 12 videos (92 %, more than max_missing_fraction 0.05), e.g. " in err and "v01.mp4" in err
+    assert not (tmp_path / "o.jsonl").exists()
+    assert cli([*base, "--max-missing-fraction", "1.0"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["missing_videos"] == 11
+
+    assert cli(["eval", "--model", str(tmp_path), "--data", str(ann), "--out", str(tmp_path / "ev")]) == 2
+    assert "missing 11 of 12 videos" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()  # found before the model loads or anything is written
+    assert cli(["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--train_file", str(ann),
+                "--output_dir", str(tmp_path / "tr")]) == 2
+    assert "missing 11 of 12 videos" in capsys.readouterr().err
+
+    check_fraction(["a"], 20, 0.05, "x")  # 5 % is allowed
+    with pytest.raises(UserError, match="2 of 20 videos"):
+        check_fraction(["a", "b"], 20, 0.05, "x")
+    check_fraction(["a"] * 20, 20, 1.0, "x")  # 1.0 never fails

@@ -203,7 +203,10 @@ def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    assert _eval(tiny_model_dir, data, out) == 0
+    assert _eval(tiny_model_dir, data, out) == 2  # 2 of 3 videos bad: more than max_missing_fraction 0.05
+    assert _eval(tiny_model_dir, data, out, "--max-missing-fraction", "1.0", "--overwrite") == 0
+    assert json.loads((out / "metrics.json").read_text())["missing_videos"] == 1
+    assert "(IoU 0; of them 1 missing videos)" in (out / "report.md").read_text()
     preds = {p["qid"]: p for p in _lines(out / "predictions.jsonl")}
     assert list(preds) == ["ok", "missing", "broken"]  # never dropped, annotation order
     assert "missing.mp4" in preds["missing"]["error"] and "broken.mp4" in preds["broken"]["error"]

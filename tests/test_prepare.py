@@ -46,7 +46,7 @@ def test_prepare_counts_missing_videos_and_writes_relative_paths(tmp_path, capsy
     durations.write_text(json.dumps({"AAA": {"duration": 10.0}, "BBB": {"duration": 1.5}, "CCC": {"duration": 9.0}}))
     out = root / "prepared.jsonl"
     assert main(["--format", "charades_sta", "--annotations", str(ann), "--durations", str(durations),
-                 "--video-root", str(root), "--out", str(out)]) == 0
+                 "--video-root", str(root), "--out", str(out), "--max-missing-fraction", "1.0"]) == 0
     # BBB and CCC are missing (distinct videos of kept samples); BBB's end 2.0 is clamped to 1.5
     assert _last_json(capsys) == {"kept": 4, "dropped": 1, "clamped": 1, "missing_videos": 2}
     written = [json.loads(line) for line in out.read_text().splitlines()]

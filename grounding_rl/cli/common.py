@@ -33,6 +33,8 @@ class GroundingScriptArguments:
         max_train_samples: use only the first N samples (smoke runs), None = all.
         freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
         frame_cache_dir, frame_cache_gb: optional :class:`grounding_rl.data.cache.FrameCache` for decoded clips.
+        max_missing_fraction: the share of missing or unreadable videos that stops the run
+            (:mod:`grounding_rl.data.missing`).
         tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
             (:func:`grounding_rl.models.tiny.ensure_from_config`).
     """
@@ -46,6 +48,11 @@ class GroundingScriptArguments:
         metadata={"help": "Folder of an on-disk frame cache (decode each clip once across epochs); None = off."},
     )
     frame_cache_gb: float = field(default=20.0, metadata={"help": "Size bound of the frame cache in GB."})
+    max_missing_fraction: float = field(
+        default=0.05,
+        metadata={"help": "Fail when more than this share of the training videos is missing (checked before "
+                          "training) or unreadable (counted as they come, GRPO); 1.0 = never, substitutes only."},
+    )
     tiny_model: dict | str | None = field(
         default=None,
         metadata={"help": "A tiny random-weight model for CPU runs: {tokenizer: DIR, hidden_size: N, ...}; "
@@ -218,13 +225,23 @@ def init_deepspeed_comm(training_args) -> None:
 
 def load_dataset(script_args):
     """The training :class:`grounding_rl.data.dataset.GroundingDataset` (validation policy applied, capped at
-    ``max_train_samples``)."""
+    ``max_train_samples``).
+
+    Raises:
+        UserError: more than ``max_missing_fraction`` of its distinct videos are missing (count and first paths).
+    """
     from grounding_rl.data.dataset import GroundingDataset
+
+    from grounding_rl.data.missing import check_fraction, missing_videos
 
     dataset = GroundingDataset.from_jsonl(script_args.train_file, video_root=script_args.video_root)
     if script_args.max_train_samples:
         dataset = GroundingDataset(dataset.samples[: script_args.max_train_samples])
-    logger.info("%d training samples from %s", len(dataset), script_args.train_file)
+    absent, total = missing_videos(sample["video"] for sample in dataset.samples)
+    check_fraction(absent, total, script_args.max_missing_fraction, f"{script_args.train_file}: missing",
+                   "check video_root")
+    logger.info("%d training samples from %s (%d of %d videos missing, replaced by substitutes)", len(dataset),
+                script_args.train_file, len(absent), total)
     return dataset
 
 

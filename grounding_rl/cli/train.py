@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     dataset = common.load_dataset(script_args)
     model, processor = common.load_training_model(script_args, model_args)
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
-                                   frame_cache=common.frame_cache(script_args))
+                                   frame_cache=common.frame_cache(script_args),
+                                   max_missing_fraction=script_args.max_missing_fraction)
     trainer.fingerprint = fingerprint
     result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)

@@ -18,6 +18,7 @@ import sys
 
 from tqdm import tqdm
 
+from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION, check_fraction, missing_videos
 from grounding_rl.data.probe import VideoProbeError
 from grounding_rl.data.readers import READERS, read_annotations
 from grounding_rl.data.samples import Sample, validate, write_jsonl
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="folder of the videos (relative video paths resolve here; default: the annotation "
                              "file's folder); also turns on the missing-video check")
     parser.add_argument("--out", required=True, help="output canonical JSONL (written atomically)")
+    parser.add_argument("--max-missing-fraction", type=float, default=DEFAULT_MAX_MISSING_FRACTION,
+                        help="with --video-root: fail when more than this share of the videos is missing (1.0: never)")
     return parser
 
 
@@ -51,7 +54,8 @@ def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
 
 
 def prepare(format_name: str, annotations: str, out: str, *, durations: str | None = None,
-            video_root: str | None = None, progress: bool = True) -> dict[str, int]:
+            video_root: str | None = None, progress: bool = True,
+            max_missing_fraction: float = DEFAULT_MAX_MISSING_FRACTION) -> dict[str, int]:
     """Read, validate and write; return the counts printed by the CLI.
 
     Args:
@@ -61,12 +65,15 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
         durations: optional durations file (Charades json or csv).
         video_root: optional video folder; when given, missing videos are counted.
         progress: show a tqdm bar (stderr).
+        max_missing_fraction: with ``video_root``, fail when a larger share of the distinct videos is missing
+            (:func:`grounding_rl.data.missing.check_fraction`).
     Returns:
         ``{"kept", "dropped", "clamped", "missing_videos"}``.
     Raises:
         KeyError, FileNotFoundError, AnnotationError, VideoProbeError: see
         :func:`grounding_rl.data.readers.read_annotations`.
-        UserError: no line of the input is usable (nothing is written).
+        UserError: no line of the input is usable, or more than ``max_missing_fraction`` of the videos are missing
+            (nothing is written).
     """
     stream = read_annotations(format_name, annotations, video_root=video_root, durations=durations)
     # no bar when stderr is not a terminal (disable=None), so a log or a test sees only messages
@@ -78,11 +85,12 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
                         f"{format_name} format); nothing written to {out}")
     missing = 0
     if video_root is not None:
-        videos = sorted({sample.video for sample in kept})
-        absent = [video for video in videos if not os.path.isfile(video)]
+        absent, total = missing_videos(sample.video for sample in kept)
+        check_fraction(absent, total, max_missing_fraction, f"{annotations}: missing under {video_root}:",
+                       "check --video-root")
         missing = len(absent)
         if absent:
-            logger.warning("%d of %d videos are missing under %s, e.g. %s", missing, len(videos), video_root,
+            logger.warning("%d of %d videos are missing under %s, e.g. %s", missing, total, video_root,
                            ", ".join(absent[:3]))
     out_dir = os.path.dirname(os.path.abspath(out))
     write_jsonl(out, (_relative_to_out(sample, out_dir) for sample in kept))
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{args.out}: --out is a folder; give the path of the .jsonl file to write")
     try:
         counts = prepare(args.format, args.annotations, args.out, durations=args.durations,
-                         video_root=args.video_root)
+                         video_root=args.video_root, max_missing_fraction=args.max_missing_fraction)
     except (KeyError, VideoProbeError) as err:
         raise UserError(err.args[0] if err.args else str(err)) from None
     print(json.dumps(counts))

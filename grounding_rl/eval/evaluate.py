@@ -258,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--frame-cache", default=None, help="folder of the on-disk frame cache (optional)")
     parser.add_argument("--frame-cache-gb", type=float, default=20.0, help="frame cache size limit in GB")
     parser.add_argument("--overwrite", action="store_true", help="discard earlier predictions in --out")
+    parser.add_argument("--max-missing-fraction", type=float, default=0.05,
+                        help="fail (exit 2) when more than this share of the videos is missing (checked before the "
+                             "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
     return parser
 
 
@@ -318,6 +321,11 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         samples = samples[: max(args.limit, 0)]
     if not samples:
         raise UserError(f"{args.data}: no queries to evaluate")
+    from grounding_rl.data.missing import check_fraction, missing_videos
+
+    absent, num_videos = missing_videos(s.video for s in samples)
+    check_fraction(absent, num_videos, args.max_missing_fraction, f"{args.data}: missing",
+                   "check --video-root" + (" (the benchmark's video_root)" if bench else ""))
     qids = [s.qid for s in samples]
     if len(set(qids)) != len(qids):
         dup = next(q for q in qids if qids.count(q) > 1)
@@ -399,6 +407,8 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
     records = merge_predictions(outdir, samples)
     metrics = metrics_from_records(records)
+    metrics["missing_videos"] = len(absent)
+    metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
     info = {"model": model_id, "data": run["data"], "benchmark": bench.name if bench else None,
             "limit": args.limit,
             "sampling": {"source": source, "prompt_template": config.prompt_template,
@@ -418,7 +428,13 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         anchors_md = anchors_table(bench.anchors, ours=metrics, ours_label=Path(model_id).name or "this run")
     report.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM)
     print(format_metrics_table(metrics))
+    print(f"eval: {metrics['n']} queries; {metrics['video_load_failures']} failed clips (IoU 0; "
+          f"{len(absent)} of {num_videos} videos missing), {metrics['missing_predictions']} without a parsed "
+          "prediction (IoU 0)")
     print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
+    unreadable = sorted({r.get("video") or r["qid"] for r in records if r.get("error")})
+    check_fraction(unreadable, num_videos, args.max_missing_fraction, f"{args.data}: missing or unreadable",
+                   f"metrics in {outdir / METRICS} count them as IoU 0")
     return payload
 
 

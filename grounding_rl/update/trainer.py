@@ -25,6 +25,7 @@ from transformers import Trainer
 from trl.trainer.utils import nanstd
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
+from grounding_rl.data.missing import check_fraction
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name, weighted_rewards
 from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask
@@ -53,12 +54,15 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         rollout_engine: a :class:`RolloutEngine`; None = :class:`HFGenerateEngine`.
         frame_cache: optional frame cache passed to :func:`grounding_rl.data.video.sample_frames`.
         callbacks: extra ``TrainerCallback`` objects.
+        max_missing_fraction: stop (``UserError``) once more than this share of the distinct videos turned out
+            unreadable (:func:`grounding_rl.data.missing.check_fraction`); 1.0 = never, substitutes only.
     """
 
     loss_is_scaled_for_ga = True  # compute_loss scales for gradient accumulation itself, as TRL's GRPOTrainer
 
     def __init__(self, model, args: GroundingGRPOConfig, train_dataset: GroundingDataset, processing_class,
-                 reward_funcs=None, ref_model=None, rollout_engine=None, frame_cache=None, callbacks=None):
+                 reward_funcs=None, ref_model=None, rollout_engine=None, frame_cache=None, callbacks=None,
+                 max_missing_fraction: float = 1.0):
         if args.disable_dropout:
             from trl.trainer.utils import disable_dropout_in_model
 
@@ -92,6 +96,9 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         self._step = 0
         self._buffered_inputs = None
         self._skipped_total = 0
+        self._unreadable_videos: set[str] = set()
+        self._num_videos = len({sample["video"] for sample in train_dataset.samples})
+        self.max_missing_fraction = max_missing_fraction
         self._completions = None  # the last generation batch, for log_completions
 
     # ------------------------------------------------------------------------------------------------ models
@@ -258,6 +265,10 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         skipped = len({it["substituted_from"] for it in items if it.get("substituted_from") is not None})
         self._skipped_total += int(gather(torch.tensor([skipped], device=self.accelerator.device)).sum().item())
         metrics["data/skipped_samples"].append(float(self._skipped_total))
+        failed = gather_object([it["substituted_from"] for it in items if it.get("substituted_from") is not None])
+        self._unreadable_videos.update(self.train_dataset.samples[i]["video"] for i in failed)
+        check_fraction(sorted(self._unreadable_videos), self._num_videos, self.max_missing_fraction,
+                       "training: unreadable", "check the videos (grounding-rl prepare --video-root lists them)")
 
     # ------------------------------------------------------------------------------------------------ loss
     def training_step(self, model, inputs, num_items_in_batch=None):
