@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grounding_rl.errors import UserError, reading
-from grounding_rl.paths import resolve_config_path
+from grounding_rl.paths import resolve_config_path, resolve_model_path
 
 logger = logging.getLogger("grounding_rl.cli")
 
@@ -146,8 +146,9 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     """``(script_args, training_args, model_args)`` from ``--config X.yaml`` plus ``--key value`` overrides.
 
     Building the training config first also sets up the process group and registers a DeepSpeed config, which ZeRO-3
-    needs before any model is loaded. Paths (train file, video root, model, output folder) resolve as in
-    :func:`grounding_rl.paths.resolve_config_path`.
+    needs before any model is loaded. Paths (train file, video root, model, output folder), in the YAML as on the
+    command line, resolve against the working directory (:func:`grounding_rl.paths.resolve_config_path`; a model
+    path that does not exist is a hub id, :func:`grounding_rl.paths.resolve_model_path`).
 
     Args:
         config_class: the stage's ``TrainingArguments`` subclass.
@@ -185,7 +186,7 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     script_args.train_file = resolve_config_path(script_args.train_file)
     script_args.video_root = resolve_config_path(script_args.video_root)
     script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
-    model_args.model_name_or_path = resolve_config_path(model_args.model_name_or_path)
+    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
     return script_args, training_args, model_args
 

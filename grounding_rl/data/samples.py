@@ -66,22 +66,28 @@ class Sample:
 
 
 # --------------------------------------------------------------------------------------------------------- validation
-def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
+def validate_sample(sample: Sample, *, training: bool = False) -> tuple[Sample | None, str]:
     """Apply the validation policy to one sample.
 
     Policy, in this order:
 
     1. the query's surrounding whitespace is stripped; an empty query → dropped;
     2. a non-finite time, or a duration ≤ 0 → dropped;
-    3. start ≥ end → dropped;
-    4. start and end are clamped into [0, duration] (start < 0 → 0; end > duration → duration; either counts once
-       as "clamped"). An event that starts after the video's end becomes the zero-length interval
-       (duration, duration): it is kept and counted, as the published counts require (3 Charades-CD ood queries:
-       LEOL6 7-8 s of a 6.375 s video, AKKWU 13-38 s of 12.31 s), and temporal IoU handles a zero-length ground
-       truth (1.0 only for the identical point).
+    3. start > end, or start = end inside the video → dropped;
+    4. an interval outside the video (it ends at or before 0, or starts at or after the duration) can never become
+       a valid interval: for training it is dropped; for evaluation it is kept (every query counts: n = all queries)
+       as the zero-length interval at the edge it lies beyond, (0, 0) or (duration, duration), never inverted. The
+       published counts need this (3 Charades-CD ood queries: LEOL6 7-8 s of a 6.375 s video, AKKWU 13-38 s of
+       12.31 s), and temporal IoU handles a zero-length ground truth (1.0 only for the identical point);
+    5. start and end are clamped into [0, duration] (start < 0 → 0; end > duration → duration; either counts once
+       as "clamped").
+
+    The policy is stable under itself: a sample it returns, validated again, comes back unchanged (so ``prepare`` on
+    its own output keeps every line as it is).
 
     Args:
         sample: a sample as read from an annotation file.
+        training: drop intervals outside the video (rule 4) instead of keeping them.
     Returns:
         (sample with stripped query and clamped times, "kept" | "clamped") or (None, "dropped: <reason>").
     """
@@ -91,20 +97,28 @@ def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
     start, end, duration = sample.start, sample.end, sample.duration
     if not all(math.isfinite(x) for x in (start, end, duration)) or duration <= 0:
         return None, f"dropped: non-finite time or duration ≤ 0 (start={start}, end={end}, duration={duration})"
-    if start >= end:
+    if start > end or (start == end and 0.0 < start < duration):
         return None, f"dropped: start {start} >= end {end}"
-    new_start, new_end = min(max(start, 0.0), duration), min(end, duration)
+    outside = end <= 0.0 or start >= duration
+    if outside and training:
+        return None, f"dropped: interval {start}-{end} outside the video (duration {duration})"
+    if outside:
+        new_start = new_end = 0.0 if end <= 0.0 else duration
+    else:
+        new_start, new_end = min(max(start, 0.0), duration), min(end, duration)
     status = "clamped" if (new_start, new_end) != (start, end) else "kept"
     if status == "kept" and query == sample.query:
         return sample, status
     return replace(sample, query=query, start=float(new_start), end=float(new_end)), status
 
 
-def validate(samples: Iterable[Sample], *, log_limit: int = 5) -> tuple[list[Sample], dict[str, int]]:
+def validate(samples: Iterable[Sample], *, training: bool = False,
+             log_limit: int = 5) -> tuple[list[Sample], dict[str, int]]:
     """The one validation policy for training, evaluation and inference (see :func:`validate_sample`).
 
     Args:
         samples: samples as read.
+        training: drop intervals outside the video (evaluation keeps them as zero-length intervals at the edge).
         log_limit: how many drops and clamps to log (warning level, naming the qid) before going quiet.
     Returns:
         (kept samples in input order, counts ``{"kept", "dropped", "clamped"}``); ``kept`` includes the clamped ones.
@@ -112,7 +126,7 @@ def validate(samples: Iterable[Sample], *, log_limit: int = 5) -> tuple[list[Sam
     kept: list[Sample] = []
     dropped = clamped = 0
     for sample in samples:
-        new, status = validate_sample(sample)
+        new, status = validate_sample(sample, training=training)
         if new is None:
             dropped += 1
             if dropped <= log_limit:
@@ -314,7 +328,8 @@ def write_jsonl(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
     return count
 
 
-def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None) -> list[Sample]:
+def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                 training: bool = False) -> list[Sample]:
     """Read a canonical JSONL file and apply the validation policy: what training and evaluation call.
 
     Relative ``video`` paths resolve against ``video_root`` or the file's folder; missing durations are probed from
@@ -323,12 +338,13 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     Args:
         path: canonical JSONL file (e.g. written by ``grounding-rl prepare``).
         video_root: optional folder for relative video paths.
+        training: the training policy (intervals outside the video dropped; see :func:`validate_sample`).
     Returns:
         the kept samples, in file order.
     Raises:
         AnnotationError, VideoProbeError: see :func:`iter_jsonl`.
     """
-    samples, counts = validate(iter_jsonl(path, video_root=video_root))
+    samples, counts = validate(iter_jsonl(path, video_root=video_root), training=training)
     logger.info("%s: %s", path, counts)
     return samples
 

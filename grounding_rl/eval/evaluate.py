@@ -258,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--frame-cache", default=None, help="folder of the on-disk frame cache (optional)")
     parser.add_argument("--frame-cache-gb", type=float, default=20.0, help="frame cache size limit in GB")
     parser.add_argument("--overwrite", action="store_true", help="discard earlier predictions in --out")
+    parser.add_argument("--data-root", default=None,
+                        help="folder of the --benchmark's annotation files (default: $GROUNDING_RL_DATA, else the "
+                             "test data)")
     parser.add_argument("--max-missing-fraction", type=float, default=0.05,
                         help="fail (exit 2) when more than this share of the videos is missing (checked before the "
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
@@ -313,7 +316,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if args.benchmark:
         from grounding_rl.eval.benchmarks import load_benchmark
 
-        bench = load_benchmark(args.benchmark)
+        bench = load_benchmark(args.benchmark, data_root_dir=args.data_root)
 
     samples = load_samples(args.data, video_root=args.video_root)
     total_in_file = len(samples)
