@@ -86,6 +86,9 @@ CASES = {
     "eval: missing data file": (
         lambda d: ["eval", "--model", str(d), "--data", str(d / "nope.jsonl"), "--out", str(d / "ev")],
         ["nope.jsonl: No such file"]),
+    "eval: --out under a file (before the model loads)": (
+        lambda d: ["eval", "--model", str(d), "--data", shared("data", "videos", "annotations.jsonl"), "--out",
+                   str(d / "a_file" / "ev")], ["a_file"]),
     "merge-lora: not an adapter": (
         lambda d: ["merge-lora", "--adapter", str(d / "folder"), "--out", str(d / "merged")],
         ["folder: no adapter_config.json"]),
@@ -164,3 +167,25 @@ def test_missing_videos_fail_above_max_missing_fraction(tmp_path, capsys):
     with pytest.raises(UserError, match="2 of 20 videos"):
         check_fraction(["a", "b"], 20, 0.05, "x")
     check_fraction(["a"] * 20, 20, 1.0, "x")  # 1.0 never fails
+
+
+def test_benchmark_files_come_from_the_data_root(tmp_path, monkeypatch, capsys):
+    """evaluation/*.yaml name annotation files under --data-root, else $GROUNDING_RL_DATA, else the test data; with
+    none of them the error says how to set it."""
+    import grounding_rl.paths as paths
+    from grounding_rl.eval import benchmarks
+
+    yaml_path = str(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
+    assert benchmarks.main(["prepare-args", yaml_path, "--out", "o.jsonl", "--data-root", str(tmp_path),
+                            "--video-root", str(tmp_path)]) == 0
+    args = capsys.readouterr().out.splitlines()
+    assert args[args.index("--annotations") + 1] == str(tmp_path / "charades_sta" / "charades_sta_test.txt")
+    assert args[args.index("--durations") + 1] == str(tmp_path / "charades_sta" / "charades.json")
+    monkeypatch.setenv("GROUNDING_RL_DATA", str(tmp_path / "env"))
+    assert benchmarks.load_benchmark(yaml_path).annotations == str(tmp_path / "env" / "charades_sta" /
+                                                                   "charades_sta_test.txt")
+    monkeypatch.delenv("GROUNDING_RL_DATA")
+    monkeypatch.setattr(paths, "shared_dir", lambda: None)
+    assert benchmarks.main(["prepare-args", yaml_path, "--out", "o.jsonl", "--video-root", "v"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "GROUNDING_RL_DATA" in err and "--data-root" in err
