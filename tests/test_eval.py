@@ -192,7 +192,7 @@ def test_rerun_with_other_settings_is_refused(tiny_model_dir, videos_dir, tmp_pa
     assert json.loads((out / "metrics.json").read_text())["sampling"]["prompt_template"] == "timezero"
 
 
-def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_path):
+def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_path, capsys):
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"this is not a video")
     rows = [{"video": str(videos_dir / "mmaction2_pool_cleaning.mp4"), "query": "cleaning the pool", "start": 0.0,
@@ -205,6 +205,7 @@ def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_
     out = tmp_path / "out"
     assert _eval(tiny_model_dir, data, out) == 2  # 2 of 3 videos bad: more than max_missing_fraction 0.05
     assert _eval(tiny_model_dir, data, out, "--max-missing-fraction", "1.0", "--overwrite") == 0
+    assert "eval: 3 queries; 2 failed clips (IoU 0; 1 of 3 videos missing)" in capsys.readouterr().out
     assert json.loads((out / "metrics.json").read_text())["missing_videos"] == 1
     assert "(IoU 0; of them 1 missing videos)" in (out / "report.md").read_text()
     preds = {p["qid"]: p for p in _lines(out / "predictions.jsonl")}

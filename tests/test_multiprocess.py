@@ -149,3 +149,40 @@ def test_two_processes_zero3_killed_and_resumed_end_bit_identical(tmp_path, tiny
     assert [k for k in final if not torch.equal(final[k], again[k])] == []
     start = load_file(str(tmp_path / "full" / "checkpoint-2" / "model.safetensors"))
     assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights
+
+
+@pytest.mark.slow
+def test_two_processes_zero3_sft_killed_and_resumed_end_bit_identical(tmp_path, bpe_tiny_model_dir):
+    """``grounding-rl sft`` under ZeRO-3 on 2 processes: 3 steps straight, and "killed" after checkpoint-2 then
+    resumed with ``--resume_from_checkpoint true``: the same bytes in ``model.safetensors``."""
+    from safetensors.torch import load_file
+
+    from grounding_rl.data.demo import generate_demo
+
+    demo = tmp_path / "demo"
+    generate_demo(demo, num_train=8, num_test=1, seed=0, progress=False)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
+    accelerate = Path(sys.executable).parent / "accelerate"
+
+    def sft(out, *extra):
+        cmd = [str(accelerate), "launch", "--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"),
+               "--num_processes", "2", "-m", "grounding_rl.cli", "sft", "--config",
+               str(REPO_ROOT / "configs" / "demo_sft.yaml"), "--model_name_or_path", str(bpe_tiny_model_dir),
+               "--train_file", str(demo / "train.jsonl"), "--output_dir", str(out), "--max_train_samples", "8",
+               "--per_device_train_batch_size", "2", "--max_steps", "3", "--warmup_steps", "1",
+               "--learning_rate", "3e-3", "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true",
+               "--report_to", "none", *extra]
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+    sft(tmp_path / "full")
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-2", killed / "checkpoint-2")
+    sft(killed, "--resume_from_checkpoint", "true")
+    final, again = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(killed / "model.safetensors"))
+    assert final.keys() == again.keys()
+    assert [k for k in final if not torch.equal(final[k], again[k])] == []
+    start = load_file(str(tmp_path / "full" / "checkpoint-2" / "model.safetensors"))
+    assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights

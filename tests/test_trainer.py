@@ -227,7 +227,7 @@ def test_long_prompt_is_an_error_naming_the_sample(tmp_path, tiny_model_dir, vid
 
 # ------------------------------------------------------------------------------------------------------ bad samples
 def test_bad_clip_is_substituted_deterministically(tmp_path, tiny_model_dir, videos_dir):
-    """(point 8) a broken file becomes the next loadable sample, the same on every rank, and is counted."""
+    """A broken file becomes the next loadable sample, the same on every rank, and is counted."""
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"not a video" * 100)
     dataset = GroundingDataset([
@@ -245,6 +245,15 @@ def test_bad_clip_is_substituted_deterministically(tmp_path, tiny_model_dir, vid
     trainer = make_trainer(tmp_path, tiny_model_dir, dataset, per_device_train_batch_size=8)
     trainer.train()
     assert trainer.state.log_history[0]["data/skipped_samples"] == 1.0
+
+    # unreadable videos are counted as they come against max_missing_fraction: 1 of 2 is more than 0.4
+    from grounding_rl.errors import UserError
+
+    strict = GroundingGRPOTrainer(load_policy(str(tiny_model_dir)), make_args(tmp_path, per_device_train_batch_size=8),
+                                  dataset, load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward],
+                                  max_missing_fraction=0.4)
+    with pytest.raises(UserError, match="training: unreadable 1 of 2 videos .*broken.mp4"):
+        strict.train()
 
 
 # ------------------------------------------------------------------------------------------------------ checkpoints
