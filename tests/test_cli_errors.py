@@ -189,3 +189,13 @@ def test_benchmark_files_come_from_the_data_root(tmp_path, monkeypatch, capsys):
     assert benchmarks.main(["prepare-args", yaml_path, "--out", "o.jsonl", "--video-root", "v"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "GROUNDING_RL_DATA" in err and "--data-root" in err
+
+
+def test_script_usage_texts_are_clean():
+    import subprocess
+
+    for script in ("eval.sh", "infer.sh"):
+        proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / script)], capture_output=True, text=True)
+        assert proc.returncode == 2, script
+        assert proc.stderr.lstrip().startswith("Evaluate a checkpoint" if script == "eval.sh" else "Ask when")
+        assert "set -euo" not in proc.stderr and "#" not in proc.stderr.splitlines()[0], proc.stderr
