@@ -194,3 +194,29 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path, demo_dir, bpe_tiny_mod
     (out / "checkpoint-1" / "run_fingerprint.json").unlink()
     assert sft("--resume_from_checkpoint", "true") == 2
     assert "holds no optimizer state" in capsys.readouterr().err
+
+
+def test_an_adapter_checkpoint_with_an_unexpected_key_is_an_error(tmp_path, tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+
+    from grounding_rl.update.resume import load_adapter_weights
+
+    def lora():
+        return get_peft_model(load_policy(str(tiny_model_dir)),
+                              LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+
+    lora().save_pretrained(tmp_path / "adapter")
+    load_adapter_weights(lora(), tmp_path / "adapter")  # intact: loads
+    path = tmp_path / "adapter" / "adapter_model.safetensors"
+    state = load_file(str(path))
+    key = next(iter(state))
+    state[key.replace("layers.0.", "layers.7.")] = state[key].clone()  # a layer the model does not have
+    save_file(state, str(path), metadata={"format": "pt"})
+    with pytest.raises(CheckpointLoadError, match="1 unexpected keys"):
+        load_adapter_weights(lora(), tmp_path / "adapter")
+    lora().save_pretrained(tmp_path / "adapter")
+    state = load_file(str(path))
+    state.pop(next(k for k in state if "lora_B" in k))
+    save_file(state, str(path), metadata={"format": "pt"})
+    with pytest.raises(CheckpointLoadError, match="1 missing keys: .*lora_B"):
+        load_adapter_weights(lora(), tmp_path / "adapter")
