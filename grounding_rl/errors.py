@@ -1,6 +1,71 @@
-"""The error a user's mistake raises: the ``grounding-rl`` command prints its message as one line on stderr and exits
-with status 2 (programming errors keep their traceback)."""
+"""The error a user's mistake raises, and the one line the ``grounding-rl`` command prints for it.
+
+:class:`UserError` is printed as one line on stderr with exit status 2. :func:`user_message` also turns the errors a
+user's input causes elsewhere into that line: a path that is missing, a folder, or not writable (``OSError`` with a
+file name), a file that is not UTF-8 (:func:`reading` names the file and byte offset). Programming errors keep their
+traceback; ``--debug`` or ``GROUNDING_RL_DEBUG=1`` shows it for user errors too.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+MAX_LINE = 300  # characters of one error line; longer messages end in an ellipsis with the count cut
 
 
 class UserError(Exception):
     """A mistake in what the user gave (a path, a config, a flag); the message names the file or flag."""
+
+
+def excerpt(value, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (the rest counted), for quoting a bad input in one line."""
+    text = repr(value.strip() if isinstance(value, str) else value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def not_utf8(path: str | os.PathLike) -> UserError:
+    """The error for a file that is not UTF-8 text, with the byte offset of the first bad byte."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return UserError(f"{path}: not UTF-8 text (byte {err.start}: {data[err.start:err.start + 4]!r}); "
+                         "convert it, e.g. iconv -f latin1 -t utf-8")
+    except OSError:
+        pass
+    return UserError(f"{path}: not UTF-8 text")
+
+
+@contextmanager
+def reading(path: str | os.PathLike):
+    """Turn a ``UnicodeDecodeError`` while reading ``path`` into :func:`not_utf8`'s :class:`UserError`."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+
+
+def _one_line(message: str) -> str:
+    line = " ".join(str(message).split())
+    if len(line) > MAX_LINE:
+        line = f"{line[:MAX_LINE]}… ({len(line) - MAX_LINE} more characters)"
+    return line
+
+
+def user_message(err: BaseException) -> str | None:
+    """The one line to print for an error the user caused, or None for a programming error (which must raise).
+
+    Covers :class:`UserError` (and its subclasses such as :class:`grounding_rl.data.samples.AnnotationError`) and
+    ``OSError`` naming a file (missing, a folder, not writable).
+    """
+    if isinstance(err, UserError):
+        return _one_line(str(err))
+    if isinstance(err, OSError) and getattr(err, "filename", None) is not None:
+        return _one_line(f"{err.filename}: {err.strerror or err}")
+    return None
+
+
+def debug_enabled() -> bool:
+    """``GROUNDING_RL_DEBUG`` is set to a true value (1, true, yes)."""
+    return os.environ.get("GROUNDING_RL_DEBUG", "").lower() in ("1", "true", "yes")

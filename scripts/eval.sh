@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Evaluate a checkpoint on a benchmark definition or a canonical JSONL.
 #
-#   scripts/eval.sh BENCHMARK_YAML|DATA.jsonl MODEL [--out OUTDIR] [--video-root DIR] [grounding-rl eval flags...]
+#   scripts/eval.sh BENCHMARK_YAML|DATA.jsonl MODEL [--out OUTDIR] [--video-root DIR] [--data-root DIR] [eval flags]
 #
 # For a YAML (evaluation/*.yaml) it first runs `grounding-rl prepare` with the YAML's format, annotation and durations
 # files and the video root (from the YAML or --video-root) into OUTDIR/data.jsonl, then evaluates it with the YAML as
 # --benchmark (paper protocol for checkpoints without grounding_config.json, expected query count, anchors in
-# report.md). OUTDIR defaults to outputs/eval/<YAML or JSONL file name>/<model folder name>; rerunning resumes.
+# report.md). A YAML names its annotation files relative to --data-root DIR or $GROUNDING_RL_DATA (data/README.md).
+# OUTDIR defaults to outputs/eval/<YAML or JSONL file name>/<model folder name>; rerunning resumes.
 # NUM_GPUS=N (N > 1) shards the evaluation over N processes with `accelerate launch`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -14,17 +15,19 @@ if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY="$
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
 if [ $# -lt 2 ]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 SPEC="$1"; MODEL="$2"; shift 2
-OUT=""; VIDEO_ROOT=""; REST=()
+OUT=""; VIDEO_ROOT=""; DATA_ROOT=""; REST=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT="$2"; shift 2 ;;
     --out=*) OUT="${1#--out=}"; shift ;;
     --video-root) VIDEO_ROOT="$2"; shift 2 ;;
     --video-root=*) VIDEO_ROOT="${1#--video-root=}"; shift ;;
+    --data-root) DATA_ROOT="$2"; shift 2 ;;
+    --data-root=*) DATA_ROOT="${1#--data-root=}"; shift ;;
     *) REST+=("$1"); shift ;;
   esac
 done
@@ -37,11 +40,12 @@ case "$SPEC" in
     PREP=()
     while IFS= read -r line; do PREP+=("$line"); done < <(
       "$PY" -m grounding_rl.eval.benchmarks prepare-args "$SPEC" --out "$OUT/data.jsonl" \
-        ${VIDEO_ROOT:+--video-root "$VIDEO_ROOT"} || echo "__FAILED__")
+        ${VIDEO_ROOT:+--video-root "$VIDEO_ROOT"} ${DATA_ROOT:+--data-root "$DATA_ROOT"} || echo "__FAILED__")
     if [ "${#PREP[@]}" -eq 0 ] || [ "${PREP[-1]}" = "__FAILED__" ]; then exit 2; fi
     echo "eval.sh: preparing $NAME into $OUT/data.jsonl" >&2
     "$PY" -m grounding_rl.cli prepare "${PREP[@]}"
     EVAL_ARGS=(--data "$OUT/data.jsonl" --benchmark "$SPEC")
+    if [ -n "$DATA_ROOT" ]; then EVAL_ARGS+=(--data-root "$DATA_ROOT"); fi
     ;;
   *)
     NAME="$(basename "${SPEC%.*}")"

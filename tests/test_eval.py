@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+import grounding_rl
 from grounding_rl.data.samples import Sample
 from grounding_rl.eval import evaluate as ev
 from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
@@ -40,7 +41,9 @@ def noisy_model_dir(noisy_tiny_model_dir) -> Path:
 
 
 def _eval(model, data, out, *extra) -> int:
-    return ev.main(["--model", str(model), "--data", str(data), "--out", str(out), *FAST, *extra])
+    from grounding_rl.cli import main as cli
+
+    return cli(["eval", "--model", str(model), "--data", str(data), "--out", str(out), *FAST, *extra])
 
 
 def _lines(path: Path) -> list[dict]:
@@ -191,14 +194,15 @@ def test_rerun_with_other_settings_is_refused(tiny_model_dir, videos_dir, tmp_pa
     data, out = videos_dir / "annotations.jsonl", tmp_path / "out"
     assert _eval(tiny_model_dir, data, out, "--limit", "2") == 0
     capsys.readouterr()
-    assert _eval(tiny_model_dir, data, out, "--limit", "2", "--prompt-template", "timezero") == 1
+    assert _eval(tiny_model_dir, data, out, "--limit", "2", "--prompt-template", "timezero") == 2
     err = capsys.readouterr().err
-    assert "other settings" in err and "prompt_template" in err
+    assert "made by something else" in err and "prompt_template: 'default' → 'timezero'" in err
+    assert "--overwrite" in err and "new --out" in err and len(err.strip().splitlines()) == 1
     assert _eval(tiny_model_dir, data, out, "--limit", "2", "--prompt-template", "timezero", "--overwrite") == 0
     assert json.loads((out / "metrics.json").read_text())["sampling"]["prompt_template"] == "timezero"
 
 
-def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_path):
+def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_path, capsys):
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"this is not a video")
     rows = [{"video": str(videos_dir / "mmaction2_pool_cleaning.mp4"), "query": "cleaning the pool", "start": 0.0,
@@ -209,7 +213,11 @@ def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    assert _eval(tiny_model_dir, data, out) == 0
+    assert _eval(tiny_model_dir, data, out) == 2  # 2 of 3 videos bad: more than max_missing_fraction 0.05
+    assert _eval(tiny_model_dir, data, out, "--max-missing-fraction", "1.0", "--overwrite") == 0
+    assert "eval: 3 queries; 2 failed clips (IoU 0; 1 of 3 videos missing)" in capsys.readouterr().out
+    assert json.loads((out / "metrics.json").read_text())["missing_videos"] == 1
+    assert "(IoU 0; of them 1 missing videos)" in (out / "report.md").read_text()
     preds = {p["qid"]: p for p in _lines(out / "predictions.jsonl")}
     assert list(preds) == ["ok", "missing", "broken"]  # never dropped, annotation order
     assert "missing.mp4" in preds["missing"]["error"] and "broken.mp4" in preds["broken"]["error"]
@@ -428,3 +436,19 @@ def test_a_failed_clip_is_retried_on_rerun(tmp_path):
     done = ev.existing_predictions(tmp_path)
     assert done["a"]["iou"] == 0.7 and "error" not in done["a"]
     assert done["b"]["iou"] == 0.4  # otherwise the first record wins
+
+
+def test_rerun_on_edited_data_is_refused(tiny_model_dir, videos_dir, tmp_path, capsys):
+    """The data path is the same but its content changed (an edited end): old answers must not be reused."""
+    data, out = tmp_path / "data.jsonl", tmp_path / "out"
+    lines = (videos_dir / "annotations.jsonl").read_text().splitlines()
+    data.write_text("\n".join(lines[:2]) + "\n")
+    assert _eval(tiny_model_dir, data, out, "--video-root", str(videos_dir)) == 0
+    capsys.readouterr()
+    row = json.loads(lines[0])
+    row["end"] = row["end"] - 0.5
+    data.write_text("\n".join([json.dumps(row), lines[1]]) + "\n")
+    assert _eval(tiny_model_dir, data, out, "--video-root", str(videos_dir)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "data_sha256" in err and "--overwrite" in err
+    assert json.loads((out / "eval_config.json").read_text())["version"] == grounding_rl.__version__

@@ -155,3 +155,15 @@ def test_plot_timeline_draws_predictions_and_ground_truth(videos_dir, tmp_path):
                          tmp_path / "p.png", gts=[(0.0, 6.5), (1.0, 2.0)])
     width, height = _png_size(path)
     assert width > 800 and height > 250
+
+
+def test_an_unwritable_plot_is_a_warning_after_the_answer(fake_model, videos_dir, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    rc = inf.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
+                   "--plot", str(blocker / "t.png"), *FAST])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "interval: 1.50 s to 7.50 s" in captured.out  # the answer is printed
+    warnings = [line for line in captured.err.splitlines() if "no plot written" in line]
+    assert len(warnings) == 1 and "a_file" in warnings[0] and "Traceback" not in captured.err

@@ -8,6 +8,7 @@ leave every advantage at 0) and a worker that writes what each rank saw.
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,21 +56,23 @@ with open(f"{sys.argv[1]}.rank{report['rank']}.json", "w") as f:
 '''
 
 
-def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout):
+def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=None):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     report = tmp_path / "report"
+    out = out or tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
     accelerate = Path(sys.executable).parent / "accelerate"
     cmd = [str(accelerate), "launch", *launcher_args, str(worker), str(report),
            "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"),
-           "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "out"),
+           "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
            "--reward_funcs", REWARD_SPEC, "--reward_weights", "1.0", "--learning_rate", "1e-3",
            "--max_completion_length", "8", "--max_steps", "2", *train_args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return sorted(tmp_path.glob("report.rank*.json")), proc
+    files = sorted(tmp_path.glob("report.rank*.json"))
+    return files, proc
 
 
 @pytest.mark.slow
@@ -122,3 +125,64 @@ def test_one_process_lora_uses_adapter_free_base_as_reference(tmp_path, tiny_mod
     assert not torch.equal(weights[q_key], base[q_key])  # the trained adapter is in the merged weights
     assert torch.equal(weights[k_key], base[k_key])  # modules without an adapter are untouched
     assert type(AutoModelForImageTextToText.from_pretrained(merged)).__name__ == "Qwen2_5_VLForConditionalGeneration"
+
+
+@pytest.mark.slow
+def test_two_processes_zero3_killed_and_resumed_end_bit_identical(tmp_path, tiny_model_dir, videos_dir):
+    """ZeRO-3 on 2 processes with a sharded reference model: 3 steps straight, and the same run "killed" after
+    checkpoint-2 (only that checkpoint left) and resumed with ``--resume_from_checkpoint true``, end with the same
+    bytes in ``model.safetensors`` (DeepSpeed's own checkpoint, optimizer shards and per-rank RNG states)."""
+    from safetensors.torch import load_file
+
+    launcher = ["--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"), "--num_processes", "2"]
+    train = ["--per_device_train_batch_size", "2", "--beta", "0.04", "--max_steps", "3", "--save_strategy", "steps",
+             "--save_steps", "1"]
+    _launch(tmp_path, tiny_model_dir, launcher, train, timeout=600, out=tmp_path / "full")
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-2", killed / "checkpoint-2")
+    files, _ = _launch(tmp_path, tiny_model_dir, launcher, [*train, "--resume_from_checkpoint", "true"], timeout=600,
+                       out=killed)
+    assert [json.loads(f.read_text())["global_step"] for f in files] == [3, 3]
+    final, again = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(killed / "model.safetensors"))
+    assert final.keys() == again.keys()
+    assert [k for k in final if not torch.equal(final[k], again[k])] == []
+    start = load_file(str(tmp_path / "full" / "checkpoint-2" / "model.safetensors"))
+    assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights
+
+
+@pytest.mark.slow
+def test_two_processes_zero3_sft_killed_and_resumed_end_bit_identical(tmp_path, bpe_tiny_model_dir):
+    """``grounding-rl sft`` under ZeRO-3 on 2 processes: 3 steps straight, and "killed" after checkpoint-2 then
+    resumed with ``--resume_from_checkpoint true``: the same bytes in ``model.safetensors``."""
+    from safetensors.torch import load_file
+
+    from grounding_rl.data.demo import generate_demo
+
+    demo = tmp_path / "demo"
+    generate_demo(demo, num_train=8, num_test=1, seed=0, progress=False)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
+    accelerate = Path(sys.executable).parent / "accelerate"
+
+    def sft(out, *extra):
+        cmd = [str(accelerate), "launch", "--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"),
+               "--num_processes", "2", "-m", "grounding_rl.cli", "sft", "--config",
+               str(REPO_ROOT / "configs" / "demo_sft.yaml"), "--model_name_or_path", str(bpe_tiny_model_dir),
+               "--train_file", str(demo / "train.jsonl"), "--output_dir", str(out), "--max_train_samples", "8",
+               "--per_device_train_batch_size", "2", "--max_steps", "3", "--warmup_steps", "1",
+               "--learning_rate", "3e-3", "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true",
+               "--report_to", "none", *extra]
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+    sft(tmp_path / "full")
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-2", killed / "checkpoint-2")
+    sft(killed, "--resume_from_checkpoint", "true")
+    final, again = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(killed / "model.safetensors"))
+    assert final.keys() == again.keys()
+    assert [k for k in final if not torch.equal(final[k], again[k])] == []
+    start = load_file(str(tmp_path / "full" / "checkpoint-2" / "model.safetensors"))
+    assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights

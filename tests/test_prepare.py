@@ -46,7 +46,7 @@ def test_prepare_counts_missing_videos_and_writes_relative_paths(tmp_path, capsy
     durations.write_text(json.dumps({"AAA": {"duration": 10.0}, "BBB": {"duration": 1.5}, "CCC": {"duration": 9.0}}))
     out = root / "prepared.jsonl"
     assert main(["--format", "charades_sta", "--annotations", str(ann), "--durations", str(durations),
-                 "--video-root", str(root), "--out", str(out)]) == 0
+                 "--video-root", str(root), "--out", str(out), "--max-missing-fraction", "1.0"]) == 0
     # BBB and CCC are missing (distinct videos of kept samples); BBB's end 2.0 is clamped to 1.5
     assert _last_json(capsys) == {"kept": 4, "dropped": 1, "clamped": 1, "missing_videos": 2}
     written = [json.loads(line) for line in out.read_text().splitlines()]
@@ -58,6 +58,24 @@ def test_prepare_error_names_the_line(tmp_path, capsys):
     ann = tmp_path / "ann.txt"
     ann.write_text("AAA 1.0 2.0##a\n")
     out = tmp_path / "out.jsonl"
-    assert main(["--format", "charades_sta", "--annotations", str(ann), "--out", str(out)]) == 1
+    assert cli_main(["prepare", "--format", "charades_sta", "--annotations", str(ann), "--out", str(out)]) == 2
     assert "ann.txt:1: no duration for video 'AAA'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_prepare_on_its_own_output_keeps_every_line(tmp_path, capsys):
+    """Charades-STA text with an event past the end, one before 0 and one clamped: prepared once, then the output
+    prepared again as canonical JSONL, gives the same lines."""
+    ann = tmp_path / "ann.txt"
+    ann.write_text("AAA 1.0 2.0##a\nAAA 12.0 14.0##after the end\nAAA -3.0 -1.0##before 0\nAAA 8.0 11.0##c\n")
+    durations = tmp_path / "d.json"
+    durations.write_text(json.dumps({"AAA": {"duration": 10.0}}))
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    assert main(["--format", "charades_sta", "--annotations", str(ann), "--durations", str(durations), "--out",
+                 str(first)]) == 0
+    assert _last_json(capsys) == {"kept": 4, "dropped": 0, "clamped": 3, "missing_videos": 0}
+    assert main(["--format", "jsonl", "--annotations", str(first), "--out", str(second)]) == 0
+    assert _last_json(capsys) == {"kept": 4, "dropped": 0, "clamped": 0, "missing_videos": 0}
+    assert second.read_text() == first.read_text()
+    rows = [json.loads(line) for line in first.read_text().splitlines()]
+    assert [(r["start"], r["end"]) for r in rows] == [(1.0, 2.0), (10.0, 10.0), (0.0, 0.0), (8.0, 10.0)]

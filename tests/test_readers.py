@@ -144,6 +144,10 @@ def _sample(start, end, duration=10.0, query="q", qid="x"):
     (2.0, 2.0, 10.0, None, "dropped"),  # start == end
     (3.0, 2.0, 10.0, None, "dropped"),  # start > end
     (11.0, 12.0, 10.0, (10.0, 10.0), "clamped"),  # wholly after the end → the end point
+    (-3.0, -1.0, 10.0, (0.0, 0.0), "clamped"),  # wholly before 0 → the start point, never (0, -1)
+    (-1.0, 0.0, 10.0, (0.0, 0.0), "clamped"),  # ends at 0
+    (10.0, 10.0, 10.0, (10.0, 10.0), "kept"),  # what the policy itself wrote for an event after the end
+    (0.0, 0.0, 10.0, (0.0, 0.0), "kept"),
     (1.0, float("nan"), 10.0, None, "dropped"),
     (1.0, 2.0, 0.0, None, "dropped"),
 ])
@@ -151,6 +155,29 @@ def test_validate_sample_policy(start, end, duration, expected, status):
     new, got = validate_sample(_sample(start, end, duration))
     assert got.split(":")[0] == status
     assert (None if new is None else (new.start, new.end)) == expected
+
+
+@pytest.mark.parametrize("start,end", [(-3.0, -1.0), (-1.0, 0.0), (11.0, 12.0), (10.0, 10.0), (0.0, 0.0),
+                                       (10.0, 11.0)])
+def test_training_drops_intervals_outside_the_video(start, end):
+    new, status = validate_sample(_sample(start, end, 10.0), training=True)
+    assert new is None and "outside the video" in status
+    assert validate_sample(_sample(-1.0, 3.0, 10.0), training=True)[0].start == 0.0  # overlapping: clamped, kept
+
+
+def test_the_policy_is_stable_under_itself():
+    """Every interval of a grid around the video's edges: what the policy returns comes back unchanged, in both
+    modes, and is never inverted."""
+    points = [-3.0, -1.0, 0.0, 0.5, 5.0, 9.5, 10.0, 11.0, 13.0]
+    for training in (False, True):
+        for start in points:
+            for end in points:
+                once, _ = validate_sample(_sample(start, end, 10.0), training=training)
+                if once is None:
+                    continue
+                assert 0.0 <= once.start <= once.end <= 10.0, (start, end, once)
+                again, status = validate_sample(once, training=training)
+                assert (again, status) == (once, "kept"), (start, end)
 
 
 def test_validate_strips_queries_and_counts():

@@ -40,17 +40,17 @@ def test_join_missing_unknown_and_default_qid(tmp_path, capsys):
 def test_bad_json_names_file_and_line(tmp_path, capsys):
     ann = write_jsonl(tmp_path / "gt.jsonl", [gt("a", 1.0, 2.0), "{not json"])
     pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "a", "start": 1.0, "end": 2.0}])
-    assert main(["--predictions", str(pred), "--annotations", str(ann)]) == 1
+    assert cli_main(["score", "--predictions", str(pred), "--annotations", str(ann)]) == 2
     assert f"{ann}:2: not valid JSON" in capsys.readouterr().err
 
 
 def test_duplicate_and_missing_qid_in_predictions(tmp_path, capsys):
     ann = write_jsonl(tmp_path / "gt.jsonl", [gt("a", 1.0, 2.0)])
     pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "a", "start": 1.0, "end": 2.0}, {"qid": "a"}])
-    assert main(["--predictions", str(pred), "--annotations", str(ann)]) == 1
+    assert cli_main(["score", "--predictions", str(pred), "--annotations", str(ann)]) == 2
     assert "pred.jsonl:2: duplicate qid 'a'" in capsys.readouterr().err
     write_jsonl(pred, [{"answer": "<answer>1 to 2</answer>"}])
-    assert main(["--predictions", str(pred), "--annotations", str(ann)]) == 1
+    assert cli_main(["score", "--predictions", str(pred), "--annotations", str(ann)]) == 2
     assert "pred.jsonl:1: prediction has no 'qid'" in capsys.readouterr().err
 
 
@@ -81,7 +81,7 @@ def test_annotations_follow_the_validation_policy(tmp_path):
     pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "ok", "start": 10.0, "end": 40.0}])
     metrics = score(pred, ann)
     assert metrics["scoring"] == "standard" and metrics["by_scoring"]["standard"] == {
-        k: v for k, v in metrics.items() if k not in ("scoring", "by_scoring", "unknown_qids")}
+        k: v for k, v in metrics.items() if k not in ("scoring", "by_scoring", "unknown_qids", "missing_predictions")}
     assert metrics["n"] == 2 and metrics["mIoU"] == 37.5  # 10-40 s against the annotated 10-50 s: 0.75; "bad": 0
     clamped = metrics["by_scoring"]["clamped"]
     assert clamped["n"] == 1 and clamped["mIoU"] == 100.0  # the ground truth 10-50 s is clamped to 10-40 s
@@ -95,3 +95,14 @@ def test_standard_counts_dropped_annotations_as_zero(tmp_path):
     assert (metrics["n"], metrics["mIoU"], metrics["dropped_annotations"]) == (2, 50.0, 1)
     assert (metrics["by_scoring"]["clamped"]["n"], metrics["by_scoring"]["clamped"]["mIoU"]) == (1, 100.0)
     assert metrics["parse_failure_rate"] == 0.0  # over the evaluated queries
+
+
+def test_missing_predictions_are_counted_and_an_empty_file_is_an_error(tmp_path, capsys):
+    ann = write_jsonl(tmp_path / "gt.jsonl", [gt("a", 1.0, 2.0), gt("b", 1.0, 2.0), gt("c", 1.0, 2.0)])
+    pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "a", "start": 1.0, "end": 2.0}])
+    metrics = score(pred, ann)
+    assert (metrics["n"], metrics["missing_predictions"], metrics["mIoU"]) == (3, 2, pytest.approx(100 / 3))
+    assert "2 of 3 queries have no prediction" in capsys.readouterr().err
+    pred.write_text("")
+    assert cli_main(["score", "--predictions", str(pred), "--annotations", str(ann)]) == 2
+    assert capsys.readouterr().err.strip() == f"grounding-rl score: error: {pred}: no predictions in the file"

@@ -1,8 +1,10 @@
 """The ``grounding-rl`` command: the entry layer on top of the stages. Each subcommand lives in a module exposing
 ``main(argv) -> int``; ``train`` and ``sft`` share :mod:`grounding_rl.cli.common`.
 
-Modules are imported only when their subcommand runs, so ``grounding-rl --help`` is instant. A
-:class:`grounding_rl.errors.UserError` raised by any subcommand is printed as one line on stderr with exit status 2.
+Modules are imported only when their subcommand runs, so ``grounding-rl --help`` is instant. A user's mistake raised
+by any subcommand (:func:`grounding_rl.errors.user_message`: a :class:`grounding_rl.errors.UserError`, a path that is
+missing or not writable, a file that is not UTF-8) is printed as one line on stderr with exit status 2; ``--debug`` or
+``GROUNDING_RL_DEBUG=1`` shows its traceback instead. Programming errors always raise.
 """
 from __future__ import annotations
 
@@ -34,7 +36,14 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``grounding-rl SUBCOMMAND …``; ``--debug`` (anywhere, or ``GROUNDING_RL_DEBUG=1``) lets user errors raise
+    with their traceback. Returns the exit status: the subcommand's, or 2 for a user error
+    (:func:`grounding_rl.errors.user_message`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from grounding_rl.errors import debug_enabled, user_message
+
+    debug = "--debug" in argv or debug_enabled()
+    argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -47,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"grounding-rl: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    from grounding_rl.errors import UserError
-
     try:
         module = importlib.import_module(SUBCOMMANDS[name][0])
         return int(module.main(rest) or 0)
-    except UserError as err:
-        print(f"grounding-rl {name}: error: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - only user errors are caught; the rest re-raise below
+        message = user_message(err)
+        if message is None or debug:
+            raise
+        print(f"grounding-rl {name}: error: {message}", file=sys.stderr)
         return 2
-

@@ -9,14 +9,15 @@ are an error. Multi-process runs go through ``accelerate launch`` or ``torchrun`
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grounding_rl.errors import UserError
-from grounding_rl.paths import resolve_config_path
+from grounding_rl.errors import UserError, reading
+from grounding_rl.paths import resolve_config_path, resolve_model_path
 
 logger = logging.getLogger("grounding_rl.cli")
 
@@ -32,6 +33,8 @@ class GroundingScriptArguments:
         max_train_samples: use only the first N samples (smoke runs), None = all.
         freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
         frame_cache_dir, frame_cache_gb: optional :class:`grounding_rl.data.cache.FrameCache` for decoded clips.
+        max_missing_fraction: the share of missing or unreadable videos that stops the run
+            (:mod:`grounding_rl.data.missing`).
         tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
             (:func:`grounding_rl.models.tiny.ensure_from_config`).
     """
@@ -45,6 +48,11 @@ class GroundingScriptArguments:
         metadata={"help": "Folder of an on-disk frame cache (decode each clip once across epochs); None = off."},
     )
     frame_cache_gb: float = field(default=20.0, metadata={"help": "Size bound of the frame cache in GB."})
+    max_missing_fraction: float = field(
+        default=0.05,
+        metadata={"help": "Fail when more than this share of the training videos is missing (checked before "
+                          "training) or unreadable (counted as they come, GRPO); 1.0 = never, substitutes only."},
+    )
     tiny_model: dict | str | None = field(
         default=None,
         metadata={"help": "A tiny random-weight model for CPU runs: {tokenizer: DIR, hidden_size: N, ...}; "
@@ -74,12 +82,73 @@ def _config_path(argv: list[str]) -> list[str]:
     return argv
 
 
+def _read_config(path: str) -> tuple[dict, list[str]]:
+    """The YAML mapping of a config file and its lines (for naming a key's line).
+
+    Raises:
+        UserError: the file is not UTF-8, not valid YAML (with the line) or not a mapping.
+    """
+    import yaml
+
+    with reading(path), open(path, encoding="utf-8-sig") as handle:
+        text = handle.read()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise UserError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a config must be a YAML mapping of 'key: value' lines")
+    return data, text.splitlines()
+
+
+def _closest(name: str, known) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
+    """Every key of the YAML and every ``--key`` of ``argv`` is a field of the parser's dataclasses.
+
+    Raises:
+        UserError: the first unknown key, with its file and line (or ``command line``) and the closest known key.
+    """
+    dests = {action.dest for action in parser._actions if action.dest != "help"}
+    options = {opt for action in parser._actions for opt in action.option_strings}
+    if config_path is not None:
+        config, lines = _read_config(config_path)
+        for key in config:
+            if key != "env" and key not in dests:
+                number = next((i for i, line in enumerate(lines, 1) if line.split(":", 1)[0].strip() == str(key)),
+                              None)
+                where = f"{config_path}:{number}" if number else config_path
+                raise UserError(f"{where}: unknown key {key!r}{_closest(str(key), dests)}")
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--config":
+            skip = True
+            continue
+        if arg.startswith("--") and not arg.startswith("--config="):
+            flag = arg.split("=", 1)[0]
+            if flag not in options:
+                raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
+
+
 def parse_training_args(config_class, argv: list[str] | None, prog: str):
     """``(script_args, training_args, model_args)`` from ``--config X.yaml`` plus ``--key value`` overrides.
 
     Building the training config first also sets up the process group and registers a DeepSpeed config, which ZeRO-3
-    needs before any model is loaded. Paths (train file, video root, model, output folder) resolve as in
-    :func:`grounding_rl.paths.resolve_config_path`.
+    needs before any model is loaded. Paths (train file, video root, model, output folder), in the YAML as on the
+    command line, resolve against the working directory (:func:`grounding_rl.paths.resolve_config_path`; a model
+    path that does not exist is a hub id, :func:`grounding_rl.paths.resolve_model_path`).
 
     Args:
         config_class: the stage's ``TrainingArguments`` subclass.
@@ -87,14 +156,29 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         prog: program name for ``--help``.
 
     Raises:
-        UserError: a missing ``--config`` path or file, no ``train_file`` or no ``model_name_or_path``.
-        ValueError: contradictory settings (from the config's own validation).
+        UserError: a missing ``--config`` path or file, a config that is not a YAML mapping, an unknown key (file,
+            line and the closest known key), an invalid value (the config's own validation, naming the file), no
+            ``train_file`` or no ``model_name_or_path``.
     """
     from trl import ModelConfig, TrlParser
 
     argv = _config_path(sys.argv[1:] if argv is None else argv)
-    parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog,
+                       usage=f"{prog} --config CONFIG.yaml [--key value ...]", description=USAGE.format(
+                           prog=prog, example=f"configs/demo_{'sft' if prog.endswith('sft') else 'grpo'}.yaml"),
+                       formatter_class=_HelpFormatter)
+    config_path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
+    config_path = config_path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if any(a in ("-h", "--help") for a in argv):
+        parser.parse_args_into_dataclasses(args=["--help"])  # prints the help and exits 0
+    _check_keys(parser, config_path, argv)
+    if config_path is not None:  # TRL's parser reads "--config PATH" only
+        argv = [a for a in argv if not a.startswith("--config=")] + (
+            ["--config", config_path] if "--config" not in argv else [])
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except ValueError as err:
+        raise UserError(f"{config_path or 'command line'}: {err}") from None
     if not script_args.train_file:
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
@@ -102,9 +186,19 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     script_args.train_file = resolve_config_path(script_args.train_file)
     script_args.video_root = resolve_config_path(script_args.video_root)
     script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
-    model_args.model_name_or_path = resolve_config_path(model_args.model_name_or_path)
+    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
     return script_args, training_args, model_args
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown (as transformers' parser does) and the description kept as written."""
+
+
+USAGE = """Settings come from a YAML config (--config CONFIG.yaml) and --key value overrides of any of its keys, e.g.
+  {prog} --config {example} --learning_rate 2e-6 --output_dir outputs/run1
+The recipes in configs/ (configs/README.md lists each and its source) show the knobs in use; every key is one of the
+options below (data and model first, then training: transformers' TrainingArguments and TRL's names)."""
 
 
 def setup_logging(training_args) -> None:
@@ -132,13 +226,23 @@ def init_deepspeed_comm(training_args) -> None:
 
 def load_dataset(script_args):
     """The training :class:`grounding_rl.data.dataset.GroundingDataset` (validation policy applied, capped at
-    ``max_train_samples``)."""
+    ``max_train_samples``).
+
+    Raises:
+        UserError: more than ``max_missing_fraction`` of its distinct videos are missing (count and first paths).
+    """
     from grounding_rl.data.dataset import GroundingDataset
+
+    from grounding_rl.data.missing import check_fraction, missing_videos
 
     dataset = GroundingDataset.from_jsonl(script_args.train_file, video_root=script_args.video_root)
     if script_args.max_train_samples:
         dataset = GroundingDataset(dataset.samples[: script_args.max_train_samples])
-    logger.info("%d training samples from %s", len(dataset), script_args.train_file)
+    absent, total = missing_videos(sample["video"] for sample in dataset.samples)
+    check_fraction(absent, total, script_args.max_missing_fraction, f"{script_args.train_file}: missing",
+                   "check video_root")
+    logger.info("%d training samples from %s (%d of %d videos missing, replaced by substitutes)", len(dataset),
+                script_args.train_file, len(absent), total)
     return dataset
 
 
@@ -172,12 +276,59 @@ def load_training_model(script_args, model_args):
     return model, processor
 
 
-def resolve_resume(training_args) -> str | None:
+FINGERPRINT_FILE = "run_fingerprint.json"
+SAMPLING_KEYS = ("num_generations", "max_completion_length", "temperature", "top_p", "top_k", "repetition_penalty",
+                 "reward_funcs", "reward_weights", "think_text")
+
+
+def run_fingerprint(script_args, training_args, model_args) -> dict:
+    """What produced a run's checkpoints, written into each as ``run_fingerprint.json``
+    (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
+    file and its content hash, the model and its fingerprint (:func:`grounding_rl.data.fingerprint.model_fingerprint`),
+    prompt template, video and sampling settings, seed and package version (not the git commit). ``max_steps``,
+    learning rate and the like are not in it: a finished run may be continued with more steps."""
+    from grounding_rl import __version__
+    from grounding_rl.data.fingerprint import file_sha256, model_fingerprint
+
+    return {
+        "train_file": script_args.train_file, "train_sha256": file_sha256(script_args.train_file),
+        "max_train_samples": script_args.max_train_samples, "model": model_args.model_name_or_path,
+        "model_revision": model_args.model_revision,
+        "model_fingerprint": model_fingerprint(model_args.model_name_or_path, model_args.model_revision),
+        "prompt_template": training_args.prompt_template, "video": training_args.video_settings.to_dict(),
+        "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
+        "seed": training_args.seed, "version": __version__,
+    }
+
+
+def _check_fingerprint(folder: str, fingerprint: dict | None) -> None:
+    """Raises UserError when the checkpoint's ``run_fingerprint.json`` differs from ``fingerprint``."""
+    import json
+
+    from grounding_rl.data.fingerprint import changes
+
+    path = Path(folder) / FINGERPRINT_FILE
+    if fingerprint is None or not path.is_file():
+        return
+    paths = ("train_file", "model")  # where they are may change; what they are may not
+    differ = changes(json.loads(path.read_text(encoding="utf-8")), fingerprint, [k for k in fingerprint
+                                                                                  if k not in paths])
+    if differ:
+        raise UserError(f"resume_from_checkpoint: {folder} was written by another run ({'; '.join(differ)}); resume "
+                        "with the settings that wrote it, or start afresh with a new --output_dir")
+
+
+def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None:
     """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or the last ``checkpoint-N`` in
     ``output_dir`` for ``true`` / ``last``.
 
+    Weights, optimizer, scheduler, RNG states and the data order are restored exactly
+    (:mod:`grounding_rl.update.resume`): the resumed run ends with the same weights as an uninterrupted one.
+
     Raises:
-        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, or a path that is not a folder.
+        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, a path that is not a folder, a
+            checkpoint without trainer state or optimizer state, or one whose ``run_fingerprint.json`` differs from
+            ``fingerprint`` (:func:`run_fingerprint`; the message names what changed).
     """
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -188,10 +339,27 @@ def resolve_resume(training_args) -> str | None:
         found = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
         if found is None:
             raise UserError(f"resume_from_checkpoint: no checkpoint-N folder in {training_args.output_dir}")
-        return found
-    if not Path(resume).is_dir():
+        resume = found
+    elif not Path(resume).is_dir():
         raise UserError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
-    return resume
+    _check_fingerprint(resume, fingerprint)
+    return _check_resumable(resume)
+
+
+def _check_resumable(folder: str) -> str:
+    """``folder`` when it holds what an exact resume needs: ``trainer_state.json`` and the optimizer state
+    (``optimizer.pt``, or DeepSpeed's ``latest`` and ``global_stepN/``).
+
+    Raises:
+        UserError: one of them is missing (e.g. a checkpoint written with ``save_only_model: true``).
+    """
+    path = Path(folder)
+    if not (path / "trainer_state.json").is_file():
+        raise UserError(f"resume_from_checkpoint: {folder} has no trainer_state.json (not a train/sft checkpoint)")
+    if not ((path / "optimizer.pt").is_file() or (path / "latest").is_file()):
+        raise UserError(f"resume_from_checkpoint: {folder} holds no optimizer state (saved with save_only_model: "
+                        f"true); start a new run from it with --model_name_or_path {folder} instead")
+    return folder
 
 
 def finish_training(trainer, result) -> None:

@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
 
     script_args, args, model_args = common.parse_training_args(GroundingSFTConfig, argv, "grounding-rl sft")
     common.setup_logging(args)
+    fingerprint = common.run_fingerprint(script_args, args, model_args)
+    resume = common.resolve_resume(args, fingerprint)  # before any loading: a wrong checkpoint fails at once
     common.init_deepspeed_comm(args)
     dataset = common.load_dataset(script_args)
     model, processor = common.load_training_model(script_args, model_args)
@@ -23,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                            args.max_prompt_length, frame_cache=common.frame_cache(script_args))
     trainer = GroundingSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
                                   processing_class=processor)
-    result = trainer.train(resume_from_checkpoint=common.resolve_resume(args))
+    trainer.fingerprint = fingerprint
+    result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)
     return 0
 

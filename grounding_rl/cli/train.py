@@ -18,14 +18,18 @@ def main(argv: list[str] | None = None) -> int:
     script_args, training_args, model_args = common.parse_training_args(GroundingGRPOConfig, argv,
                                                                         "grounding-rl train")
     common.setup_logging(training_args)
+    fingerprint = common.run_fingerprint(script_args, training_args, model_args)
+    resume = common.resolve_resume(training_args, fingerprint)  # before any loading: a wrong checkpoint fails at once
     common.init_deepspeed_comm(training_args)
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
     dataset = common.load_dataset(script_args)
     model, processor = common.load_training_model(script_args, model_args)
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
-                                   frame_cache=common.frame_cache(script_args))
-    result = trainer.train(resume_from_checkpoint=common.resolve_resume(training_args))
+                                   frame_cache=common.frame_cache(script_args),
+                                   max_missing_fraction=script_args.max_missing_fraction)
+    trainer.fingerprint = fingerprint
+    result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)
     return 0
 

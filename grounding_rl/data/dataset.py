@@ -35,10 +35,11 @@ class GroundingDataset(Dataset):
 
     @classmethod
     def from_jsonl(cls, path: str | Path, video_root: str | Path | None = None) -> "GroundingDataset":
-        """Read a canonical JSONL with :func:`grounding_rl.data.samples.load_samples` (its validation policy)."""
+        """Read a canonical JSONL with :func:`grounding_rl.data.samples.load_samples` (its validation policy, for
+        training: intervals outside the video are dropped and counted)."""
         from grounding_rl.data.samples import load_samples
 
-        return cls(load_samples(path, video_root=video_root))
+        return cls(load_samples(path, video_root=video_root, training=True))
 
     def __len__(self) -> int:
         return len(self.samples)

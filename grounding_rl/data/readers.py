@@ -32,6 +32,7 @@ position of the query among that video's queries in the file; ``source`` is the 
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_jsonl
+from grounding_rl.errors import excerpt, reading
 
 
 class Reader(Protocol):
@@ -70,7 +72,7 @@ def load_durations(path: str | os.PathLike) -> dict[str, float]:
                 out[str(vid)] = as_seconds(value, "duration", f"{path}: video {vid}")
         return out
     if suffix == ".csv":
-        with open(path, newline="", encoding="utf-8-sig") as handle:
+        with reading(path), open(path, newline="", encoding="utf-8-sig") as handle:
             rows = csv.DictReader(handle)
             fields = rows.fieldnames or []
             if "id" not in fields or "length" not in fields:
@@ -84,7 +86,7 @@ def load_durations(path: str | os.PathLike) -> dict[str, float]:
 
 def _load_json(path: str, kind: type) -> Any:
     try:
-        with open(path, encoding="utf-8-sig") as handle:
+        with reading(path), open(path, encoding="utf-8-sig") as handle:
             data = json.load(handle)
     except json.JSONDecodeError as err:
         raise AnnotationError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
@@ -109,13 +111,13 @@ def _duration(resolver: VideoResolver, given: Any, vid: str, video: str, duratio
 
 def _pair(value: Any, where: str) -> tuple[Any, Any]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise AnnotationError(f"{where}: a timestamp must be [start, end], got {value!r}")
+        raise AnnotationError(f"{where}: a timestamp must be [start, end], got {excerpt(value)}")
     return value[0], value[1]
 
 
 def _text(value: Any, what: str, where: str) -> str:
     if not isinstance(value, str):
-        raise AnnotationError(f"{where}: {what} must be a string, got {value!r}")
+        raise AnnotationError(f"{where}: {what} must be a string, got {excerpt(value)}")
     return value
 
 
@@ -162,7 +164,7 @@ def read_charades_sta(path: str | os.PathLike, *, video_root: str | os.PathLike 
     path = str(path)
     resolver = VideoResolver(path, video_root)
     seen: dict[str, int] = defaultdict(int)
-    with open(path, encoding="utf-8-sig") as handle:
+    with reading(path), open(path, encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -170,7 +172,7 @@ def read_charades_sta(path: str | os.PathLike, *, video_root: str | os.PathLike 
             head, sep, sentence = line.rstrip("\r\n").partition("##")
             parts = head.split()
             if not sep or len(parts) != 3:
-                raise AnnotationError(f"{where}: expected 'VIDEOID start end##sentence', got {line.strip()!r}")
+                raise AnnotationError(f"{where}: expected 'VIDEOID start end##sentence', got {excerpt(line)}")
             vid = parts[0]
             video = resolver.path(vid, bare_id=True)
             duration = _duration(resolver, None, vid, video, durations, where)
@@ -254,7 +256,7 @@ def read_tvgbench(path: str | os.PathLike, *, video_root: str | os.PathLike | No
         answer = _text(item.get("answer"), "answer", where)
         match = _ANSWER.fullmatch(answer)
         if match is None:
-            raise AnnotationError(f"{where}: answer must be 'start-end' in seconds, got {answer!r}")
+            raise AnnotationError(f"{where}: answer must be 'start-end' in seconds, got {excerpt(answer)}")
         index = seen[vid]
         seen[vid] += 1
         yield Sample(video=video, query=_text(item.get("question"), "question", where),
@@ -296,7 +298,7 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
     if format_name not in READERS:
         raise KeyError(f"unknown annotation format {format_name!r}; known: {', '.join(READERS)}")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"annotation file not found: {path}")
+        raise FileNotFoundError(errno.ENOENT, "annotation file not found", str(path))
     if durations is not None and not isinstance(durations, dict):
         durations = load_durations(durations)
     return READERS[format_name](path, video_root=video_root, durations=durations)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from grounding_rl.data.probe import VideoProbeError, probe_duration
+from grounding_rl.errors import UserError, excerpt, reading
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +29,9 @@ VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".m
 FIELDS = ("video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end")
 
 
-class AnnotationError(ValueError):
-    """An annotation file or line cannot be turned into a sample. The message names the file and line (or video key)."""
+class AnnotationError(UserError, ValueError):
+    """An annotation file or line cannot be turned into a sample. The message names the file and line (or video key);
+    the ``grounding-rl`` command prints it as one line with exit status 2."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,22 +76,28 @@ class Sample:
 
 
 # --------------------------------------------------------------------------------------------------------- validation
-def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
+def validate_sample(sample: Sample, *, training: bool = False) -> tuple[Sample | None, str]:
     """Apply the validation policy to one sample.
 
     Policy, in this order:
 
     1. the query's surrounding whitespace is stripped; an empty query → dropped;
     2. a non-finite time, or a duration ≤ 0 → dropped;
-    3. start ≥ end → dropped;
-    4. start and end are clamped into [0, duration] (start < 0 → 0; end > duration → duration; either counts once
-       as "clamped"). An event that starts after the video's end becomes the zero-length interval
-       (duration, duration): it is kept and counted, as the published counts require (3 Charades-CD ood queries:
-       LEOL6 7-8 s of a 6.375 s video, AKKWU 13-38 s of 12.31 s), and temporal IoU handles a zero-length ground
-       truth (1.0 only for the identical point).
+    3. start > end, or start = end inside the video → dropped;
+    4. an interval outside the video (it ends at or before 0, or starts at or after the duration) can never become
+       a valid interval: for training it is dropped; for evaluation it is kept (every query counts: n = all queries)
+       as the zero-length interval at the edge it lies beyond, (0, 0) or (duration, duration), never inverted. The
+       published counts need this (3 Charades-CD ood queries: LEOL6 7-8 s of a 6.375 s video, AKKWU 13-38 s of
+       12.31 s), and temporal IoU handles a zero-length ground truth (1.0 only for the identical point);
+    5. start and end are clamped into [0, duration] (start < 0 → 0; end > duration → duration; either counts once
+       as "clamped").
+
+    The policy is stable under itself: a sample it returns, validated again, comes back unchanged (so ``prepare`` on
+    its own output keeps every line as it is).
 
     Args:
         sample: a sample as read from an annotation file.
+        training: drop intervals outside the video (rule 4) instead of keeping them.
     Returns:
         (sample with stripped query and clamped times, "kept" | "clamped") or (None, "dropped: <reason>").
     """
@@ -99,9 +107,15 @@ def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
     start, end, duration = sample.start, sample.end, sample.duration
     if not all(math.isfinite(x) for x in (start, end, duration)) or duration <= 0:
         return None, f"dropped: non-finite time or duration ≤ 0 (start={start}, end={end}, duration={duration})"
-    if start >= end:
+    if start > end or (start == end and 0.0 < start < duration):
         return None, f"dropped: start {start} >= end {end}"
-    new_start, new_end = min(max(start, 0.0), duration), min(end, duration)
+    outside = end <= 0.0 or start >= duration
+    if outside and training:
+        return None, f"dropped: interval {start}-{end} outside the video (duration {duration})"
+    if outside:
+        new_start = new_end = 0.0 if end <= 0.0 else duration
+    else:
+        new_start, new_end = min(max(start, 0.0), duration), min(end, duration)
     status = "clamped" if (new_start, new_end) != (start, end) else "kept"
     raw_start = float(start) if sample.raw_start is None else sample.raw_start  # the annotation as written, kept
     raw_end = float(end) if sample.raw_end is None else sample.raw_end
@@ -111,11 +125,13 @@ def validate_sample(sample: Sample) -> tuple[Sample | None, str]:
                    raw_end=raw_end), status
 
 
-def validate(samples: Iterable[Sample], *, log_limit: int = 5) -> tuple[list[Sample], dict[str, int]]:
+def validate(samples: Iterable[Sample], *, training: bool = False,
+             log_limit: int = 5) -> tuple[list[Sample], dict[str, int]]:
     """The one validation policy for training, evaluation and inference (see :func:`validate_sample`).
 
     Args:
         samples: samples as read.
+        training: drop intervals outside the video (evaluation keeps them as zero-length intervals at the edge).
         log_limit: how many drops and clamps to log (warning level, naming the qid) before going quiet.
     Returns:
         (kept samples in input order, counts ``{"kept", "dropped", "clamped"}``); ``kept`` includes the clamped ones.
@@ -123,7 +139,7 @@ def validate(samples: Iterable[Sample], *, log_limit: int = 5) -> tuple[list[Sam
     kept: list[Sample] = []
     dropped = clamped = 0
     for sample in samples:
-        new, status = validate_sample(sample)
+        new, status = validate_sample(sample, training=training)
         if new is None:
             dropped += 1
             if dropped <= log_limit:
@@ -228,11 +244,11 @@ def as_seconds(value: Any, what: str, where: str) -> float:
         AnnotationError: not a number (bools and None included); the message starts with ``where``.
     """
     if isinstance(value, bool) or value is None:
-        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {value!r}")
+        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {excerpt(value)}")
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {value!r}") from None
+        raise AnnotationError(f"{where}: {what} must be a number of seconds, got {excerpt(value)}") from None
 
 
 def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
@@ -257,7 +273,7 @@ def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None 
     """
     path = str(path)
     resolver = VideoResolver(path, video_root)
-    with open(path, encoding="utf-8-sig") as handle:
+    with reading(path), open(path, encoding="utf-8-sig") as handle:
         for index, line in enumerate(handle):
             if not line.strip():
                 continue
@@ -329,7 +345,7 @@ def write_jsonl(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
 
 
 def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
-                 counts: dict[str, int] | None = None) -> list[Sample]:
+                 counts: dict[str, int] | None = None, training: bool = False) -> list[Sample]:
     """Read a canonical JSONL file and apply the validation policy: what training and evaluation call.
 
     Relative ``video`` paths resolve against ``video_root`` or the file's folder; missing durations are probed from
@@ -340,12 +356,13 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
         video_root: optional folder for relative video paths.
         counts: a dict to receive the validation counts ``{"kept", "dropped", "clamped"}`` (the ``standard``
             scoring counts dropped annotations as queries with IoU 0).
+        training: the training policy (intervals outside the video dropped; see :func:`validate_sample`).
     Returns:
         the kept samples, in file order.
     Raises:
         AnnotationError, VideoProbeError: see :func:`iter_jsonl`.
     """
-    samples, found = validate(iter_jsonl(path, video_root=video_root))
+    samples, found = validate(iter_jsonl(path, video_root=video_root), training=training)
     logger.info("%s: %s", path, found)
     if counts is not None:
         counts.update(found)

@@ -26,6 +26,7 @@ imports neither torch nor transformers, so it starts in a fraction of a second).
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from grounding_rl.paths import resolve_config_path
+from grounding_rl.errors import UserError, user_message
+from grounding_rl.paths import DATA_ENV, data_root, resolve_config_path
 
 if TYPE_CHECKING:  # importing the preprocessing pulls in transformers: only when a protocol is built
     from grounding_rl.prompts.preprocessing import GroundingConfig
@@ -42,7 +44,7 @@ ANCHOR_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")
 _REQUIRED = ("name", "format", "annotations", "expected_queries")
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(UserError, ValueError):
     """A benchmark YAML is missing a field or has a bad value (the message names the file)."""
 
 
@@ -79,11 +81,26 @@ class Benchmark:
     path: str = ""
 
 
-def load_benchmark(path: str | Path, *, build_protocol: bool = True) -> Benchmark:
+def _data_file(value, root: Path | None, path: Path) -> str | None:
+    """An annotation/durations entry of a benchmark YAML: absolute as written, else under the data root."""
+    if value is None:
+        return None
+    if Path(str(value)).is_absolute():
+        return str(value)
+    if root is None:
+        raise BenchmarkError(f"{path}: {value} is relative to the benchmark data folder: set {DATA_ENV}=DIR or pass "
+                             "--data-root DIR (data/README.md says where the files come from)")
+    return str(root / str(value))
+
+
+def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_dir: str | None = None) -> Benchmark:
     """Read a benchmark YAML (``yaml.safe_load``).
 
     Args:
-        path: the YAML file.
+        path: the YAML file. Its ``annotations`` and ``durations`` are absolute, or relative to the benchmark data
+            folder (:func:`grounding_rl.paths.data_root`: ``data_root_dir``, ``$GROUNDING_RL_DATA``, else the
+            test data); ``video_root`` resolves against the working directory.
+        data_root_dir: the ``--data-root`` flag, or None.
         build_protocol: build and check ``protocol`` (imports transformers; the shell helper skips it).
 
     Raises:
@@ -95,7 +112,7 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True) -> Benchmar
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"benchmark definition not found: {path}")
+        raise FileNotFoundError(errno.ENOENT, "benchmark definition not found", str(path))
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise BenchmarkError(f"{path}: expected a mapping at the top level")
@@ -104,6 +121,7 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True) -> Benchmar
         raise BenchmarkError(f"{path}: missing field(s) {', '.join(missing)}")
     if data["format"] not in READERS:
         raise BenchmarkError(f"{path}: unknown format {data['format']!r}; known: {', '.join(READERS)}")
+    root = data_root(data_root_dir)
     protocol = data.get("protocol") or {}
     config = None
     if build_protocol:
@@ -130,8 +148,8 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True) -> Benchmar
     return Benchmark(
         name=str(data["name"]),
         format=str(data["format"]),
-        annotations=resolve_config_path(data["annotations"]),
-        durations=resolve_config_path(data.get("durations")),
+        annotations=_data_file(data["annotations"], root, path),
+        durations=_data_file(data.get("durations"), root, path),
         expected_queries=int(data["expected_queries"]),
         video_root=resolve_config_path(data.get("video_root")),
         protocol=config,
@@ -197,12 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("yaml")
     p.add_argument("--out", required=True)
     p.add_argument("--video-root", default=None)
+    p.add_argument("--data-root", default=None,
+                   help=f"folder of the benchmark annotation files (default: ${DATA_ENV}, else the test data)")
     args = parser.parse_args(argv)
     try:
-        bench = load_benchmark(args.yaml, build_protocol=False)
+        bench = load_benchmark(args.yaml, build_protocol=False, data_root_dir=args.data_root)
         print("\n".join(prepare_args(bench, args.out, args.video_root)))
     except (FileNotFoundError, BenchmarkError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {user_message(err)}", file=sys.stderr)
         return 2
     return 0
 

@@ -46,6 +46,7 @@ import torch
 from tqdm import tqdm
 
 from grounding_rl.data.samples import Sample, load_samples
+from grounding_rl.errors import UserError
 from grounding_rl.eval.runner import clip_batches, group_by_video, shard_by_video
 from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, describe_config, resolve_config
 from grounding_rl.models.loading import load_for_inference
@@ -63,8 +64,8 @@ REPORT = "report.md"
 HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
-RUN_KEYS = ("model", "data", "video_root", "prompt_template", "video", "max_new_tokens", "dtype",
-            "attn_implementation")
+RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video",
+            "max_new_tokens", "dtype", "attn_implementation", "version")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -226,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--frame-cache", default=None, help="folder of the on-disk frame cache (optional)")
     parser.add_argument("--frame-cache-gb", type=float, default=20.0, help="frame cache size limit in GB")
     parser.add_argument("--overwrite", action="store_true", help="discard earlier predictions in --out")
+    parser.add_argument("--data-root", default=None,
+                        help="folder of the --benchmark's annotation files (default: $GROUNDING_RL_DATA, else the "
+                             "test data)")
+    parser.add_argument("--max-missing-fraction", type=float, default=0.05,
+                        help="fail (exit 2) when more than this share of the videos is missing (checked before the "
+                             "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
     return parser
 
 
@@ -236,7 +243,15 @@ def _seed_everything(seed: int) -> None:
 
 
 def _check_run(outdir: Path, run: dict) -> None:
-    """Refuse to resume predictions made with other settings (compares ``eval_config.json``)."""
+    """Refuse to resume predictions made by something else: ``eval_config.json`` records the fingerprint of what
+    produced them (:data:`RUN_KEYS`: model and its weights fingerprint, data path and content hash, video and sampling
+    settings, package version).
+
+    Raises:
+        UserError: one line naming what changed and the two ways on (``--overwrite``, or another ``--out``).
+    """
+    from grounding_rl.data.fingerprint import changes
+
     path = outdir / RUN_FILE
     if not path.is_file():
         return
@@ -244,11 +259,10 @@ def _check_run(outdir: Path, run: dict) -> None:
         previous = json.loads(path.read_text())
     except json.JSONDecodeError:
         return
-    differ = [k for k in RUN_KEYS if k in previous and previous.get(k) != run.get(k)]
+    differ = changes(previous, run, RUN_KEYS)
     if differ:
-        detail = "; ".join(f"{k}: {previous.get(k)!r} → {run.get(k)!r}" for k in differ)
-        raise ValueError(f"{outdir} holds predictions made with other settings ({detail}); use another --out or "
-                         f"--overwrite")
+        raise UserError(f"{outdir} holds predictions made by something else ({'; '.join(differ)}); rerun with "
+                        "--overwrite to replace them, or give a new --out")
 
 
 def evaluate(args: argparse.Namespace) -> dict | None:
@@ -271,7 +285,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if args.benchmark:
         from grounding_rl.eval.benchmarks import load_benchmark
 
-        bench = load_benchmark(args.benchmark)
+        bench = load_benchmark(args.benchmark, data_root_dir=args.data_root)
 
     counts: dict[str, int] = {}
     samples = load_samples(args.data, video_root=args.video_root, counts=counts)
@@ -280,11 +294,16 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if args.limit is not None:
         samples = samples[: max(args.limit, 0)]
     if not samples:
-        raise ValueError(f"{args.data}: no queries to evaluate")
+        raise UserError(f"{args.data}: no queries to evaluate")
+    from grounding_rl.data.missing import check_fraction, missing_videos
+
+    absent, num_videos = missing_videos(s.video for s in samples)
+    check_fraction(absent, num_videos, args.max_missing_fraction, f"{args.data}: missing",
+                   "check --video-root" + (" (the benchmark's video_root)" if bench else ""))
     qids = [s.qid for s in samples]
     if len(set(qids)) != len(qids):
         dup = next(q for q in qids if qids.count(q) > 1)
-        raise ValueError(f"{args.data}: duplicate qid {dup!r}; qids must be unique to resume and merge predictions")
+        raise UserError(f"{args.data}: duplicate qid {dup!r}; qids must be unique to resume and merge predictions")
     if bench is not None and args.limit is None and total_in_file != bench.expected_queries and main_process:
         print(f"warning: {args.data} has {total_in_file} queries; benchmark {bench.name} expects "
               f"{bench.expected_queries}", file=sys.stderr)
@@ -293,15 +312,23 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
         dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
 
-    config, source = resolve_config(
-        args.model, prompt_template=args.prompt_template,
-        fallback=bench.protocol if bench else None,
-        fallback_name=f"benchmark {bench.name} paper protocol" if bench else "benchmark protocol",
-        fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
-        max_frames=args.max_frames, sampler=args.video_sampler)
+    try:
+        config, source = resolve_config(
+            args.model, prompt_template=args.prompt_template,
+            fallback=bench.protocol if bench else None,
+            fallback_name=f"benchmark {bench.name} paper protocol" if bench else "benchmark protocol",
+            fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
+            max_frames=args.max_frames, sampler=args.video_sampler)
+    except ValueError as err:  # an unknown template or video setting, a grounding_config.json that is not JSON
+        raise UserError(f"{args.model}: {err}") from None
     max_new_tokens = args.max_new_tokens or (bench.max_new_tokens if bench else None) or DEFAULT_MAX_NEW_TOKENS
     model_id = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
-    run = {"model": model_id, "data": str(Path(args.data).resolve()),
+    from grounding_rl import __version__
+    from grounding_rl.data.fingerprint import file_sha256, model_fingerprint
+
+    run = {"model": model_id, "model_fingerprint": model_fingerprint(args.model),
+           "data": str(Path(args.data).resolve()), "data_sha256": file_sha256(args.data),
+           "version": __version__,
            "video_root": str(Path(args.video_root).resolve()) if args.video_root else None,
            "prompt_template": config.prompt_template,
            "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
@@ -362,6 +389,8 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     wall = time.perf_counter() - started
     records = merge_predictions(outdir, samples)
     metrics = metrics_from_records(records, config.prompt_template, dropped)
+    metrics["missing_videos"] = len(absent)
+    metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
     info = {"model": model_id, "data": run["data"], "benchmark": bench.name if bench else None,
             "limit": args.limit,
             "sampling": {"source": source, "prompt_template": config.prompt_template,
@@ -384,7 +413,13 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         anchors_md = anchors_table(bench.anchors, ours=metrics, ours_label=Path(model_id).name or "this run")
     report.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM)
     print(format_metrics_table(metrics))
+    print(f"eval: {metrics['n']} queries; {metrics['video_load_failures']} failed clips (IoU 0; "
+          f"{len(absent)} of {num_videos} videos missing), {metrics['missing_predictions']} without a parsed "
+          "prediction (IoU 0)")
     print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
+    unreadable = sorted({r.get("video") or r["qid"] for r in records if r.get("error")})
+    check_fraction(unreadable, num_videos, args.max_missing_fraction, f"{args.data}: missing or unreadable",
+                   f"metrics in {outdir / METRICS} count them as IoU 0")
     return payload
 
 
@@ -422,16 +457,16 @@ def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tok
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point. Returns 0 on success, 1 on bad input (one-line message on stderr)."""
-    from grounding_rl.data.samples import AnnotationError, VideoProbeError
+    """CLI entry point. Returns 0 on success; a user's mistake raises :class:`grounding_rl.errors.UserError` (or an
+    ``OSError`` naming the path), which the ``grounding-rl`` command prints as one line with exit status 2."""
+    from grounding_rl.data.samples import VideoProbeError
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         evaluate(args)
-    except (ValueError, FileNotFoundError, AnnotationError, VideoProbeError) as err:
-        print(f"grounding-rl eval: error: {err}", file=sys.stderr)
-        return 1
+    except VideoProbeError as err:
+        raise UserError(str(err)) from None
     return 0
 
 

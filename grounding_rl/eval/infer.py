@@ -104,7 +104,8 @@ def format_text(results: list[dict], video: SampledVideo) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point. Exit codes: 0 ok, 2 missing/unreadable video or bad arguments."""
+    """CLI entry point. Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2
+    missing/unreadable video or bad arguments."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.gt is not None and len(args.gt) != len(args.query):
@@ -137,15 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     model, processor = load_for_inference(args.model, device, args.dtype)
     results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
                     args.batch_size)
-    if args.plot:
-        from grounding_rl.eval.report import plot_timeline
-
-        path = plot_timeline(video, results, args.plot, gts=args.gt)
-        print(f"infer: wrote {path}", file=log)
-    if args.json:
+    if args.json:  # the answer first; optional files after it
         sys.stdout.write(json.dumps(results, ensure_ascii=False) + "\n")
     else:
         print(format_text(results, video))
+    sys.stdout.flush()
+    if args.plot:
+        from grounding_rl.eval.report import plot_timeline
+
+        try:
+            path = plot_timeline(video, results, args.plot, gts=args.gt)
+            print(f"infer: wrote {path}", file=log)
+        except OSError as err:
+            print(f"infer: warning: no plot written: {args.plot}: {err.strerror or err}", file=sys.stderr)
     return 0
 
 

@@ -90,7 +90,9 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
              f"- prompt template: `{sampling.get('prompt_template')}`; video: `{json.dumps(sampling.get('video'))}`",
              f"- decoding: greedy, max_new_tokens {sampling.get('max_new_tokens')}, batch size "
              f"{sampling.get('batch_size')}, {info.get('num_processes', 1)} process(es); seed {info.get('seed')}",
-             f"- video load failures: {metrics.get('video_load_failures', 0)}"]
+             f"- video load failures: {metrics.get('video_load_failures', 0)} (IoU 0; of them "
+             f"{metrics.get('missing_videos', 0)} missing videos); queries without a parsed prediction: "
+             f"{metrics.get('missing_predictions', 0)}"]
     if anchors_md:
         lines += ["", "## Published results (anchors)", "",
                   "Published numbers come from the cited sources; their protocols (checkpoint, prompt, frames, "

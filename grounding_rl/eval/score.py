@@ -6,7 +6,7 @@ Annotations are canonical JSONL (``{"video", "query", "start", "end", "duration"
 ``qid`` gets its 0-based line number as a string, like the canonical ``jsonl`` reader). Predictions are JSONL lines with
 ``qid`` plus ``answer`` text and/or ``start``/``end`` seconds; when both are given ``start``/``end`` win and the text
 counts only for the format rate. The join is on ``qid`` (compared as strings). Annotated queries without a prediction
-count as failures (IoU 0); predictions for unknown qids are listed on stderr and counted as ``unknown_qids``.
+count as failures (IoU 0), counted as ``missing_predictions`` and printed; predictions for unknown qids are listed on stderr and counted as ``unknown_qids``.
 Annotations pass through the one validation policy (:func:`grounding_rl.data.samples.validate`), as in ``eval``:
 start ≥ end dropped (``clamped`` leaves them out of n; ``standard`` counts them with IoU 0, as the published
 evaluators do), times clamped into [0, duration] for ``clamped``, kept as annotated for ``standard``
@@ -20,44 +20,48 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from grounding_rl.errors import UserError, excerpt, reading
 from grounding_rl.reward.metrics import format_metrics_table, metrics_by_scoring, scoring_table
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """``(0-based line number, object)`` for each non-blank line; ValueError naming file and 1-based line when bad."""
-    with open(path, encoding="utf-8") as f:
+    """``(0-based line number, object)`` for each non-blank line; UserError naming file and 1-based line when bad."""
+    with reading(path), open(path, encoding="utf-8") as f:
         for i, line in enumerate(f):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{i + 1}: invalid JSON: {err.msg}") from err
+                raise UserError(f"{path}:{i + 1}: invalid JSON: {err.msg}") from err
             if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{i + 1}: expected a JSON object, got {type(obj).__name__}")
+                raise UserError(f"{path}:{i + 1}: expected a JSON object, got {type(obj).__name__}")
             yield i, obj
 
 
 def _index(path: Path) -> dict[str, tuple[int, dict]]:
-    """``{qid: (line number, object)}`` of a predictions file; ValueError on a missing or duplicate qid."""
+    """``{qid: (line number, object)}`` of a predictions file; UserError on a missing or duplicate qid."""
     out: dict[str, tuple[int, dict]] = {}
     for i, obj in _read_jsonl(path):
         qid = obj.get("qid")
         if qid is None:
-            raise ValueError(f"{path}:{i + 1}: prediction has no 'qid'")
+            raise UserError(f"{path}:{i + 1}: prediction has no 'qid'")
         qid = str(qid)
         if qid in out:
-            raise ValueError(f"{path}:{i + 1}: duplicate qid {qid!r} (first on line {out[qid][0] + 1})")
+            raise UserError(f"{path}:{i + 1}: duplicate qid {qid!r} (first on line {out[qid][0] + 1})")
         out[qid] = (i, obj)
     return out
 
 
 def score(predictions: Path, annotations: Path, prompt_template: str = "default") -> dict:
     """Metrics of ``predictions`` against ``annotations`` under both scorings (``metrics_by_scoring``: ``standard``
-    at the top level, ``by_scoring`` with ``standard`` and ``clamped``), plus ``unknown_qids`` (a count).
+    at the top level, ``by_scoring`` with ``standard`` and ``clamped``), plus the counts ``unknown_qids`` and
+    ``missing_predictions``; a query without a prediction counts as IoU 0, and the count is printed on stderr.
     ``prompt_template`` names the answer format the format rate checks.
 
-    Raises ValueError naming file and line for bad JSON, a missing or duplicate qid, or a bad field.
+    Raises:
+        UserError: bad JSON, a missing or duplicate qid, or a bad field (naming file and line); a predictions file
+            without any prediction, or annotations without any usable query.
     """
     from grounding_rl.data.samples import read_jsonl, validate
 
@@ -65,8 +69,12 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     kept, counts = validate(read_jsonl(annotations))
     gts = {s.qid: s for s in kept}
     if len(gts) != len(kept):
-        raise ValueError(f"{annotations}: duplicate qids")
+        raise UserError(f"{annotations}: duplicate qids")
+    if not kept:
+        raise UserError(f"{annotations}: no usable query (empty, or every interval dropped)")
     preds = _index(predictions)
+    if not preds:
+        raise UserError(f"{predictions}: no predictions in the file")
     unknown = [qid for qid in preds if qid not in gts]
     if unknown:
         shown = ", ".join(repr(q) for q in unknown[:10]) + (" …" if len(unknown) > 10 else "")
@@ -76,11 +84,11 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         pred = preds.get(qid, (None, {}))[1]
         answer = pred.get("answer")
         if answer is not None and not isinstance(answer, str):
-            raise ValueError(f"{predictions}:{preds[qid][0] + 1}: 'answer' must be a string, got {answer!r}")
+            raise UserError(f"{predictions}:{preds[qid][0] + 1}: 'answer' must be a string, got {excerpt(answer)}")
         for key in ("start", "end"):
             value = pred.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ValueError(f"{predictions}:{preds[qid][0] + 1}: {key!r} must be seconds or null, got {value!r}")
+                raise UserError(f"{predictions}:{preds[qid][0] + 1}: {key!r} must be seconds or null, got {excerpt(value)}")
         records.append({
             "qid": f"{qid} ({annotations})",
             "start": gt.start, "end": gt.end, "duration": gt.duration, "raw_start": gt.raw_start, "raw_end": gt.raw_end,
@@ -88,6 +96,10 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         })
     metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"])
     metrics["unknown_qids"] = len(unknown)
+    metrics["missing_predictions"] = sum(1 for qid in gts if qid not in preds)
+    if metrics["missing_predictions"]:
+        print(f"score: {metrics['missing_predictions']} of {len(gts)} queries have no prediction in {predictions} "
+              "(each counted as IoU 0)", file=sys.stderr)
     return metrics
 
 
@@ -101,11 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-template", default="default",
                         help="the template the predictions were made with (its answer format sets the format rate)")
     args = parser.parse_args(argv)
-    try:
-        metrics = score(args.predictions, args.annotations, args.prompt_template)
-    except (OSError, ValueError) as err:
-        print(f"grounding-rl score: error: {err}", file=sys.stderr)
-        return 1
+    metrics = score(args.predictions, args.annotations, args.prompt_template)
     print(scoring_table(metrics))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

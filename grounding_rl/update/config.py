@@ -283,6 +283,27 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
                 f"{self.per_device_train_batch_size} × {num_processes} processes × steps_per_generation "
                 f"{self.steps_per_generation}) must be divisible by num_generations ({self.num_generations})"
             )
+        save_steps = self.save_steps
+        if (str(getattr(self.save_strategy, "value", self.save_strategy)) == "steps" and save_steps >= 1
+                and int(save_steps) % self.generation_window):
+            raise ValueError(
+                f"save_steps {int(save_steps)} is not a multiple of the generation window of {self.generation_window} "
+                f"optimizer steps (steps_per_generation {self.steps_per_generation} × num_iterations "
+                f"{self.num_iterations} micro-batches, gradient_accumulation_steps "
+                f"{self.gradient_accumulation_steps} per step): checkpoints are written only between generations, "
+                "so that a resumed run trains on the same completions")
+
+    @property
+    def generation_window(self) -> int:
+        """Optimizer steps between two checkpoints that may be written: the smallest number of steps after which a
+        generation batch is used up (``steps_per_generation × num_iterations`` micro-batches, ``gradient_accumulation_
+        steps`` per optimizer step). A checkpoint inside a window would need the buffered completions, log-probs and
+        advantages to resume exactly; instead checkpoints are only written at window boundaries (and at
+        ``max_steps``, from which a resume trains nothing)."""
+        import math
+
+        micro = self.steps_per_generation * self.num_iterations
+        return micro // math.gcd(micro, self.gradient_accumulation_steps)
 
     def grounding_config(self) -> GroundingConfig:
         """What evaluation and inference must reuse, saved as ``grounding_config.json`` with every checkpoint."""

@@ -65,13 +65,15 @@ def write_grounding_files(folder: str | Path, grounding_config, base_model: str 
 
 
 class GroundingSaveMixin:
-    """``save_model`` that also writes :func:`write_grounding_files` (every checkpoint and the final folder).
+    """``save_model`` that also writes :func:`write_grounding_files` (every checkpoint and the final folder) and, when
+    ``fingerprint`` is set, ``run_fingerprint.json`` (what produced the run; compared on resume).
 
     ``grounding_config()`` defaults to the ``args``' own; ``stage`` names the training stage in the card.
     """
 
     stage = "GRPO"
     command: str | None = None
+    fingerprint: dict | None = None  # written as run_fingerprint.json when set (grounding_rl.cli.common)
 
     def grounding_config(self):
         """What evaluation and inference must reuse."""
@@ -81,5 +83,9 @@ class GroundingSaveMixin:
         super().save_model(output_dir, _internal_call)
         if self.args.should_save:
             base = getattr(self.accelerator.unwrap_model(self.model), "name_or_path", None)
-            write_grounding_files(output_dir or self.args.output_dir, self.grounding_config(), base,
-                                  self.stage, self.command or training_command())
+            folder = output_dir or self.args.output_dir
+            write_grounding_files(folder, self.grounding_config(), base, self.stage,
+                                  self.command or training_command())
+            if self.fingerprint is not None:
+                (Path(folder) / "run_fingerprint.json").write_text(json.dumps(self.fingerprint, indent=2) + "\n",
+                                                                   encoding="utf-8")

@@ -21,6 +21,7 @@ from grounding_rl.data.dataset import VideoCollator
 from grounding_rl.data.video import VideoSettings
 from grounding_rl.prompts.preprocessing import VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
+from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
 logger = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class SFTCollator:
         return batch
 
 
-class GroundingSFTTrainer(GroundingSaveMixin, Trainer):
+class GroundingSFTTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
     """``transformers.Trainer`` whose checkpoints hold ``grounding_config.json`` and a model card."""
 
     stage = "SFT"

@@ -25,18 +25,20 @@ from transformers import Trainer
 from trl.trainer.utils import nanstd
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
+from grounding_rl.data.missing import check_fraction
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name, weighted_rewards
 from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
+from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
 logger = logging.getLogger(__name__)
 
 
-class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
+class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
     """GRPO trainer for Qwen2.5-VL on (video, query, start, end) samples.
 
     Args:
@@ -52,12 +54,15 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         rollout_engine: a :class:`RolloutEngine`; None = :class:`HFGenerateEngine`.
         frame_cache: optional frame cache passed to :func:`grounding_rl.data.video.sample_frames`.
         callbacks: extra ``TrainerCallback`` objects.
+        max_missing_fraction: stop (``UserError``) once more than this share of the distinct videos turned out
+            unreadable (:func:`grounding_rl.data.missing.check_fraction`); 1.0 = never, substitutes only.
     """
 
     loss_is_scaled_for_ga = True  # compute_loss scales for gradient accumulation itself, as TRL's GRPOTrainer
 
     def __init__(self, model, args: GroundingGRPOConfig, train_dataset: GroundingDataset, processing_class,
-                 reward_funcs=None, ref_model=None, rollout_engine=None, frame_cache=None, callbacks=None):
+                 reward_funcs=None, ref_model=None, rollout_engine=None, frame_cache=None, callbacks=None,
+                 max_missing_fraction: float = 1.0):
         if args.disable_dropout:
             from trl.trainer.utils import disable_dropout_in_model
 
@@ -92,6 +97,9 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         self._step = 0
         self._buffered_inputs = None
         self._skipped_total = 0
+        self._unreadable_videos: set[str] = set()
+        self._num_videos = len({sample["video"] for sample in train_dataset.samples})
+        self.max_missing_fraction = max_missing_fraction
         self._completions = None  # the last generation batch, for log_completions
 
     # ------------------------------------------------------------------------------------------------ models
@@ -133,6 +141,26 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         with self.accelerator.unwrap_model(self.model).disable_adapter():
             return completion_logps(self.model, batch, self.args.temperature, self.share_prompt)
 
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        """``Trainer.train``, refusing a checkpoint inside a generation window (see
+        :attr:`GroundingGRPOConfig.generation_window`; only a checkpoint at ``max_steps``, from which nothing is left
+        to train, may sit inside one).
+
+        Raises:
+            UserError: ``resume_from_checkpoint`` is inside a generation window of this run's settings.
+        """
+        if isinstance(resume_from_checkpoint, str):
+            from grounding_rl.errors import UserError
+            from grounding_rl.update.resume import checkpoint_global_step
+
+            step, window = checkpoint_global_step(resume_from_checkpoint), self.args.generation_window
+            if step is not None and step % window and not 0 < self.args.max_steps <= step:
+                raise UserError(
+                    f"{resume_from_checkpoint}: step {step} is inside a generation window of {window} optimizer steps "
+                    "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a checkpoint "
+                    f"at a multiple of {window}, or with the settings that wrote it")
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
     # ------------------------------------------------------------------------------------------------ data
     def get_train_dataloader(self):
         # TRL's change to Trainer.get_train_dataloader: one batch = per_device × steps_per_generation rows
@@ -157,7 +185,7 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
     def _prepare_inputs(self, generation_batch):
         """Generate once per ``steps_per_generation × num_iterations`` steps; return this step's micro-batch."""
         generate_every = self.args.steps_per_generation * self.args.num_iterations
-        if self._buffered_inputs is None:  # first step of this run, fresh or resumed: count micro-steps from the state
+        if self._buffered_inputs is None:  # first step of this run, fresh or resumed (at a window boundary: train())
             self._step = self.state.global_step * self.args.gradient_accumulation_steps
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             rollout = self._generate_and_score(generation_batch)
@@ -253,6 +281,10 @@ class GroundingGRPOTrainer(GroundingSaveMixin, Trainer):
         skipped = len({it["substituted_from"] for it in items if it.get("substituted_from") is not None})
         self._skipped_total += int(gather(torch.tensor([skipped], device=self.accelerator.device)).sum().item())
         metrics["data/skipped_samples"].append(float(self._skipped_total))
+        failed = gather_object([it["substituted_from"] for it in items if it.get("substituted_from") is not None])
+        self._unreadable_videos.update(self.train_dataset.samples[i]["video"] for i in failed)
+        check_fraction(sorted(self._unreadable_videos), self._num_videos, self.max_missing_fraction,
+                       "training: unreadable", "check the videos (grounding-rl prepare --video-root lists them)")
 
     # ------------------------------------------------------------------------------------------------ loss
     def training_step(self, model, inputs, num_items_in_batch=None):

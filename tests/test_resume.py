@@ -1,0 +1,222 @@
+"""Resuming restores the run: killed at a checkpoint and resumed, ``train`` (GRPO) and ``sft`` end with the same
+weights as an uninterrupted run, bit for bit on CPU with a fixed seed (two uninterrupted runs are bit-identical, so the
+check is exact); a resume at the last checkpoint trains nothing; a checkpoint whose keys do not match is an error;
+GRPO checkpoints are written only at generation boundaries.
+"""
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import MAKEUP, POOL, varied_reward
+
+from grounding_rl.data.dataset import GroundingDataset
+from grounding_rl.models.loading import load_policy, load_processor
+from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.resume import CheckpointLoadError, load_full_weights
+from grounding_rl.update.trainer import GroundingGRPOTrainer
+
+torch.set_num_threads(1)
+
+
+def grpo_args(out, **overrides):
+    values = dict(output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, max_steps=4,
+                  max_completion_length=8, logging_steps=1, report_to=[], save_strategy="steps", save_steps=2,
+                  seed=0, learning_rate=1e-3, video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16,
+                  dataloader_num_workers=0)
+    values.update(overrides)
+    return GroundingGRPOConfig(**values)
+
+
+def dataset(videos_dir):
+    return GroundingDataset([
+        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
+         "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
+
+
+def grpo_trainer(out, model_dir, videos_dir, peft=False, **overrides):
+    model = load_policy(str(model_dir))
+    if peft:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    return GroundingGRPOTrainer(model, grpo_args(out, **overrides), dataset(videos_dir),
+                                load_processor(str(model_dir)), reward_funcs=[varied_reward])
+
+
+def weights(trainer):
+    return {k: v.detach().clone() for k, v in trainer.accelerator.unwrap_model(trainer.model).state_dict().items()}
+
+
+def assert_identical(a, b):
+    assert a.keys() == b.keys()
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert differ == [], f"{len(differ)} tensors differ, e.g. {differ[:3]}"
+
+
+@pytest.mark.parametrize("peft, at", [(False, 1), (False, 2), (True, 3)], ids=["full-mid-epoch", "full-epoch-end",
+                                                                             "lora-mid-epoch"])
+def test_grpo_resumed_at_a_checkpoint_ends_bit_identical(tmp_path, tiny_model_dir, videos_dir, peft, at):
+    """2 clips × G 4 rows, 4 rows a step: an epoch is 2 steps, so checkpoint-1 and -3 are inside an epoch."""
+    start = weights(grpo_trainer(tmp_path / "x", tiny_model_dir, videos_dir, peft=peft))
+    full = grpo_trainer(tmp_path / "full", tiny_model_dir, videos_dir, peft=peft, save_steps=1)
+    full.train()
+    uninterrupted = weights(full)
+    moved = max((uninterrupted[k].float() - start[k].float()).abs().max().item() for k in start)
+    assert moved > 1e-5  # the run moves the weights, so losing steps would show
+
+    resumed = grpo_trainer(tmp_path / "resumed", tiny_model_dir, videos_dir, peft=peft)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{at}"))
+    assert resumed.state.global_step == 4
+    assert_identical(weights(resumed), uninterrupted)
+    logged = lambda t: {h["step"]: h for h in t.state.log_history if "loss" in h}  # noqa: E731
+    assert sorted(logged(resumed)) == [1, 2, 3, 4]  # steps up to the checkpoint from its state, the rest trained again
+    same = lambda h: {k: v for k, v in h.items() if "runtime" not in k and "per_second" not in k}  # noqa: E731
+    for step in range(at + 1, 5):
+        assert same(logged(resumed)[step]) == same(logged(full)[step])
+
+
+def test_resume_at_the_last_checkpoint_trains_nothing(tmp_path, tiny_model_dir, videos_dir):
+    full = grpo_trainer(tmp_path / "full", tiny_model_dir, videos_dir, max_steps=2)
+    full.train()
+    final = weights(full)
+    again = grpo_trainer(tmp_path / "again", tiny_model_dir, videos_dir, max_steps=2)
+    again.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    assert again.state.global_step == 2
+    assert [h["step"] for h in again.state.log_history if "loss" in h] == [1, 2]  # no step 3
+    assert_identical(weights(again), final)
+
+
+def test_a_checkpoint_with_a_missing_or_unexpected_key_is_an_error(tmp_path, tiny_model_dir):
+    model = load_policy(str(tiny_model_dir))
+    for name, edit in (("missing", lambda sd: sd.pop(next(k for k in sd if "layers.0.mlp" in k))),
+                       ("unexpected", lambda sd: sd.__setitem__("model.layers.99.extra.weight", torch.zeros(2)))):
+        folder = tmp_path / name
+        shutil.copytree(tiny_model_dir, folder)
+        state = load_file(str(folder / "model.safetensors"))
+        edit(state)
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        with pytest.raises(CheckpointLoadError, match=f"1 {name} keys"):
+            load_full_weights(model, folder)
+    load_full_weights(model, tiny_model_dir)  # the intact checkpoint loads
+
+
+def test_grpo_checkpoints_only_at_generation_boundaries(tmp_path):
+    with pytest.raises(ValueError, match="save_steps 1 is not a multiple of the generation window of 2"):
+        grpo_args(tmp_path, steps_per_generation=2, save_steps=1)
+    with pytest.raises(ValueError, match="generation window of 3"):
+        grpo_args(tmp_path, num_iterations=3, save_steps=2)
+    assert grpo_args(tmp_path, steps_per_generation=2, save_steps=4).generation_window == 2
+    assert grpo_args(tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                     steps_per_generation=4, save_steps=2).generation_window == 2
+
+
+def test_a_checkpoint_inside_a_generation_window_is_refused(tmp_path, tiny_model_dir, videos_dir):
+    from grounding_rl.errors import UserError
+
+    grpo_trainer(tmp_path / "a", tiny_model_dir, videos_dir, max_steps=1, save_steps=1).train()
+    later = grpo_trainer(tmp_path / "b", tiny_model_dir, videos_dir, steps_per_generation=2, max_steps=4)
+    with pytest.raises(UserError, match="step 1 is inside a generation window of 2"):
+        later.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    from grounding_rl.data.demo import generate_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    generate_demo(out, num_train=6, num_test=2, seed=0, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
+def test_sft_killed_and_resumed_ends_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir, peft):
+    """``grounding-rl sft`` run to the end, and the same run "killed" after checkpoint-3 (only that checkpoint left in
+    its folder) and resumed with ``--resume_from_checkpoint true``: the final weights are the same bytes."""
+    from grounding_rl.cli.sft import main
+
+    def run(out, *extra):
+        argv = ["--config", "configs/demo_sft.yaml", "--model_name_or_path", str(bpe_tiny_model_dir),
+                "--train_file", str(demo_dir / "train.jsonl"), "--output_dir", str(out), "--max_train_samples", "4",
+                "--per_device_train_batch_size", "2", "--max_steps", "5", "--warmup_steps", "1",
+                "--learning_rate", "3e-3", "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "1",
+                "--disable_tqdm", "true", "--report_to", "none", *extra]
+        if peft:
+            argv += ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+        assert main(argv) == 0
+
+    name = "adapter_model.safetensors" if peft else "model.safetensors"
+    run(tmp_path / "full")
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", killed / "checkpoint-3")
+    run(killed, "--resume_from_checkpoint", "true")
+    final, again = load_file(str(tmp_path / "full" / name)), load_file(str(killed / name))
+    assert_identical(again, final)
+    start = load_file(str(tmp_path / "full" / "checkpoint-3" / name))
+    assert any(not torch.equal(start[k], final[k]) for k in final)  # steps 4-5 moved the weights
+    state = json.loads((killed / "trainer_state.json").read_text())
+    assert state["global_step"] == 5
+
+
+def test_resume_refuses_another_runs_checkpoint(tmp_path, demo_dir, bpe_tiny_model_dir, capsys):
+    """A checkpoint records what produced it (run_fingerprint.json); resuming with other data or settings is one line
+    and exit 2, and so is a checkpoint without optimizer state."""
+    from grounding_rl.cli import main as cli
+
+    train = tmp_path / "train.jsonl"
+    shutil.copy(demo_dir / "train.jsonl", train)
+    out = tmp_path / "run"
+
+    def sft(*extra):
+        return cli(["sft", "--config", "configs/demo_sft.yaml", "--model_name_or_path", str(bpe_tiny_model_dir),
+                    "--train_file", str(train), "--video_root", str(demo_dir), "--output_dir", str(out),
+                    "--max_train_samples", "2", "--per_device_train_batch_size", "2", "--max_steps", "1",
+                    "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true", "--report_to", "none",
+                    *extra])
+
+    assert sft() == 0
+    saved = json.loads((out / "checkpoint-1" / "run_fingerprint.json").read_text())
+    assert saved["prompt_template"] == "default" and len(saved["train_sha256"]) == 64
+    capsys.readouterr()
+    assert sft("--resume_from_checkpoint", "true", "--prompt_template", "timezero") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "prompt_template: 'default' → 'timezero'" in err and "--output_dir" in err
+    rows = train.read_text().splitlines()
+    first = json.loads(rows[0])
+    first["end"] = first["end"] - 0.5
+    train.write_text("\n".join([json.dumps(first), *rows[1:]]) + "\n")
+    assert sft("--resume_from_checkpoint", "true") == 2
+    assert "train_sha256 changed" in capsys.readouterr().err
+    (out / "checkpoint-1" / "optimizer.pt").unlink()
+    (out / "checkpoint-1" / "run_fingerprint.json").unlink()
+    assert sft("--resume_from_checkpoint", "true") == 2
+    assert "holds no optimizer state" in capsys.readouterr().err
+
+
+def test_an_adapter_checkpoint_with_an_unexpected_key_is_an_error(tmp_path, tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+
+    from grounding_rl.update.resume import load_adapter_weights
+
+    def lora():
+        return get_peft_model(load_policy(str(tiny_model_dir)),
+                              LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+
+    lora().save_pretrained(tmp_path / "adapter")
+    load_adapter_weights(lora(), tmp_path / "adapter")  # intact: loads
+    path = tmp_path / "adapter" / "adapter_model.safetensors"
+    state = load_file(str(path))
+    key = next(iter(state))
+    state[key.replace("layers.0.", "layers.7.")] = state[key].clone()  # a layer the model does not have
+    save_file(state, str(path), metadata={"format": "pt"})
+    with pytest.raises(CheckpointLoadError, match="1 unexpected keys"):
+        load_adapter_weights(lora(), tmp_path / "adapter")
+    lora().save_pretrained(tmp_path / "adapter")
+    state = load_file(str(path))
+    state.pop(next(k for k in state if "lora_B" in k))
+    save_file(state, str(path), metadata={"format": "pt"})
+    with pytest.raises(CheckpointLoadError, match="1 missing keys: .*lora_B"):
+        load_adapter_weights(lora(), tmp_path / "adapter")
