@@ -339,21 +339,14 @@ def test_prefix_sharing_falls_back_with_one_warning(tmp_path, tiny_model_dir, vi
                                                              "no 4-D mask (supported: ('sdpa', 'eager'))")
 
 
-def test_video_first_queries_on_one_clip_share_one_prefill(noisy_tiny_model_dir, videos_dir, monkeypatch):
-    """Several queries about one clip with a video-first prompt: the system text, the video and the shared start of
-    the instruction are prefilled once (one row) and every query continues from that KV cache; the greedy answers
-    equal those of each query alone. With the query before the video (text-first), the clip is still encoded once."""
-    import grounding_rl.prompts.templates as templates
+def test_video_first_queries_on_one_clip_share_one_prefill(noisy_tiny_model_dir, videos_dir):
+    """Several queries about one clip with a video-first prompt (TimeLens's): the system text, the video and the
+    shared start of the instruction are prefilled once (one row) and every query continues from that KV cache; the
+    greedy answers equal those of each query alone. With the query before the video (ours), the clip is still encoded
+    once."""
     from grounding_rl.prompts.preprocessing import build_inputs
     from grounding_rl.rollout.generation import SamplingParams, generate_answers
     from grounding_rl.rollout.shared import shared_prefix_layout
-
-    text_first = templates.conversation
-
-    def video_first(query, template="default"):
-        turn = text_first(query, template)
-        turn[0]["content"] = turn[0]["content"][::-1]
-        return turn
 
     processor = load_processor(str(noisy_tiny_model_dir))
     model = load_policy(str(noisy_tiny_model_dir)).eval()
@@ -363,19 +356,18 @@ def test_video_first_queries_on_one_clip_share_one_prefill(noisy_tiny_model_dir,
     model.model.language_model.register_forward_pre_hook(
         lambda m, args, kwargs: prefill_rows.append(tuple(kwargs["inputs_embeds"].shape[:2])), with_kwargs=True)
     calls = VisionCalls(model)
-    for order, expect_layout in ((video_first, True), (text_first, False)):
-        monkeypatch.setattr(templates, "conversation", order)
-        inputs = build_inputs(processor, queries, [clip] * 3, share_videos=True)
+    for template, video_first in (("timelens", True), ("default", False)):
+        inputs = build_inputs(processor, queries, [clip] * 3, template, share_videos=True)
         layout = shared_prefix_layout(dict(inputs), inputs["video_index"])
-        assert (layout is not None) is expect_layout
+        assert (layout is not None) is video_first
         prefill_rows.clear()
         calls.calls.clear()
-        together = generate_answers(model, processor, queries, [clip] * 3, "default", SamplingParams.greedy(8))
+        together = generate_answers(model, processor, queries, [clip] * 3, template, SamplingParams.greedy(8))
         assert len(calls.calls) == 1  # one encoding for the three queries
-        if expect_layout:
+        if video_first:
             assert prefill_rows[0][0] == 1 and prefill_rows[0][1] == layout[2]  # the shared prefix, once
             assert layout[2] > int(inputs["mm_token_type_ids"][0].ne(0).sum())  # it holds the video tokens
-        alone = [generate_answers(model, processor, [q], [clip], "default", SamplingParams.greedy(8))[0]
+        alone = [generate_answers(model, processor, [q], [clip], template, SamplingParams.greedy(8))[0]
                  for q in queries]
         assert together == alone
         assert len(set(together)) > 1

@@ -313,8 +313,9 @@ def test_a_checkpoint_reloads_with_plain_transformers(tmp_path, tiny_model_dir, 
 
 def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_dir, videos_dir, monkeypatch):
     """steps_per_generation 2: one generation feeds two optimizer steps. Uninterrupted, steps 1-4 use parts 0, 1 of
-    generation A and 0, 1 of generation B. Resumed at checkpoint-2 (a generation boundary, the only kind written:
-    tests/test_resume.py), steps 3-4 generate once and use parts 0 then 1."""
+    generation A and 0, 1 of generation B. Checkpoints are written only between generations (save_steps 1 is
+    refused); resumed at checkpoint-2, steps 3-4 generate once, for the same clips as the uninterrupted run's second
+    generation, and train on parts 0 then 1."""
     import grounding_rl.update.trainer as trainer_module
 
     log = []
@@ -327,19 +328,21 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
 
     def prepare(self, batch):
         part = original_prepare(self, batch)
-        log.append(("train", self.state.global_step + 1, self._step % self.args.steps_per_generation,
-                    tuple(part["prompt_ids"][:, -1].tolist())))
+        log.append(("train", self.state.global_step + 1, self._step % self.args.steps_per_generation))
         return part
 
     monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_generate_and_score", generate)
     monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_prepare_inputs", prepare)
     dataset = make_dataset(videos_dir, names=(POOL, MAKEUP))
+    with pytest.raises(ValueError, match="save_steps 1 is not a multiple of the generation window of 2"):
+        make_args(tmp_path, steps_per_generation=2, save_strategy="steps", save_steps=1)
     common = dict(steps_per_generation=2, save_strategy="steps", save_steps=2, max_steps=4, save_only_model=False)
     make_trainer(tmp_path, tiny_model_dir, dataset, **common).train()
     full = list(log)
     generations = [entry for entry in full if entry[0] == "generate"]
     assert [g[1] for g in generations] == [0, 2]  # before steps 1 and 3
     assert [(e[1], e[2]) for e in full if e[0] == "train"] == [(1, 0), (2, 1), (3, 0), (4, 1)]
+    assert generations[0][2] != generations[1][2]  # the second epoch draws another order
 
     log.clear()
     make_trainer(tmp_path, tiny_model_dir, dataset, **{**common, "output_dir": str(tmp_path / "b")}).train(
