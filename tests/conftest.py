@@ -71,3 +71,27 @@ def varied_reward(completions, **columns):
     """A reward with spread inside every group (a random tiny model never earns IoU/format rewards, which would leave
     every advantage at 0). Loadable as ``tests/conftest.py:varied_reward`` in ``reward_funcs``."""
     return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
+
+
+@pytest.fixture(scope="session")
+def qwen3_processor_dir(shared) -> Path:
+    """Real Qwen3-VL-8B-Instruct config, processor, tokenizer and chat template files (no weights)."""
+    return shared / "models" / "Qwen3-VL-8B-Instruct"
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_model_dir(tmp_path_factory, qwen3_processor_dir) -> Path:
+    """A random-weight tiny Qwen3-VL (DeepStack kept) with the real Qwen3-VL processor (built once per session)."""
+    from grounding_rl.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3"), like=qwen3_processor_dir, seed=0)
+
+
+# Tiny models of each family, for tests parametrized over families (``family_model_dir``).
+FAMILY_MODEL_FIXTURES = {"qwen2_5_vl": "tiny_model_dir", "qwen3_vl": "tiny_qwen3_model_dir"}
+
+
+@pytest.fixture(params=sorted(FAMILY_MODEL_FIXTURES))
+def family_model_dir(request) -> Path:
+    """The tiny model of each family in turn (the test's id names the family)."""
+    return request.getfixturevalue(FAMILY_MODEL_FIXTURES[request.param])

@@ -58,7 +58,20 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
         changed["prompt_template"] = prompt_template
     if changed:
         source += f"; overridden on the command line: {', '.join(sorted(changed))}"
+    family = _family(model_dir)
+    if family is not None:  # frames sized for the checkpoint's vision tower
+        config = dataclasses.replace(config, video=family.video_settings(config.video))
     return config, source
+
+
+def _family(model_dir):
+    """The checkpoint's model family, or None when its config cannot be read here (the model load reports it)."""
+    from grounding_rl.family import family_of_checkpoint
+
+    try:
+        return family_of_checkpoint(model_dir)
+    except OSError:
+        return None
 
 
 def add_preprocessing_overrides(parser) -> None:
@@ -75,4 +88,5 @@ def describe_config(config: GroundingConfig) -> str:
     """One line: template and video settings, for logs and reports."""
     v = config.video
     return (f"prompt_template={config.prompt_template} fps={v.fps} min_pixels={v.min_pixels} "
-            f"max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}]")
+            f"max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
+            f"pixel_factor={v.pixel_factor}")
