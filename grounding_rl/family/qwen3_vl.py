@@ -85,8 +85,9 @@ class Qwen3VLFamily(Family):
             bos_token_id=token_ids["bos_token_id"], eos_token_id=token_ids["eos_token_id"],
             pad_token_id=token_ids["pad_token_id"], dtype="float32",
         )
-        if "num_experts" in text:  # qwen3_vl_moe
-            text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=max(8, intermediate_size // 2),
+        if hasattr(like.text_config, "num_experts"):  # qwen3_vl_moe (stored as num_local_experts in 5.24)
+            text.pop("num_experts", None)
+            text.update(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=max(8, intermediate_size // 2),
                         decoder_sparse_step=1, mlp_only_layers=[])
         text.pop("rope_scaling", None)
         vision = real_vision.to_dict()
