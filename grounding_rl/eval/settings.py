@@ -65,12 +65,15 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
 
 
 def _family(model_dir):
-    """The checkpoint's model family, or None when its config cannot be read here (the model load reports it)."""
+    """The checkpoint's model family, or None when it has no readable ``config.json`` here (the model load reports
+    that). A folder whose ``config.json`` names an unsupported ``model_type`` raises ValueError."""
     from grounding_rl.family import family_of_checkpoint
 
-    try:
+    if Path(model_dir).is_dir():
+        return family_of_checkpoint(model_dir) if (Path(model_dir) / "config.json").is_file() else None
+    try:  # a hub id: its cached config, if any
         return family_of_checkpoint(model_dir)
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 

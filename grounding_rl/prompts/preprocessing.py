@@ -211,3 +211,28 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
         features["pixel_values_videos"] = torch.cat([pixels[offsets[row]:offsets[row + 1]] for _, row in first])
         features["video_index"] = torch.tensor(index, dtype=torch.long)
     return features
+
+
+def prompt_text(processor, input_ids, attention_mask=None) -> str:
+    """One prompt row as the model sees it, readable: the decoded tokens (special tokens and Qwen3-VL's textual
+    timestamps kept, left padding dropped), each run of video placeholder tokens collapsed to
+    ``<|video_pad|>×N``.
+
+    Args:
+        processor: the processor that made the row.
+        input_ids: (L,) token ids of one row (from :func:`build_inputs`).
+        attention_mask: (L,) mask; None = every token is real.
+    """
+    import itertools
+
+    tokenizer = processor.tokenizer
+    ids = [int(i) for i in input_ids]
+    if attention_mask is not None:
+        ids = [i for i, keep in zip(ids, attention_mask) if int(keep)]
+    video = getattr(processor, "video_token", None) or "<|video_pad|>"
+    video_id = tokenizer.convert_tokens_to_ids(video)
+    parts = []
+    for is_video, run in itertools.groupby(ids, key=lambda i: i == video_id):
+        run = list(run)
+        parts.append(f"{video}×{len(run)}" if is_video else tokenizer.decode(run, skip_special_tokens=False))
+    return "".join(parts)
