@@ -24,7 +24,15 @@ DEFAULT = (
     "17.83</answer>."
 )
 
-TEMPLATES: dict[str, str] = {"default": DEFAULT, "timezero": TIMEZERO}
+# TimeLens's grounding prompt for Qwen3-VL models (TencentARC/TimeLens evaluation/utils.py GROUNDER_PROMPT and
+# training/data/grounding.py GROUNDING_PROMPT, verbatim; '{}' is the query). Thinking-free: the answer is
+# "The event happens in <start time> - <end time> seconds".
+TIMELENS = (
+    "Please find the visual event described by the sentence '[EVENT]', determining its starting and ending times. "
+    "The format should be: 'The event happens in <start time> - <end time> seconds'."
+)
+
+TEMPLATES: dict[str, str] = {"default": DEFAULT, "timezero": TIMEZERO, "timelens": TIMELENS}
 
 # The think text of SFT targets: short and generic (the localisation is learned from the video, not the reasoning).
 DEFAULT_THINK = "The event is visible in the video, so I find when it starts and ends."
