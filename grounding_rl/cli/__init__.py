@@ -27,7 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: grounding-rl SUBCOMMAND [options]   (grounding-rl SUBCOMMAND --help for its options)", "",
-             "Video temporal grounding with GRPO on Qwen2.5-VL.", "", "subcommands:"]
+             "Video temporal grounding with GRPO on Qwen2.5-VL and Qwen3-VL.", "", "subcommands:"]
     lines += [f"  {name:<12} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
