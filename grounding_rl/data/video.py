@@ -353,7 +353,3 @@ def resize_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     out = torch.nn.functional.interpolate(tensor, size=(height, width), mode="bicubic", antialias=True)
     return out.permute(0, 2, 3, 1).contiguous().numpy()
 
-
-def seconds_per_grid(video: SampledVideo, temporal_patch_size: int = 2) -> float:
-    """Qwen2.5-VL's ``second_per_grid_ts`` for this clip: temporal_patch_size / sampled_fps (1.0 at 2 fps)."""
-    return temporal_patch_size / video.sampled_fps

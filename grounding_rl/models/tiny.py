@@ -46,7 +46,8 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
         seed: torch seed for the random weights.
         like: a real model folder (``config.json`` plus processor, tokenizer and chat template files, e.g.
             ``../shared/models/Qwen3-VL-8B-Instruct``): its family and architecture at tiny size, with its processor.
-            Overrides ``tokenizer``.
+            With ``tokenizer="local"`` the processor keeps ``like``'s image/video settings and chat template around
+            a locally trained BPE tokenizer (a small vocabulary, as the demo's); otherwise ``tokenizer`` is ignored.
         sizes: overrides for the family's ``tiny_config`` (hidden_size, num_layers, ...; None values ignored).
 
     Returns:
@@ -65,14 +66,20 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
         real = AutoConfig.from_pretrained(str(like), trust_remote_code=False)
         family = family_of(real)
         processor = AutoProcessor.from_pretrained(str(like), trust_remote_code=False)
-        text = getattr(real, "text_config", real)
-        token_ids = dict(
-            bos_token_id=getattr(text, "bos_token_id", None) or QWEN_TOKEN_IDS["bos_token_id"],
-            eos_token_id=_first(getattr(text, "eos_token_id", None)) or QWEN_TOKEN_IDS["eos_token_id"],
-            pad_token_id=processor.tokenizer.pad_token_id or QWEN_TOKEN_IDS["pad_token_id"],
-            **{k: getattr(real, k) for k in ("vision_start_token_id", "vision_end_token_id", "image_token_id",
-                                             "video_token_id")},
-        )
+        if str(tokenizer) == "local":
+            from grounding_rl.models.tiny_tokenizer import build_processor
+
+            processor = build_processor(like=processor)
+            token_ids = processor.token_ids
+        else:
+            text = getattr(real, "text_config", real)
+            token_ids = dict(
+                bos_token_id=getattr(text, "bos_token_id", None) or QWEN_TOKEN_IDS["bos_token_id"],
+                eos_token_id=_first(getattr(text, "eos_token_id", None)) or QWEN_TOKEN_IDS["eos_token_id"],
+                pad_token_id=processor.tokenizer.pad_token_id or QWEN_TOKEN_IDS["pad_token_id"],
+                **{k: getattr(real, k) for k in ("vision_start_token_id", "vision_end_token_id", "image_token_id",
+                                                 "video_token_id")},
+            )
     elif tokenizer is not None:
         family = QWEN2_5_VL
         processor = AutoProcessor.from_pretrained(str(tokenizer))
@@ -139,7 +146,8 @@ def ensure_from_config(config_path: str | Path, overrides: list[str] | None = No
     out = Path(resolve_config_path(target))
     if (out / "config.json").is_file():
         return out
-    tokenizer = resolve_config_path(spec.get("tokenizer")) if spec.get("tokenizer") else None
+    tokenizer = spec.get("tokenizer")
+    tokenizer = resolve_config_path(tokenizer) if tokenizer and tokenizer != "local" else tokenizer
     like = resolve_config_path(spec.get("like")) if spec.get("like") else None
     sizes = {k: spec[k] for k in SIZE_KEYS if k in spec}
     print(f"tiny-model: building {out} (like: {like or '-'}, tokenizer: {tokenizer or like or 'trained locally'})",

@@ -128,13 +128,17 @@ def special_token_ids(tokenizer) -> dict[str, int]:
     return ids
 
 
-def build_processor(vocab_size: int = VOCAB_SIZE, min_pixels: int = 3136, max_pixels: int = 12845056):
-    """A ``Qwen2_5_VLProcessor`` around the locally trained tokenizer, with Qwen's image/video processor settings.
+def build_processor(vocab_size: int = VOCAB_SIZE, min_pixels: int = 3136, max_pixels: int = 12845056, like=None):
+    """A ``Qwen2_5_VLProcessor`` around the locally trained tokenizer, with Qwen's image/video processor settings; or,
+    with ``like`` (a loaded processor of a real model folder), a processor of ``like``'s class with its image/video
+    processors and chat template around the locally trained tokenizer (e.g. a Qwen3-VL processor with a small
+    vocabulary).
 
     Args:
         vocab_size: BPE vocabulary bound (see :func:`train_bpe`).
         min_pixels, max_pixels: the image/video processors' resize bounds (Qwen2.5-VL's defaults; our pipeline passes
-            frames already resized, ``do_resize=False``).
+            frames already resized, ``do_resize=False``). Ignored with ``like``.
+        like: a real processor whose class, image/video processors and chat template are kept.
 
     Returns:
         the processor, with ``processor.token_ids`` (dict: bos/eos/pad/vision_start/vision_end/image/video ids, keys as
@@ -145,6 +149,11 @@ def build_processor(vocab_size: int = VOCAB_SIZE, min_pixels: int = 3136, max_pi
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
     tokenizer = build_tokenizer(vocab_size)
+    if like is not None:
+        processor = type(like)(image_processor=like.image_processor, tokenizer=tokenizer,
+                               video_processor=like.video_processor, chat_template=like.chat_template)
+        processor.token_ids = special_token_ids(tokenizer)
+        return processor
     size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
     mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
     processor = Qwen2_5_VLProcessor(
