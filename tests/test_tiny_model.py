@@ -190,3 +190,20 @@ def test_like_a_synthetic_qwen3_moe(tmp_path, qwen3_processor_dir, videos_dir):
     answers = generate_answers(model, processor, ["q one.", "q two."], [video, video], "default",
                                SamplingParams.greedy(4))
     assert len(answers) == 2 and all(isinstance(a, str) for a in answers)
+
+
+def test_like_qwen3_with_the_local_tokenizer(tmp_path, qwen3_processor_dir):
+    """``tokenizer: local`` with ``like``: the Qwen3-VL architecture and processor settings, the small BPE vocabulary
+    (the demo's), and the BPE vocabulary does not depend on which templates exist beyond the corpus's two."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from grounding_rl.models.tiny_tokenizer import build_tokenizer
+
+    out = build_tiny_model(tmp_path / "q3bpe", tokenizer="local", like=qwen3_processor_dir, num_layers=3)
+    processor = AutoProcessor.from_pretrained(out)
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    assert type(processor).__name__ == "Qwen3VLProcessor" and processor.video_processor.patch_size == 16
+    assert len(processor.tokenizer) == len(build_tokenizer()) < 1000
+    assert processor.chat_template == AutoProcessor.from_pretrained(qwen3_processor_dir).chat_template
+    assert model.config.video_token_id == processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    assert len(model.model.visual.deepstack_merger_list) == 3

@@ -4,7 +4,8 @@ Used by ``grounding-rl tiny-model`` when no real tokenizer is given, so the demo
 of about a thousand tokens (the real one has 151,665, whose embedding and output layer would dominate a tiny model's
 compute). The pipeline is Qwen2's own (:class:`transformers.Qwen2Tokenizer`: NFC, the Qwen2 split regex that keeps
 every digit a token of its own, byte-level BPE), only the merges are learned here, from the text the demo needs:
-both prompt templates, Qwen's default system prompt, the demo queries, the think/answer tags and the SFT target.
+the ``default`` and ``timezero`` prompt templates (:data:`CORPUS_TEMPLATES`: fixed, so templates added later leave the
+demo's tokenizer and its measured results unchanged), Qwen's default system prompt, the demo queries, the think/answer tags and the SFT target.
 Special tokens follow the BPE vocabulary in Qwen's order, so ``<|endoftext|>`` is id ``V``, ``<|im_start|>`` ``V+1``,
 and so on (:data:`SPECIAL_TOKENS`).
 """
@@ -45,13 +46,16 @@ EXTRA_TEXT = (
 VOCAB_SIZE = 4096
 
 
+CORPUS_TEMPLATES = ("default", "timezero")
+
+
 def training_corpus() -> list[str]:
     """The texts the tokenizer is trained on (see the module docstring); deterministic."""
     from grounding_rl.data.demo import demo_queries
-    from grounding_rl.prompts.templates import TEMPLATES, answer_text, instruction
+    from grounding_rl.prompts.templates import answer_text, instruction
 
     texts = list(EXTRA_TEXT)
-    for name in sorted(TEMPLATES):
+    for name in CORPUS_TEMPLATES:
         texts += [instruction(q, name) for q in demo_queries()]
     texts += demo_queries()
     texts += [answer_text(a / 2, b / 2) for a in range(0, 40, 3) for b in range(a + 1, 41, 4)]
