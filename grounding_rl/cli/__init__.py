@@ -20,7 +20,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
     "baseline": ("grounding_rl.eval.baseline", "predict the training set's mean normalized interval (a prior)"),
     "compare": ("grounding_rl.eval.compare", "one table of several runs' metrics"),
-    "tiny-model": ("grounding_rl.models.tiny", "build a random-weight tiny Qwen-VL model (--like FOLDER) for tests and the demo"),
+    "tiny-model": ("grounding_rl.models.tiny",
+                   "build a random-weight tiny Qwen-VL model (--like FOLDER) for tests and the demo"),
     "demo-data": ("grounding_rl.data.demo", "write procedural demo clips and splits"),
 }
 

@@ -41,7 +41,9 @@ class Family:
 
     def video_settings(self, settings: VideoSettings) -> VideoSettings:
         """``settings`` with this family's pixel factor (frames sized for its vision tower)."""
-        return settings if settings.pixel_factor == self.pixel_factor else replace(settings, pixel_factor=self.pixel_factor)
+        if settings.pixel_factor == self.pixel_factor:
+            return settings
+        return replace(settings, pixel_factor=self.pixel_factor)
 
     def video_metadata(self, video: SampledVideo):
         """The ``transformers.video_utils.VideoMetadata`` of a sampled clip for this family's processor."""

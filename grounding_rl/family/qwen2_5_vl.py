@@ -31,14 +31,14 @@ class Qwen25VLFamily(Family):
         return BaseModelOutputWithPooling(pooler_output=tuple(pooled[u] for u in rows))
 
     def tiny_config(self, vocab_size: int, token_ids: dict, like=None, hidden_size: int = 64, num_layers: int = 2,
-                    num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 128, vision_hidden_size: int = 32,
-                    vision_depth: int = 2, vision_heads: int = 2, tie_word_embeddings: bool = True):
+                    num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 128,
+                    vision_hidden_size: int = 32, vision_depth: int = 2, vision_heads: int = 2, tie_word_embeddings: bool = True):
         """A ``Qwen2_5_VLConfig`` with the real model's structure at tiny width and depth (``like``, the real config, is
         not needed: the structure is written out here).
 
         ``mrope_section`` keeps the real model's 1:1.5:1.5 split of the rotary half-dimension (16, 24, 24 of 64) scaled
-        to ``head_dim / 2``. The vision tower keeps window attention with its last block global (like blocks 7/15/23/31 of
-        the real one), ``tokens_per_second`` 2 and temporal patch 2.
+        to ``head_dim / 2``. The vision tower keeps window attention with its last block global (like blocks
+        7/15/23/31 of the real one), ``tokens_per_second`` 2 and temporal patch 2.
 
         Raises:
             ValueError: hidden_size not divisible by num_heads, or head_dim / 2 < 4.

@@ -87,7 +87,8 @@ class Qwen3VLFamily(Family):
         )
         if hasattr(like.text_config, "num_experts"):  # qwen3_vl_moe (stored as num_local_experts in 5.24)
             text.pop("num_experts", None)
-            text.update(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=max(8, intermediate_size // 2),
+            text.update(num_local_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=max(8, intermediate_size // 2),
                         decoder_sparse_step=1, mlp_only_layers=[])
         text.pop("rope_scaling", None)
         vision = real_vision.to_dict()

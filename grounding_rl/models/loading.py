@@ -29,7 +29,8 @@ def load_processor(path: str, revision: str | None = None):
 
 def load_policy(path: str, dtype: str | None = None, attn_implementation: str | None = None,
                 revision: str | None = None):
-    """The trainable policy: ``AutoModelForImageTextToText.from_pretrained`` (any family of :mod:`grounding_rl.family`), remote code disabled.
+    """The trainable policy: ``AutoModelForImageTextToText.from_pretrained`` (any family of
+    :mod:`grounding_rl.family`), remote code disabled.
 
     Args:
         path: local folder or hub id (offline runs need a local folder).

@@ -34,13 +34,14 @@ def tiny_config(vocab_size: int, token_ids: dict, **sizes):
     return QWEN2_5_VL.tiny_config(vocab_size, token_ids, **sizes)
 
 
-def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed: int = 0, like: str | Path | None = None,
-                     **sizes) -> Path:
+def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed: int = 0,
+                     like: str | Path | None = None, **sizes) -> Path:
     """Build and save a random-weight tiny Qwen-VL model and its processor into ``out``.
 
     Args:
         out: output directory (created).
-        tokenizer: a folder with Qwen2.5-VL tokenizer/processor files (e.g. ``../shared/models/Qwen2.5-VL-7B-Instruct``);
+        tokenizer: a folder with Qwen2.5-VL tokenizer/processor files (e.g.
+            ``../shared/models/Qwen2.5-VL-7B-Instruct``);
             None (and no ``like``) trains a small byte-level BPE tokenizer locally
             (:mod:`grounding_rl.models.tiny_tokenizer`). Builds a tiny Qwen2.5-VL.
         seed: torch seed for the random weights.

@@ -5,7 +5,8 @@ of about a thousand tokens (the real one has 151,665, whose embedding and output
 compute). The pipeline is Qwen2's own (:class:`transformers.Qwen2Tokenizer`: NFC, the Qwen2 split regex that keeps
 every digit a token of its own, byte-level BPE), only the merges are learned here, from the text the demo needs:
 the ``default`` and ``timezero`` prompt templates (:data:`CORPUS_TEMPLATES`: fixed, so templates added later leave the
-demo's tokenizer and its measured results unchanged), Qwen's default system prompt, the demo queries, the think/answer tags and the SFT target.
+demo's tokenizer and its measured results unchanged), Qwen's default system prompt, the demo queries, the
+think/answer tags and the SFT target.
 Special tokens follow the BPE vocabulary in Qwen's order, so ``<|endoftext|>`` is id ``V``, ``<|im_start|>`` ``V+1``,
 and so on (:data:`SPECIAL_TOKENS`).
 """

@@ -4,7 +4,8 @@ A batch is a flat dict. Row-aligned entries (first dimension B): ``prompt_ids``,
 ``mm_token_type_ids`` (B, P), the family's per-row video tensors (``video_grid_thw`` (B, 3); Qwen2.5-VL's
 ``second_per_grid_ts`` (B,)), ``completion_ids``, ``completion_mask`` (B, C), ``advantages`` (B,),
 ``old_logps``/``ref_logps`` (B, C) and per-row lists. The one exception is ``pixel_values_videos`` (Σ_i t_i·h_i·w_i,
-3·2·patch²): row i owns ``prod(video_grid_thw[i])`` consecutive patch rows. Scalars (``num_items_in_batch``) are shared by all rows.
+3·2·patch²): row i owns ``prod(video_grid_thw[i])`` consecutive patch rows. Scalars (``num_items_in_batch``) are
+shared by all rows.
 
 Shared videos (``share_video_encoding``): the batch also holds ``video_index`` (B,) long — the distinct clip
 each row uses — and ``pixel_values_videos`` then holds the patches of the U distinct clips only, clip u owning
