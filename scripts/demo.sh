@@ -5,7 +5,8 @@
 #
 #   bash scripts/demo.sh [--key value ...]      (extra arguments go to the GRPO stage, e.g. --max_steps 40)
 #
-# Variables: DEMO_DIR (data, default data/demo), OUT (default outputs/demo), SEED (default 0).
+# Variables: DEMO_DIR (data, default data/demo), OUT (default outputs/demo), SEED (default 0), DEMO_FAMILY
+# (qwen2_5_vl, default, or qwen3_vl: a tiny Qwen3-VL with configs/demo_{sft,grpo}_qwen3_vl.yaml).
 # Runs scripts/setup.sh first when .venv is missing. Everything is rebuilt from scratch in OUT on each run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,6 +20,11 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREAD
 DEMO_DIR="${DEMO_DIR:-data/demo}"
 OUT="${OUT:-outputs/demo}"
 SEED="${SEED:-0}"
+case "${DEMO_FAMILY:-qwen2_5_vl}" in
+  qwen2_5_vl) SFT_CONFIG=configs/demo_sft.yaml GRPO_CONFIG=configs/demo_grpo.yaml ;;
+  qwen3_vl) SFT_CONFIG=configs/demo_sft_qwen3_vl.yaml GRPO_CONFIG=configs/demo_grpo_qwen3_vl.yaml ;;
+  *) echo "DEMO_FAMILY must be qwen2_5_vl or qwen3_vl (got ${DEMO_FAMILY})" >&2; exit 2 ;;
+esac
 GRL=("$PY" -m grounding_rl.cli)
 start=$(date +%s)
 stage() { echo; echo "== demo [$(( $(date +%s) - start )) s] $*"; }
@@ -29,14 +35,14 @@ stage "1/6 demo data ($DEMO_DIR, seed $SEED)"
 stage "2/6 tiny model ($OUT/tiny-model)"
 rm -rf "$OUT"
 common=(--train_file "$DEMO_DIR/train.jsonl" --seed "$SEED")
-"${GRL[@]}" tiny-model --from-config configs/demo_sft.yaml --model_name_or_path "$OUT/tiny-model"
+"${GRL[@]}" tiny-model --from-config "$SFT_CONFIG" --model_name_or_path "$OUT/tiny-model"
 
 stage "3/6 SFT warm start ($OUT/sft)"
-"${GRL[@]}" sft --config configs/demo_sft.yaml "${common[@]}" --model_name_or_path "$OUT/tiny-model" \
+"${GRL[@]}" sft --config "$SFT_CONFIG" "${common[@]}" --model_name_or_path "$OUT/tiny-model" \
   --output_dir "$OUT/sft"
 
 stage "4/6 GRPO ($OUT/grpo)"
-"${GRL[@]}" train --config configs/demo_grpo.yaml "${common[@]}" --model_name_or_path "$OUT/sft" \
+"${GRL[@]}" train --config "$GRPO_CONFIG" "${common[@]}" --model_name_or_path "$OUT/sft" \
   --output_dir "$OUT/grpo" "$@"
 
 stage "5/6 evaluation on $DEMO_DIR/test.jsonl"

@@ -73,14 +73,13 @@ def varied_reward(completions, **columns):
     return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
 
 
-@pytest.fixture(scope="session")
-def noisy_tiny_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny model with its matrices re-drawn from N(0, 0.3): the greedy answers then depend on the clip and the
-    query (the plain tiny model answers newlines to everything), so comparisons between runs have teeth."""
+def make_noisy_model(tiny_model_dir: Path, out: Path) -> Path:
+    """Save into ``out`` the tiny model with its matrices re-drawn from N(0, 0.3): the greedy answers then depend on
+    the clip and the query (the plain tiny model answers newlines to everything), so comparisons between runs have
+    teeth."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    out = tmp_path_factory.mktemp("noisy_model")
     model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -90,3 +89,33 @@ def noisy_tiny_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     model.save_pretrained(out)
     AutoProcessor.from_pretrained(tiny_model_dir).save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def noisy_tiny_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The Qwen2.5-VL tiny model made noisy (:func:`make_noisy_model`)."""
+    return make_noisy_model(tiny_model_dir, tmp_path_factory.mktemp("noisy_model"))
+
+
+@pytest.fixture(scope="session")
+def qwen3_processor_dir(shared) -> Path:
+    """Real Qwen3-VL-8B-Instruct config, processor, tokenizer and chat template files (no weights)."""
+    return shared / "models" / "Qwen3-VL-8B-Instruct"
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_model_dir(tmp_path_factory, qwen3_processor_dir) -> Path:
+    """A random-weight tiny Qwen3-VL (DeepStack kept) with the real Qwen3-VL processor (built once per session)."""
+    from grounding_rl.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3"), like=qwen3_processor_dir, seed=0)
+
+
+# Tiny models of each family, for tests parametrized over families (``family_model_dir``).
+FAMILY_MODEL_FIXTURES = {"qwen2_5_vl": "tiny_model_dir", "qwen3_vl": "tiny_qwen3_model_dir"}
+
+
+@pytest.fixture(params=sorted(FAMILY_MODEL_FIXTURES))
+def family_model_dir(request) -> Path:
+    """The tiny model of each family in turn (the test's id names the family)."""
+    return request.getfixturevalue(FAMILY_MODEL_FIXTURES[request.param])

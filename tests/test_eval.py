@@ -35,9 +35,13 @@ def _env() -> dict:
     return env
 
 
-@pytest.fixture(scope="module")
-def noisy_model_dir(noisy_tiny_model_dir) -> Path:
-    return noisy_tiny_model_dir
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl"])
+def noisy_model_dir(request, tmp_path_factory) -> Path:
+    """The tiny model of each family, made noisy (``conftest.make_noisy_model``)."""
+    from conftest import FAMILY_MODEL_FIXTURES, make_noisy_model
+
+    tiny_model_dir = request.getfixturevalue(FAMILY_MODEL_FIXTURES[request.param])
+    return make_noisy_model(tiny_model_dir, tmp_path_factory.mktemp("noisy_model"))
 
 
 def _eval(model, data, out, *extra) -> int:
@@ -132,7 +136,8 @@ def test_resolve_config_precedence(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ end to end
-def test_eval_writes_all_files_with_the_right_keys(tiny_model_dir, videos_dir, tmp_path, capsys):
+def test_eval_writes_all_files_with_the_right_keys(family_model_dir, videos_dir, tmp_path, capsys):
+    tiny_model_dir = family_model_dir
     out = tmp_path / "out"
     assert _eval(tiny_model_dir, videos_dir / "annotations.jsonl", out) == 0
     stdout = capsys.readouterr().out
@@ -399,16 +404,18 @@ def generate_answers(model, processor, queries, clips, template, max_new_tokens)
     return answers(model, processor, queries, clips, template, SamplingParams.greedy(max_new_tokens))
 
 
-def _clips(videos_dir):
+def _clips(videos_dir, model):
     from grounding_rl.data.video import sample_frames
+    from grounding_rl.family import family_of
 
-    return [sample_frames(videos_dir / name, VideoSettings(fps=1.0, max_pixels=28 * 28 * 16, min_pixels=28 * 28 * 4))
-            for name in ("charades_OHOFG.mp4", "mmaction2_eye_makeup.avi")]
+    settings = family_of(model).video_settings(VideoSettings(fps=1.0, max_pixels=28 * 28 * 16,
+                                                             min_pixels=28 * 28 * 4))
+    return [sample_frames(videos_dir / name, settings) for name in ("charades_OHOFG.mp4", "mmaction2_eye_makeup.avi")]
 
 
 def test_generation_ignores_sampling_defaults_of_the_checkpoint(noisy_model_dir, videos_dir):
     model, processor = load_model(noisy_model_dir)
-    clips, queries = _clips(videos_dir), ["person sits down", "eye makeup"]
+    clips, queries = _clips(videos_dir, model), ["person sits down", "eye makeup"]
     greedy = generate_answers(model, processor, queries, clips, "default", 12)
     model.generation_config.do_sample = True  # Qwen2.5-VL's generation_config.json says so
     model.generation_config.temperature = 1.0
@@ -420,7 +427,7 @@ def test_generation_ignores_sampling_defaults_of_the_checkpoint(noisy_model_dir,
 
 def test_generation_ignores_the_checkpoint_repetition_penalty(tiny_model_dir, videos_dir):
     model, processor = load_model(tiny_model_dir)
-    clips = _clips(videos_dir)[:1]
+    clips = _clips(videos_dir, model)[:1]
     greedy = generate_answers(model, processor, ["person sits down"], clips, "default", 12)
     assert len(set(greedy[0])) == 1  # the plain tiny model repeats one token: a penalty would change that
     model.generation_config.repetition_penalty = 5.0  # Qwen2.5-VL ships 1.05

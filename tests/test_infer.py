@@ -167,3 +167,24 @@ def test_an_unwritable_plot_is_a_warning_after_the_answer(fake_model, videos_dir
     assert "interval: 1.50 s to 7.50 s" in captured.out  # the answer is printed
     warnings = [line for line in captured.err.splitlines() if "no plot written" in line]
     assert len(warnings) == 1 and "a_file" in warnings[0] and "Traceback" not in captured.err
+def test_print_prompt_shows_what_the_model_is_given(family_model_dir, videos_dir, capsys):
+    """Either family: the printed prompt is the decoded model input (special tokens, the query, video tokens as a
+    count; Qwen3-VL's textual timestamps = the frames' true times), and inference still answers."""
+    from grounding_rl.family import family_of_checkpoint
+
+    rc = inf.main(["--model", str(family_model_dir), "--video", str(videos_dir / "mmaction2_eye_makeup.avi"),
+                   "--query", QUERIES[0], "--print-prompt", "--fps", "2", "--max-pixels", str(32 * 32 * 4),
+                   "--min-pixels", str(32 * 32 * 4), "--max-new-tokens", "4"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    prompt = out.split(f"infer: prompt for {QUERIES[0]!r}:\n", 1)[1].split("<|im_start|>assistant\n", 1)[0]
+    assert prompt.startswith("<|im_start|>") and QUERIES[0] in prompt
+    counts = [int(n) for n in __import__("re").findall(r"<\|video_pad\|>×(\d+)", prompt)]
+    if family_of_checkpoint(family_model_dir).name == "qwen3_vl":
+        # 12 frames at 0, 0.48, 1.0, 1.52, ... s: one block of 2 tokens (64x32 frames) per pair, after its time
+        assert counts == [2] * 6
+        assert "<0.2 seconds><|vision_start|><|video_pad|>×2<|vision_end|><1.3 seconds>" in prompt
+    else:
+        assert counts == [12]  # one run: 12 frames of 28x56 → 6 temporal patches × (2·4 patches / 4)
+        assert "seconds>" not in prompt and "<|vision_start|><|video_pad|>×12<|vision_end|>" in prompt
+    assert "[1] " + QUERIES[0] in out  # the answer follows

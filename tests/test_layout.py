@@ -1,15 +1,15 @@
 """The package's stages import one way, in data-flow order (README, "Layout"): no module imports from a later stage.
 
-The order: base modules (``grounding_rl/__init__.py``, ``paths.py``, ``errors.py``) → ``data`` → ``prompts`` →
-``models`` → ``rollout`` → ``reward`` → ``update`` → ``eval`` → ``cli``. Every import of ``grounding_rl.…`` in the
-package, also inside functions, is read with ``ast``.
+The order: base modules (``grounding_rl/__init__.py``, ``paths.py``, ``errors.py``) → ``data`` → ``family`` →
+``prompts`` → ``models`` → ``rollout`` → ``reward`` → ``update`` → ``eval`` → ``cli``. Every import of
+``grounding_rl.…`` in the package, also inside functions, is read with ``ast``.
 """
 import ast
 from pathlib import Path
 
 import grounding_rl
 
-ORDER = ("data", "prompts", "models", "rollout", "reward", "update", "eval", "cli")
+ORDER = ("data", "family", "prompts", "models", "rollout", "reward", "update", "eval", "cli")
 BASE = {"__init__", "paths", "errors"}
 PACKAGE = Path(grounding_rl.__file__).parent
 

@@ -56,6 +56,9 @@ with open(f"{sys.argv[1]}.rank{report['rank']}.json", "w") as f:
 '''
 
 
+CONFIGS = {"qwen2_5_vl": "tiny_real_clips.yaml", "qwen3_vl": "tiny_real_clips_qwen3_vl.yaml"}
+
+
 def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=None):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
@@ -65,7 +68,7 @@ def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=No
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
     accelerate = Path(sys.executable).parent / "accelerate"
     cmd = [str(accelerate), "launch", *launcher_args, str(worker), str(report),
-           "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"),
+           "--config", str(REPO_ROOT / "configs" / CONFIGS[_family(tiny_model_dir)]),
            "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
            "--reward_funcs", REWARD_SPEC, "--reward_weights", "1.0", "--learning_rate", "1e-3",
            "--max_completion_length", "8", "--max_steps", "2", *train_args]
@@ -75,8 +78,15 @@ def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=No
     return files, proc
 
 
+def _family(model_dir) -> str:
+    from grounding_rl.family import family_of_checkpoint
+
+    return family_of_checkpoint(model_dir).name
+
+
 @pytest.mark.slow
-def test_two_processes_zero3_with_reference_model(tmp_path, tiny_model_dir, videos_dir):
+def test_two_processes_zero3_with_reference_model(tmp_path, family_model_dir, videos_dir):
+    tiny_model_dir = family_model_dir
     files, _ = _launch(tmp_path, tiny_model_dir,
                        ["--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"),
                         "--num_processes", "2"],
@@ -97,7 +107,8 @@ def test_two_processes_zero3_with_reference_model(tmp_path, tiny_model_dir, vide
 
 
 @pytest.mark.slow
-def test_one_process_lora_uses_adapter_free_base_as_reference(tmp_path, tiny_model_dir, videos_dir):
+def test_one_process_lora_uses_adapter_free_base_as_reference(tmp_path, family_model_dir, videos_dir):
+    tiny_model_dir = family_model_dir
     files, _ = _launch(tmp_path, tiny_model_dir, ["--num_processes", "1"],
                        ["--beta", "0.04", "--use_peft", "--lora_r", "4", "--lora_alpha", "8",
                         "--lora_target_modules", "q_proj", "v_proj"], timeout=300)
@@ -124,7 +135,8 @@ def test_one_process_lora_uses_adapter_free_base_as_reference(tmp_path, tiny_mod
     k_key = q_key.replace("q_proj", "k_proj")
     assert not torch.equal(weights[q_key], base[q_key])  # the trained adapter is in the merged weights
     assert torch.equal(weights[k_key], base[k_key])  # modules without an adapter are untouched
-    assert type(AutoModelForImageTextToText.from_pretrained(merged)).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    architecture = json.loads((tiny_model_dir / "config.json").read_text())["architectures"]
+    assert [type(AutoModelForImageTextToText.from_pretrained(merged)).__name__] == architecture
 
 
 @pytest.mark.slow

@@ -19,7 +19,10 @@ CONFIGS = REPO_ROOT / "configs"
 # ties its input and output embeddings, counted once).
 SIZE_7B = (8.28e9, 8.30e9)  # measured 8,292,166,656
 SIZE_3B = (3.75e9, 3.76e9)  # measured 3,754,622,976
+SIZE_8B = (8_767_123_696, 8_767_123_696)  # Qwen3-VL-8B, ../shared/README.md
 VISION_PARAMS = (0.66e9, 0.68e9)  # measured 676,550,144 (7B) and 668,684,288 (3B)
+QWEN3_VISION_PARAMS = (576_388_336, 576_388_336)  # Qwen3-VL-8B's tower, DeepStack mergers included
+TIMELENS_PIXELS = 14336 * 32 * 32  # 14,680,064: TimeLens's training budget for Qwen3-VL (32·32 pixels a token)
 
 TIMEZERO_PIXELS = 3584 * 28 * 28  # 2,809,856
 MIN_PIXELS = 16 * 28 * 28  # 12,544
@@ -45,6 +48,16 @@ EXPECTED = {
         video_fps=2.0, video_total_pixels=1024 * 28 * 28, video_min_pixels=MIN_PIXELS, prompt_template="timezero",
         reward_funcs=["iou", "format"], loss_type="dapo", freeze_vision_tower=True, use_peft=True,
         train_file="data/charades_sta/train.jsonl"),
+    "qwen3_vl_8b_charades_timelens.yaml": dict(
+        size=SIZE_8B, vision=QWEN3_VISION_PARAMS, num_generations=8, beta=0.0, epsilon=0.2, learning_rate=1e-6,
+        max_completion_length=256, video_fps=2.0, video_total_pixels=TIMELENS_PIXELS, video_min_pixels=64 * 32 * 32,
+        prompt_template="timelens", reward_funcs=["tiou"], loss_type="dapo", freeze_vision_tower=True,
+        use_peft=False, train_file="data/charades_sta/train.jsonl", longest=14336),
+    "qwen3_vl_8b_lora_48gb.yaml": dict(
+        size=SIZE_8B, vision=QWEN3_VISION_PARAMS, num_generations=8, beta=0.0, epsilon=0.2, learning_rate=1e-5,
+        max_completion_length=256, video_fps=2.0, video_total_pixels=4096 * 32 * 32, video_min_pixels=64 * 32 * 32,
+        prompt_template="timelens", reward_funcs=["tiou"], loss_type="dapo", freeze_vision_tower=True,
+        use_peft=True, train_file="data/charades_sta/train.jsonl", longest=4096),
 }
 
 
@@ -75,8 +88,8 @@ def _parse(name: str):
 
 
 def _meta_model(shared: Path, hub_id: str):
-    """Qwen2_5_VLForConditionalGeneration of the hub id's size on the meta device (config only, no weights)."""
-    from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
+    """The hub id's model class (from its config.json) at its size on the meta device (config only, no weights)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     org, name = hub_id.split("/", 1)
     assert org == "Qwen", hub_id
@@ -84,11 +97,11 @@ def _meta_model(shared: Path, hub_id: str):
     assert (config_dir / "config.json").is_file(), f"no ../shared/models/{name}/config.json for {hub_id}"
     config = AutoConfig.from_pretrained(config_dir)
     with torch.device("meta"):
-        return Qwen2_5_VLForConditionalGeneration(config)
+        return AutoModelForImageTextToText.from_config(config)
 
 
 def test_every_hub_recipe_is_known():
-    """The four recipes exist, and a new Qwen recipe must be added to EXPECTED (so its values get checked)."""
+    """The six recipes exist, and a new Qwen recipe must be added to EXPECTED (so its values get checked)."""
     assert sorted(_hub_recipes()) == sorted(EXPECTED)
 
 
@@ -113,7 +126,7 @@ def test_recipe_parses_with_promised_values(name):
     assert script_args.video_root is None
     # what every checkpoint will carry for evaluation
     saved = args.grounding_config()
-    assert saved.prompt_template == "timezero" and saved.video.total_pixels == want["video_total_pixels"]
+    assert saved.prompt_template == want["prompt_template"] and saved.video.total_pixels == want["video_total_pixels"]
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -127,21 +140,28 @@ def test_generation_batch_holds_whole_groups_on_any_gpu_count(name):
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_longest_prompt_fits_max_prompt_length(name):
+def test_longest_prompt_fits_max_prompt_length(name, shared):
     """Video tokens for clips of 1 s to 20 min at common aspect ratios, plus a generous 300 text tokens, never exceed
     max_prompt_length (which is an error, not a truncation, in training)."""
     from grounding_rl.data.video import frame_size, num_sampled_frames
+    from grounding_rl.family import family_of_checkpoint
 
-    _, args, _ = _parse(name)
-    settings = args.video_settings
-    longest = 0
+    _, args, model_args = _parse(name)
+    family = family_of_checkpoint(shared / "models" / model_args.model_name_or_path.split("/", 1)[1])
+    settings = family.video_settings(args.video_settings)
+    factor = settings.pixel_factor
+    longest = stamps = 0
     for seconds in (1, 5, 10, 30, 60, 120, 200, 300, 384, 400, 600, 1200):
         frames = num_sampled_frames(settings, int(seconds * 30), 30.0)
         for height, width in ((360, 480), (360, 640), (480, 640), (1080, 1920), (1920, 1080), (480, 480)):
             h, w = frame_size(height, width, frames, settings)
-            longest = max(longest, (frames // 2) * (h // 28) * (w // 28))
-    assert longest + 300 <= args.max_prompt_length, (name, longest)
-    if settings.total_pixels == TIMEZERO_PIXELS:
+            longest = max(longest, (frames // 2) * (h // factor) * (w // factor))
+        if family.name == "qwen3_vl":  # "<1234.5 seconds>" ≤ 7 tokens and a vision start/end pair per frame pair
+            stamps = max(stamps, (frames // 2) * 9)
+    assert longest + stamps + 300 <= args.max_prompt_length, (name, longest, stamps)
+    if "longest" in EXPECTED[name]:
+        assert longest == EXPECTED[name]["longest"], (name, longest)
+    elif settings.total_pixels == TIMEZERO_PIXELS:
         assert longest == 6144  # 768 frames at the 16·28·28 floor: 384 × 4 × 4 (square), 5,760 at 16:9
     else:
         assert longest == 1024  # the LoRA recipe: 128 frames
@@ -155,7 +175,8 @@ def test_recipe_model_size_on_meta_device(name, shared):
     low, high = EXPECTED[name]["size"]
     assert low <= total <= high, (name, total)
     vision = sum(p.numel() for p in model.model.visual.parameters())
-    assert VISION_PARAMS[0] <= vision <= VISION_PARAMS[1], (name, vision)
+    low, high = EXPECTED[name].get("vision", VISION_PARAMS)
+    assert low <= vision <= high, (name, vision)
     assert all(p.device.type == "meta" for p in model.parameters())
 
 
@@ -194,3 +215,19 @@ def test_lora_recipe_targets_only_the_language_model(shared):
     # the memory estimate in the recipe: bf16 weights + fp32 adapter/grad/Adam stay well under 24 GB
     weights = sum(p.numel() for p in model.parameters()) * 2
     assert weights + adapter * 16 < 8.5e9
+
+
+def test_qwen3_lora_recipe_targets_only_the_language_model(shared):
+    """Qwen3-VL-8B: the LoRA regex matches the 7 projections of each of the 36 LLM layers and nothing in the vision
+    tower; the adapter is the 43.6e6 parameters its memory comment counts."""
+    from peft.tuners.tuners_utils import check_target_module_exists
+    from trl import get_peft_config
+
+    _, _, model_args = _parse("qwen3_vl_8b_lora_48gb.yaml")
+    lora = get_peft_config(model_args)
+    model = _meta_model(shared, model_args.model_name_or_path)
+    assert len(model.model.visual.deepstack_merger_list) == 3  # DeepStack: vision blocks 8, 16, 24
+    matched = [(n, m) for n, m in model.named_modules() if check_target_module_exists(lora, n)]
+    assert len(matched) == 36 * 7 and not [n for n, _ in matched if "visual" in n]
+    adapter = sum(lora.r * (m.in_features + m.out_features) for _, m in matched)
+    assert adapter == 43_646_976

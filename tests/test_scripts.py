@@ -12,23 +12,32 @@ import pytest
 from grounding_rl.paths import REPO_ROOT
 
 
+CONFIGS = {"qwen2_5_vl": ("configs/tiny_real_clips.yaml", "Qwen2_5_VLForConditionalGeneration", 28),
+           "qwen3_vl": ("configs/tiny_real_clips_qwen3_vl.yaml", "Qwen3VLForConditionalGeneration", 32)}
+
+
 @pytest.mark.slow
-def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared):
-    """scripts/train.sh configs/tiny_real_clips.yaml: builds the named tiny model (real Qwen tokenizer) when missing,
-    runs 2 GRPO steps with beta > 0 on ../shared's real clips, and saves grounding_config.json."""
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared, family):
+    """scripts/train.sh configs/tiny_real_clips*.yaml: builds the named tiny model (real Qwen tokenizer and processor
+    of its family) when missing, runs 2 GRPO steps with beta > 0 on ../shared's real clips, and saves
+    grounding_config.json."""
+    config_file, architecture, pixel_factor = CONFIGS[family]
     model_dir, out = tmp_path / "tiny", tmp_path / "run"
     env = {**os.environ, "PYTHON": sys.executable, "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1",
            "GROUNDING_RL_SHARED": str(shared)}
     proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "train.sh"), "configs/tiny_real_clips.yaml", "--max_steps", "2",
+        ["bash", str(REPO_ROOT / "scripts" / "train.sh"), config_file, "--max_steps", "2",
          "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--logging_steps", "1",
          "--frame_cache_dir", str(tmp_path / "cache")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tiny-model: building" in proc.stdout
-    assert json.loads((model_dir / "config.json").read_text())["text_config"]["vocab_size"] >= 151665
+    model_config = json.loads((model_dir / "config.json").read_text())
+    assert model_config["text_config"]["vocab_size"] >= 151665 and model_config["architectures"] == [architecture]
     config = json.loads((out / "grounding_config.json").read_text())
     assert config["video"]["fps"] == 1.0 and config["reward_funcs"] == ["iou", "format"]
+    assert config["video"]["pixel_factor"] == pixel_factor
     state = json.loads((out / "trainer_state.json").read_text())  # written also with save_strategy "no"
     assert state["global_step"] == 2 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2]
     assert json.loads((out / "train_results.json").read_text())["train_samples"] > 0
@@ -39,7 +48,7 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared):
     assert list((tmp_path / "cache").rglob("*.npy")), "the frame cache was not filled"
     # an existing model directory is reused, not rebuilt
     again = subprocess.run([sys.executable, "-m", "grounding_rl.cli", "tiny-model", "--from-config",
-                            str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path",
+                            str(REPO_ROOT / config_file), "--model_name_or_path",
                             str(model_dir)], capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 0 and "building" not in again.stdout
 

@@ -185,3 +185,25 @@ def test_an_unreadable_clip_is_substituted_not_fatal(demo_dir, bpe_model_dir, tm
         targets.append(tok.decode(labels[labels != IGNORE_INDEX]))
     expected = [sft_target(samples[j]["start"], samples[j]["end"]) + "<|im_end|>" for j in (0, 2, 2)]
     assert targets == expected
+
+
+def test_sft_runs_on_a_tiny_qwen3_vl(tiny_qwen3_model_dir, videos_dir, tmp_path):
+    """SFT on the other family: a tiny Qwen3-VL on the real clips (textual timestamps in the prompt, frames sized for
+    its 32-pixel factor) trains, and its checkpoint records the preprocessing as sampled."""
+    from transformers import AutoModelForImageTextToText
+
+    from grounding_rl.cli.sft import main
+    from grounding_rl.prompts.preprocessing import GroundingConfig
+
+    out = tmp_path / "sft_qwen3"
+    assert main([
+        "--config", "configs/demo_sft.yaml", "--model_name_or_path", str(tiny_qwen3_model_dir),
+        "--train_file", str(videos_dir / "annotations.jsonl"), "--output_dir", str(out), "--max_train_samples", "2",
+        "--per_device_train_batch_size", "2", "--max_steps", "2", "--warmup_steps", "0", "--learning_rate", "1e-3",
+        "--logging_steps", "1", "--save_strategy", "no", "--disable_tqdm", "true", "--video_fps", "1",
+        "--video_min_pixels", "4096", "--video_max_pixels", "12544",
+    ]) == 0
+    losses = [h["loss"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in h]
+    assert len(losses) == 2 and all(0 < x < 100 for x in losses)
+    assert GroundingConfig.load(out).video.pixel_factor == 32
+    assert type(AutoModelForImageTextToText.from_pretrained(out)).__name__ == "Qwen3VLForConditionalGeneration"

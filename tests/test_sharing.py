@@ -1,4 +1,5 @@
-"""One vision encoding and one prefill per clip: sharing on vs off on a tiny model, real clips, fp32.
+"""One vision encoding and one prefill per clip: sharing on vs off on a tiny model of each family (Qwen2.5-VL;
+Qwen3-VL with its DeepStack features and textual timestamps), real clips, fp32.
 
 On vs off: the same sampled completions for the same seed, generation logits and 3D-RoPE-dependent scores within
 fp32 rounding, loss within 1e-6 relative, every parameter's gradient within ‖Δg‖/‖g‖ ≤ 1e-5; and the vision tower
@@ -12,6 +13,7 @@ from conftest import MAKEUP, POOL, varied_reward
 
 from grounding_rl.data.dataset import GroundingDataset
 from grounding_rl.data.video import VideoSettings, sample_frames
+from grounding_rl.family import family_of
 from grounding_rl.models.loading import load_policy, load_processor, vision_tower
 from grounding_rl.models.vision import encode_videos, first_rows
 from grounding_rl.rollout.shared import generate_shared
@@ -26,9 +28,10 @@ SETTINGS = VideoSettings(fps=1.0, min_pixels=3136, max_pixels=28 * 28 * 16)
 UNEVEN = [0, 1, 0, 0, 1]  # rows of two clips as one rank may hold them when groups are split across ranks
 
 
-def _items(videos_dir, indices):
+def _items(videos_dir, indices, processor):
     names = (POOL, MAKEUP)
-    clips = {i: sample_frames(videos_dir / names[i], SETTINGS) for i in set(indices)}
+    settings = family_of(processor).video_settings(SETTINGS)
+    clips = {i: sample_frames(videos_dir / names[i], settings) for i in set(indices)}
     return [{"index": i, "query": f"the main action in {names[i]}", "clip": clips[i]} for i in indices]
 
 
@@ -69,15 +72,15 @@ def test_select_and_split_keep_only_the_clips_their_rows_use():
         first_rows(torch.tensor([0, 2]))
 
 
-def test_prompt_batch_shares_pixels(tiny_model_dir, videos_dir):
-    processor = load_processor(str(tiny_model_dir))
-    items = _items(videos_dir, UNEVEN)
+def test_prompt_batch_shares_pixels(family_model_dir, videos_dir):
+    processor = load_processor(str(family_model_dir))
+    items = _items(videos_dir, UNEVEN, processor)
     shared = batching.prompt_batch(processor, items, "default", share_videos=True)
     per_row = batching.prompt_batch(processor, items, "default")
     assert shared["video_index"].tolist() == UNEVEN
     assert shared["pixel_values_videos"].shape[0] == _patches(shared, [0, 1])
     assert per_row["pixel_values_videos"].shape[0] == _patches(per_row, list(range(5)))
-    for key in ("prompt_ids", "prompt_mask", "mm_token_type_ids", "video_grid_thw", "second_per_grid_ts"):
+    for key in ("prompt_ids", "prompt_mask", "mm_token_type_ids") + family_of(processor).row_video_keys:
         assert torch.equal(shared[key], per_row[key]), key
     # the per-row patches are the distinct clips' patches, row by row
     offsets = [0, _patches(shared, [0]), _patches(shared, [0, 1])]
@@ -87,11 +90,11 @@ def test_prompt_batch_shares_pixels(tiny_model_dir, videos_dir):
 
 # ------------------------------------------------------------------------------------------------------ generation
 @pytest.mark.parametrize("prefill_once", [True, False])
-def test_generation_is_identical_and_encodes_each_clip_once(tiny_model_dir, videos_dir, prefill_once):
-    processor = load_processor(str(tiny_model_dir))
-    model = load_policy(str(tiny_model_dir)).eval()
+def test_generation_is_identical_and_encodes_each_clip_once(family_model_dir, videos_dir, prefill_once):
+    processor = load_processor(str(family_model_dir))
+    model = load_policy(str(family_model_dir)).eval()
     calls = VisionCalls(model)
-    items = _items(videos_dir, UNEVEN)
+    items = _items(videos_dir, UNEVEN, processor)
     shared = batching.generation_inputs(batching.prompt_batch(processor, items, "default", share_videos=True))
     per_row = batching.generation_inputs(batching.prompt_batch(processor, items, "default"))
     gen = dict(do_sample=True, max_new_tokens=6, top_k=None, top_p=1.0, min_p=None, output_logits=True,
@@ -108,12 +111,14 @@ def test_generation_is_identical_and_encodes_each_clip_once(tiny_model_dir, vide
     assert width == per_row["input_ids"].shape[1]  # a GRPO group keeps its left-padded layout
     assert calls.calls == [(False, _patches(per_row, [0, 1]))]  # each distinct clip once
 
-    # the pool clip's temporal RoPE ids run past the text after it: the case where a prefill's stored rope_deltas
-    # would misplace the continuation (grouped._continuation_deltas)
-    positions, deltas = model.model.get_rope_index(
-        per_row["input_ids"], mm_token_type_ids=per_row["mm_token_type_ids"], video_grid_thw=per_row["video_grid_thw"],
-        second_per_grid_ts=per_row["second_per_grid_ts"], attention_mask=per_row["attention_mask"])
-    assert positions[:, 0].max() > positions[0, 0, -1]
+    if "second_per_grid_ts" in per_row:
+        # the pool clip's temporal RoPE ids run past the text after it (Qwen2.5-VL): the case where a prefill's
+        # stored rope_deltas would misplace the continuation (shared._continuation_deltas)
+        positions, deltas = model.model.get_rope_index(
+            per_row["input_ids"], mm_token_type_ids=per_row["mm_token_type_ids"],
+            video_grid_thw=per_row["video_grid_thw"], second_per_grid_ts=per_row["second_per_grid_ts"],
+            attention_mask=per_row["attention_mask"])
+        assert positions[:, 0].max() > positions[0, 0, -1]
 
     assert torch.equal(out.sequences, reference.sequences)
     assert len(out.logits) == len(reference.logits) == 6
@@ -176,11 +181,11 @@ def _assert_equivalent(on, off):
         assert diff <= 1e-5 * norm or (norm == 0 and diff == 0), (name, diff, norm)
 
 
-def test_loss_gradients_and_samples_match_with_reference_model(tmp_path, tiny_model_dir, videos_dir):
+def test_loss_gradients_and_samples_match_with_reference_model(tmp_path, family_model_dir, videos_dir):
     """β > 0 with a separate reference model; an uneven row split (as on one rank of a multi-process run)."""
     results, counts = {}, {}
     for share in (True, False):
-        trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, share)
+        trainer = _trainer(tmp_path, family_model_dir, videos_dir, share)
         assert trainer.ref_model is not None
         policy_calls, ref_calls = VisionCalls(trainer.model), VisionCalls(trainer.ref_model)
         items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
@@ -195,10 +200,10 @@ def test_loss_gradients_and_samples_match_with_reference_model(tmp_path, tiny_mo
     assert counts[False] == ([(False, every_row), (True, every_row)], [(False, every_row)])
 
 
-def test_peft_reference_with_adapter_disabled_encodes_once(tmp_path, tiny_model_dir, videos_dir):
+def test_peft_reference_with_adapter_disabled_encodes_once(tmp_path, family_model_dir, videos_dir):
     results, counts = {}, {}
     for share in (True, False):
-        trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=True)
+        trainer = _trainer(tmp_path, family_model_dir, videos_dir, share, peft=True)
         assert trainer.ref_model is None
         calls = VisionCalls(trainer.model)
         items = trainer.data_collator([trainer.train_dataset[i] for i in (0, 0, 0, 0, 1, 1, 1, 1)])
@@ -216,26 +221,34 @@ def test_peft_reference_with_adapter_disabled_encodes_once(tmp_path, tiny_model_
     assert counts[False] == [(False, 4 * distinct), (False, 4 * distinct), (True, 4 * distinct)]
 
 
-def test_encode_videos_matches_per_row_features(tiny_model_dir, videos_dir):
-    processor = load_processor(str(tiny_model_dir))
-    model = load_policy(str(tiny_model_dir)).eval()
-    items = _items(videos_dir, UNEVEN)
+def test_encode_videos_matches_per_row_features(family_model_dir, videos_dir):
+    processor = load_processor(str(family_model_dir))
+    model = load_policy(str(family_model_dir)).eval()
+    items = _items(videos_dir, UNEVEN, processor)
     shared = batching.prompt_batch(processor, items, "default", share_videos=True)
     per_row = batching.prompt_batch(processor, items, "default")
     with torch.no_grad():
         encoded = encode_videos(model, shared["pixel_values_videos"], batching.clip_grid(shared),
-                                shared["video_index"])["video"].pooler_output
-        reference = model.get_video_features(per_row["pixel_values_videos"], per_row["video_grid_thw"]).pooler_output
-    assert len(encoded) == len(reference) == 5
-    for a, b in zip(encoded, reference):
+                                shared["video_index"])["video"]
+        reference = model.get_video_features(per_row["pixel_values_videos"], per_row["video_grid_thw"])
+    assert len(encoded.pooler_output) == len(reference.pooler_output) == 5
+    for a, b in zip(encoded.pooler_output, reference.pooler_output):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    deepstack = getattr(reference, "deepstack_features", None)
+    if deepstack is not None:  # Qwen3-VL: every DeepStack layer's features, row by row
+        assert len(deepstack) == len(model.config.vision_config.deepstack_visual_indexes) == 3
+        assert len(encoded.deepstack_features) == 3
+        for layer_shared, layer_ref in zip(encoded.deepstack_features, deepstack):
+            assert len(layer_shared) == len(layer_ref) == 5
+            for a, b in zip(layer_shared, layer_ref):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("fps", [1.0, 4.0])
-def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, tiny_model_dir, videos_dir, fps):
+def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, family_model_dir, videos_dir, fps):
     """3D RoPE ids with sharing on: the shared prefill (one row per distinct clip, all but the last prompt token)
     followed by the continued decoding give every row the ids the policy and reference forwards use."""
-    trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, video_fps=fps, share_prompt_prefix=False)
+    trainer = _trainer(tmp_path, family_model_dir, videos_dir, True, video_fps=fps, share_prompt_prefix=False)
     policy_calls, ref_calls = [], []
     for model, sink in ((trainer.model, policy_calls), (trainer.ref_model, ref_calls)):
         model.model.language_model.register_forward_pre_hook(
@@ -256,9 +269,11 @@ def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, 
     assert length == batch["prompt_ids"].shape[1] + batch["completion_ids"].shape[1] - 1
     valid = batching.forward_inputs(batch)["attention_mask"].bool()[:, :length]
     assert torch.equal(generated[:, valid], policy[:, :, :length][:, valid])
-    # the temporal ids of the pool clip run past the text after it (the case rope_deltas alone would get wrong)
-    pool = rows.tolist().index(0)
-    assert policy[0, pool].max() > policy[0, pool, batch["prompt_ids"].shape[1] - 1]
+    if "second_per_grid_ts" in batch:
+        # Qwen2.5-VL: the temporal ids of the pool clip run past the text after it (the case rope_deltas alone would
+        # get wrong)
+        pool = rows.tolist().index(0)
+        assert policy[0, pool].max() > policy[0, pool, batch["prompt_ids"].shape[1] - 1]
 
 
 # ------------------------------------------------------------------------------------------------------ prefix
@@ -273,12 +288,13 @@ def _uneven(batch):
 
 
 @pytest.mark.parametrize("fps, attention", [(1.0, "sdpa"), (4.0, "eager")])
-def test_prefix_sharing_gives_the_per_row_logps_and_positions(tmp_path, tiny_model_dir, videos_dir, fps, attention):
+def test_prefix_sharing_gives_the_per_row_logps_and_positions(tmp_path, family_model_dir, videos_dir, fps,
+                                                              attention):
     """One packed row per group: each completion's 3-D position ids and log-probs are the per-row ones; the language
     model runs each prompt once (2 packed rows for 8 rows of 2 clips); with sdpa (boolean mask) and eager (additive)."""
     from grounding_rl.update.prefix import group_rows
 
-    trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, video_fps=fps, attn_implementation=attention)
+    trainer = _trainer(tmp_path, family_model_dir, videos_dir, True, video_fps=fps, attn_implementation=attention)
     assert trainer.share_prompt
     items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
     batch = _uneven(trainer._generate_and_score(items))
@@ -302,12 +318,13 @@ def test_prefix_sharing_gives_the_per_row_logps_and_positions(tmp_path, tiny_mod
             assert torch.equal(packed_positions[:, u, start:start + length], row_positions[:, row, prompt:])
 
 
-def test_prefix_sharing_matches_per_row_with_checkpointing_and_two_iterations(tmp_path, tiny_model_dir, videos_dir):
+def test_prefix_sharing_matches_per_row_with_checkpointing_and_two_iterations(tmp_path, family_model_dir,
+                                                                             videos_dir):
     """β > 0, activation checkpointing, num_iterations 2 (stored π_old log-probs) and uneven completion lengths: loss
     within 1e-6 and gradients within 1e-5 relative of the per-row path."""
     results = {}
     for prefix in (True, False):
-        trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, True, share_prompt_prefix=prefix,
+        trainer = _trainer(tmp_path, family_model_dir, videos_dir, True, share_prompt_prefix=prefix,
                            activation_checkpointing=True, num_iterations=2)
         assert trainer.share_prompt is prefix
         items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])

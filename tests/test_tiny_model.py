@@ -129,3 +129,81 @@ def test_cli_without_tokenizer(tmp_path, capsys):
     assert report["parameters"] < 200_000
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["text_config"]["hidden_size"] == 32 and config["text_config"]["num_hidden_layers"] == 1
+
+
+def test_like_qwen3_keeps_the_architecture_and_deepstack(tiny_qwen3_model_dir, qwen3_processor_dir):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_qwen3_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3_model_dir)
+    real = AutoProcessor.from_pretrained(qwen3_processor_dir)
+    assert type(model).__name__ == "Qwen3VLForConditionalGeneration" and type(processor).__name__ == "Qwen3VLProcessor"
+    assert len(processor.tokenizer) == 151669 and model.config.text_config.vocab_size == 151680
+    assert processor.chat_template == real.chat_template
+    assert processor.video_processor.patch_size == 16 and processor.video_processor.merge_size == 2
+    vision = model.config.vision_config
+    assert vision.depth == 4 and vision.deepstack_visual_indexes == [0, 1, 2]  # 8, 16, 24 of 27, scaled to 4 blocks
+    assert len(model.model.visual.deepstack_merger_list) == 3
+    assert model.config.text_config.num_hidden_layers == 3  # each DeepStack feature has an LLM layer to feed
+    rope = model.config.text_config.rope_parameters
+    assert rope["mrope_interleaved"] and rope["mrope_section"] == [4, 2, 2]  # head_dim 16 → half 8, 24:20:20 of 64
+    assert model.config.video_token_id == processor.tokenizer.convert_tokens_to_ids("<|video_pad|>") == 151656
+    assert model.generation_config.eos_token_id == [151645, 151643]
+
+
+def test_like_qwen2_5_equals_tokenizer_build(tmp_path, tiny_model_dir, qwen_processor_dir):
+    """--like on the Qwen2.5-VL folder builds the same model as the old --tokenizer."""
+    from safetensors.torch import load_file
+
+    from grounding_rl.models.tiny import main
+
+    assert main(["--out", str(tmp_path / "like"), "--like", str(qwen_processor_dir)]) == 0
+    a, b = load_file(str(tiny_model_dir / "model.safetensors")), load_file(str(tmp_path / "like" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_like_a_synthetic_qwen3_moe(tmp_path, qwen3_processor_dir, videos_dir):
+    """qwen3_vl_moe goes through the Qwen3-VL family: a tiny MoE built from the 8B's files with a MoE config.json."""
+    import shutil
+
+    from transformers import AutoModelForImageTextToText
+
+    from grounding_rl.data.video import VideoSettings, sample_frames
+    from grounding_rl.family import family_of
+    from grounding_rl.models.loading import load_processor
+    from grounding_rl.rollout.generation import SamplingParams, generate_answers
+
+    folder = tmp_path / "moe_like"
+    shutil.copytree(qwen3_processor_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="qwen3_vl_moe", architectures=["Qwen3VLMoeForConditionalGeneration"])
+    config["text_config"].update(model_type="qwen3_vl_moe_text", num_experts=128, num_experts_per_tok=8,
+                                 moe_intermediate_size=768, decoder_sparse_step=1)
+    (folder / "config.json").write_text(json.dumps(config))
+    out = build_tiny_model(tmp_path / "moe", like=folder)
+    model = AutoModelForImageTextToText.from_pretrained(out).eval()
+    assert type(model).__name__ == "Qwen3VLMoeForConditionalGeneration"
+    assert family_of(model).name == "qwen3_vl" and model.config.text_config.num_experts == 4
+    processor = load_processor(str(out))
+    video = sample_frames(videos_dir / "mmaction2_eye_makeup.avi",
+                          family_of(model).video_settings(VideoSettings(min_pixels=4096, max_pixels=4096)))
+    answers = generate_answers(model, processor, ["q one.", "q two."], [video, video], "default",
+                               SamplingParams.greedy(4))
+    assert len(answers) == 2 and all(isinstance(a, str) for a in answers)
+
+
+def test_like_qwen3_with_the_local_tokenizer(tmp_path, qwen3_processor_dir):
+    """``tokenizer: local`` with ``like``: the Qwen3-VL architecture and processor settings, the small BPE vocabulary
+    (the demo's), and the BPE vocabulary does not depend on which templates exist beyond the corpus's two."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from grounding_rl.models.tiny_tokenizer import build_tokenizer
+
+    out = build_tiny_model(tmp_path / "q3bpe", tokenizer="local", like=qwen3_processor_dir, num_layers=3)
+    processor = AutoProcessor.from_pretrained(out)
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    assert type(processor).__name__ == "Qwen3VLProcessor" and processor.video_processor.patch_size == 16
+    assert len(processor.tokenizer) == len(build_tokenizer()) < 1000
+    assert processor.chat_template == AutoProcessor.from_pretrained(qwen3_processor_dir).chat_template
+    assert model.config.video_token_id == processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    assert len(model.model.visual.deepstack_merger_list) == 3

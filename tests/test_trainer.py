@@ -1,5 +1,6 @@
-"""GroundingGRPOTrainer on a tiny random Qwen2.5-VL with real clips: config, correctness, reference model, clipping,
-zero-std groups, bad clips, checkpoints and resume.
+"""GroundingGRPOTrainer on tiny random models with real clips: config, correctness, reference model, clipping,
+zero-std groups, bad clips, checkpoints and resume. The core paths run for both families (``family_model_dir``:
+Qwen2.5-VL and Qwen3-VL).
 
 Small pixel budgets (≤ 16 merged tokens per frame pair) and 8-token completions keep each step at a second or two.
 """
@@ -13,6 +14,7 @@ import torch
 from conftest import MAKEUP, POOL, varied_reward
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, substitute_index
+from grounding_rl.family import family_of
 from grounding_rl.models.loading import load_policy, load_processor, vision_tower
 from grounding_rl.update import batching
 from grounding_rl.update.config import GroundingGRPOConfig
@@ -83,9 +85,10 @@ def test_cli_parser_reads_yaml_and_overrides(tmp_path, tiny_model_dir):
 
 
 # ------------------------------------------------------------------------------------------------------ correctness
-def test_vision_tower_runs_in_gradient_forward_with_the_video(tmp_path, tiny_model_dir, videos_dir):
+def test_vision_tower_runs_in_gradient_forward_with_the_video(tmp_path, family_model_dir, videos_dir):
     """(a) the vision tower is called with gradients enabled, on the very pixels used for generation."""
-    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), learning_rate=1e-3)
+    trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), learning_rate=1e-3)
+    patch = trainer.model.config.vision_config.patch_size
     visual = vision_tower(trainer.model)
     calls, grads = [], []
     visual.register_forward_hook(lambda m, args, out: calls.append((torch.is_grad_enabled(), args[0].detach().clone())))
@@ -96,7 +99,7 @@ def test_vision_tower_runs_in_gradient_forward_with_the_video(tmp_path, tiny_mod
     with_grad = [x for grad_on, x in calls if grad_on]
     assert len(with_grad) == 1 and no_grad  # generation (no grad) then the loss forward (grad)
     assert torch.equal(with_grad[0], no_grad[0])  # the same pixel_values_videos in both
-    assert with_grad[0].shape[1] == 1176 and with_grad[0].shape[0] > 0
+    assert with_grad[0].shape[1] == 3 * 2 * patch * patch and with_grad[0].shape[0] > 0  # 1176 or 1536
     assert grads and grads[0] > 0  # the loss reaches the vision tower
 
 
@@ -111,12 +114,12 @@ def _position_ids_recorder(model, sink):
 
 
 @pytest.mark.parametrize("fps", [1.0, 2.0, 4.0])
-def test_position_ids_match_in_generation_policy_and_reference(tmp_path, tiny_model_dir, videos_dir, fps):
-    """(b) 3D RoPE ids: generation == policy forward == reference forward; temporal id of frame group k is
-    floor(k · tokens_per_second · 2 / fps)."""
+def test_position_ids_match_in_generation_policy_and_reference(tmp_path, family_model_dir, videos_dir, fps):
+    """(b) 3D RoPE ids: generation == policy forward == reference forward; Qwen2.5-VL: temporal id of frame group k
+    is floor(k · tokens_per_second · 2 / fps); Qwen3-VL: the token ids they all see hold the textual timestamps."""
     # per-row encoding and prefill: the recorder reads position ids from each row's own forward (the shared path is
     # checked the same way in test_sharing.py)
-    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir, (POOL, MAKEUP)), beta=0.04,
+    trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir, (POOL, MAKEUP)), beta=0.04,
                            per_device_train_batch_size=8, video_fps=fps, share_video_encoding=False)
     assert trainer.ref_model is not None and trainer.ref_model is not trainer.model
     policy_calls, ref_calls = [], []
@@ -139,6 +142,9 @@ def test_position_ids_match_in_generation_policy_and_reference(tmp_path, tiny_mo
     assert valid[:, -1].any()  # completion positions are compared, not only the prompt
     assert torch.equal(generated[:, valid], policy[:, :, :length][:, valid])
 
+    if family_of(trainer.model).name == "qwen3_vl":
+        _assert_textual_timestamps(trainer, batch, videos_dir)
+        return
     # the model's temporal rule, on the prompt's video tokens
     tokens_per_second = trainer.model.config.vision_config.tokens_per_second
     for row in range(batch["prompt_ids"].shape[0]):
@@ -155,15 +161,41 @@ def test_position_ids_match_in_generation_policy_and_reference(tmp_path, tiny_mo
         assert offsets[:, 0].tolist() == expected
 
 
+def _assert_textual_timestamps(trainer, batch, videos_dir):
+    """Qwen3-VL: the prompt ids given to generation and to both forwards carry ``<t seconds>`` per frame pair, the
+    mean presentation time of the pair in the clip the row uses."""
+    import re
+
+    from grounding_rl.data.video import sample_frames
+
+    prompt = batch["prompt_ids"]
+    assert torch.equal(batching.generation_inputs(batch)["input_ids"], prompt)
+    assert torch.equal(batching.forward_inputs(batch)["input_ids"][:, :prompt.shape[1]], prompt)
+    settings = family_of(trainer.model).video_settings(trainer.args.video_settings)
+    expected = {}
+    for name in (POOL, MAKEUP):
+        times = sample_frames(videos_dir / name, settings).timestamps
+        expected[name] = [float(f"{(times[k] + times[k + 1]) / 2:.1f}") for k in range(0, len(times), 2)]
+    assert expected[POOL] != expected[MAKEUP]
+    seen = set()
+    for row in range(prompt.shape[0]):
+        text = trainer.processing_class.tokenizer.decode(prompt[row])
+        stamps = [float(x) for x in re.findall(r"<(\d+\.\d) seconds>", text)]
+        assert len(stamps) == batch["video_grid_thw"][row, 0].item()
+        (name,) = [n for n, e in expected.items() if e == stamps]
+        seen.add(name)
+    assert seen == {POOL, MAKEUP}
+
+
 def _summed_logp(model, batch, row):
     with torch.no_grad():
         logps = completion_logps(model, batch)
     return (logps[row] * batch["completion_mask"][row]).sum().item()
 
 
-def test_sign_of_the_update_follows_the_advantage(tmp_path, tiny_model_dir, videos_dir):
+def test_sign_of_the_update_follows_the_advantage(tmp_path, family_model_dir, videos_dir):
     """(c) one SGD step on a single completion: A > 0 raises its summed log-prob, A < 0 lowers it."""
-    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), loss_type="grpo")
+    trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), loss_type="grpo")
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
     batch = trainer._generate_and_score(items)
     for sign in (+1.0, -1.0):
@@ -181,9 +213,9 @@ def test_sign_of_the_update_follows_the_advantage(tmp_path, tiny_model_dir, vide
         assert (after - before) * sign > 1e-5, (sign, before, after)
 
 
-def test_no_reference_model_when_beta_is_zero(tmp_path, tiny_model_dir, videos_dir):
+def test_no_reference_model_when_beta_is_zero(tmp_path, family_model_dir, videos_dir):
     """(d)"""
-    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), beta=0.0)
+    trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), beta=0.0)
     assert trainer.ref_model is None
     trainer.train()
     assert "kl" not in trainer.state.log_history[0]
@@ -270,8 +302,8 @@ def test_bad_clip_is_substituted_deterministically(tmp_path, tiny_model_dir, vid
 
 
 # ------------------------------------------------------------------------------------------------------ checkpoints
-def test_checkpoints_hold_grounding_config_and_resume(tmp_path, tiny_model_dir, videos_dir):
-    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), save_strategy="steps", save_steps=1,
+def test_checkpoints_hold_grounding_config_and_resume(tmp_path, family_model_dir, videos_dir):
+    trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), save_strategy="steps", save_steps=1,
                            prompt_template="timezero")
     trainer.train()
     trainer.save_model()
@@ -279,19 +311,20 @@ def test_checkpoints_hold_grounding_config_and_resume(tmp_path, tiny_model_dir, 
         saved = json.loads((folder / "grounding_config.json").read_text())
         assert saved["prompt_template"] == "timezero"
         assert saved["video"]["fps"] == 1.0 and saved["video"]["max_pixels"] == 28 * 28 * 16
-    resumed = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), save_strategy="no", max_steps=2,
+        assert saved["video"]["pixel_factor"] == family_of(trainer.model).pixel_factor  # frames as sampled
+    resumed = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), save_strategy="no", max_steps=2,
                            prompt_template="timezero")
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
     assert resumed.state.global_step == 2
 
 
-def test_a_checkpoint_reloads_with_plain_transformers(tmp_path, tiny_model_dir, videos_dir):
+def test_a_checkpoint_reloads_with_plain_transformers(tmp_path, family_model_dir, videos_dir):
     """What a user pushes to the Hub: the processor as it was loaded (no left padding left behind by generation),
     ``use_cache: true`` in config.json, a model card with the settings; plain transformers reloads it."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    loaded_side = load_processor(str(tiny_model_dir)).tokenizer.padding_side
-    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), save_strategy="steps", save_steps=1,
+    loaded_side = load_processor(str(family_model_dir)).tokenizer.padding_side
+    trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), save_strategy="steps", save_steps=1,
                            activation_checkpointing=True, log_completions=True, num_completions_to_print=3)
     trainer.train()
     logged = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
@@ -301,12 +334,12 @@ def test_a_checkpoint_reloads_with_plain_transformers(tmp_path, tiny_model_dir, 
     folder = tmp_path / "out" / "checkpoint-1"
     model = AutoModelForImageTextToText.from_pretrained(folder)
     processor = AutoProcessor.from_pretrained(folder)
-    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    assert type(model).__name__ == type(trainer.accelerator.unwrap_model(trainer.model)).__name__
     saved = json.loads((folder / "config.json").read_text())
     assert saved["text_config"]["use_cache"] is True and model.config.text_config.use_cache is True
     assert processor.tokenizer.padding_side == loaded_side == trainer.processing_class.tokenizer.padding_side
     card = (folder / "README.md").read_text()
-    assert card.startswith("---\n") and f"base_model: \"{tiny_model_dir}\"" in card
+    assert card.startswith("---\n") and f"base_model: \"{family_model_dir}\"" in card
     assert "| prompt template | `default` |" in card and "| video fps | `1.0` |" in card
     assert "varied_reward" in card and "Training command:" in card
 

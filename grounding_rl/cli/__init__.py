@@ -23,14 +23,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
     "baseline": ("grounding_rl.eval.baseline", "predict the training set's mean normalized interval (a prior)"),
     "compare": ("grounding_rl.eval.compare", "one table of several runs' metrics"),
-    "tiny-model": ("grounding_rl.models.tiny", "build a random-weight tiny Qwen2.5-VL for tests and the demo"),
+    "tiny-model": ("grounding_rl.models.tiny",
+                   "build a random-weight tiny Qwen-VL model (--like FOLDER) for tests and the demo"),
     "demo-data": ("grounding_rl.data.demo", "write procedural demo clips and splits"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: grounding-rl SUBCOMMAND [options]   (grounding-rl SUBCOMMAND --help for its options)", "",
-             "Video temporal grounding with GRPO on Qwen2.5-VL.", "", "subcommands:"]
+             "Video temporal grounding with GRPO on Qwen2.5-VL and Qwen3-VL.", "", "subcommands:"]
     lines += [f"  {name:<12} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from grounding_rl.data.video import SampledVideo, VideoSettings
 
-CACHE_VERSION = 1  # bump when decoding or resizing changes the frames
+CACHE_VERSION = 2  # bump when decoding, resizing or frame times change
 
 
 class FrameCache:

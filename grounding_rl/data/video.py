@@ -1,4 +1,4 @@
-"""Frame sampling at an exact fps and pixel budget, with the metadata the Qwen2.5-VL processor needs.
+"""Frame sampling at an exact fps and pixel budget, with the true frame times the Qwen-VL processors need.
 
 Sizes follow ``qwen_vl_utils.fetch_video`` exactly (its ``smart_nframes`` and ``smart_resize``, and its inline rule that
 turns ``total_pixels`` into a per-frame maximum), so a model trained with qwen-vl-utils sees the same tensor shapes.
@@ -31,7 +31,7 @@ from qwen_vl_utils.vision_process import (
 )
 
 PATCH_SIZE = 14
-IMAGE_FACTOR = PATCH_SIZE * SPATIAL_MERGE_SIZE  # 28: H and W are multiples of this
+IMAGE_FACTOR = PATCH_SIZE * SPATIAL_MERGE_SIZE  # 28: the default pixel factor (Qwen2.5-VL; Qwen3-VL's is 32)
 DEFAULT_MIN_PIXELS = VIDEO_MIN_TOKEN_NUM * IMAGE_FACTOR * IMAGE_FACTOR  # 100,352 (qwen-vl-utils default)
 DEFAULT_MAX_PIXELS = VIDEO_MAX_TOKEN_NUM * IMAGE_FACTOR * IMAGE_FACTOR  # 602,112 (qwen-vl-utils default)
 
@@ -56,7 +56,10 @@ class VideoSettings:
         min_pixels: minimum H·W per frame.
         max_pixels: maximum H·W per frame.
         total_pixels: budget for T·H·W over the whole clip (TimeZero: 3584·28·28); None = qwen-vl-utils' default
-            (MODEL_SEQ_LEN·28·28·0.9, effectively off).
+            (MODEL_SEQ_LEN·factor²·0.9, effectively off).
+        pixel_factor: H and W are multiples of this, the vision tower's patch size × spatial merge size (28 for
+            Qwen2.5-VL, 32 for Qwen3-VL; qwen-vl-utils' ``image_patch_size`` × 2). Set from the model family
+            (:meth:`grounding_rl.family.Family.video_settings`), not by hand.
         sampler: ``exact`` (frames on an exact time scale, ours) or ``qwen_vl_utils`` (``fetch_video``'s frames and
             claimed fps, to reproduce checkpoints trained with it); see the module docstring.
     """
@@ -68,6 +71,7 @@ class VideoSettings:
     max_pixels: int = DEFAULT_MAX_PIXELS
     total_pixels: int | None = None
     sampler: str = "exact"
+    pixel_factor: int = IMAGE_FACTOR
 
     def __post_init__(self):
         problems = []
@@ -81,6 +85,8 @@ class VideoSettings:
             problems.append(f"need 0 < min_pixels ≤ max_pixels (got {self.min_pixels}, {self.max_pixels})")
         if self.total_pixels is not None and self.total_pixels <= 0:
             problems.append(f"total_pixels must be > 0 or None (got {self.total_pixels})")
+        if self.pixel_factor <= 0 or self.pixel_factor % 2:
+            problems.append(f"pixel_factor must be a positive even number (got {self.pixel_factor})")
         if problems:
             raise ValueError("invalid VideoSettings: " + "; ".join(problems))
 
@@ -94,11 +100,13 @@ class SampledVideo:
 
     Attributes:
         path: the resolved file path.
-        frames: uint8 array (T, H, W, 3), RGB; T even, H and W multiples of 28.
+        frames: uint8 array (T, H, W, 3), RGB; T even, H and W multiples of the settings' pixel factor.
         source_fps: the container's average frame rate.
         duration: seconds, number of decoded frames / source_fps.
         frame_indices: source frame index of each sampled frame (length T).
-        timestamps: seconds of each sampled frame, index / source_fps, counted from the first decoded frame.
+        timestamps: seconds of each sampled frame: its presentation time (the container's pts, in display order)
+            minus the first frame's, as annotations count from the start of the video; index / source_fps when the
+            container has no usable pts.
         sampled_fps: the effective sampling rate f (fps, or T / duration when max_frames or min_frames change T);
             Qwen2.5-VL's ``second_per_grid_ts`` is 2 / f.
         backend: the decoder that produced the frames ("decord" or "pyav").
@@ -151,17 +159,20 @@ def frame_times(num_frames: int, duration: float, fps: float) -> tuple[np.ndarra
 def frame_size(height: int, width: int, num_frames: int, settings: VideoSettings) -> tuple[int, int]:
     """(H, W) per frame, exactly as ``qwen_vl_utils.fetch_video`` computes it.
 
-    Reproduces qwen-vl-utils 0.0.14 ``vision_process.py`` ``fetch_video`` (lines 449-455): the per-frame maximum is
-    ``max(min(VIDEO_FRAME_MAX_PIXELS, total_pixels / nframes * FRAME_FACTOR), int(min_pixels * 1.05))``, then capped
-    by the requested ``max_pixels``, then ``smart_resize`` to multiples of 28.
+    Reproduces qwen-vl-utils 0.0.14 ``vision_process.py`` ``fetch_video`` (lines 405-455) with ``image_patch_size =
+    pixel_factor / 2``: the per-frame maximum is ``max(min(VIDEO_FRAME_MAX_PIXELS, total_pixels / nframes *
+    FRAME_FACTOR), int(min_pixels * 1.05))`` (``VIDEO_FRAME_MAX_PIXELS = 768·factor²``), then capped by the requested
+    ``max_pixels``, then ``smart_resize`` to multiples of the factor.
     """
+    factor = settings.pixel_factor
     min_pixels = settings.min_pixels
     total_pixels = settings.total_pixels
     if total_pixels is None:
-        total_pixels = MODEL_SEQ_LEN * IMAGE_FACTOR * IMAGE_FACTOR * 0.9
-    max_pixels = max(min(DEFAULT_MAX_PIXELS, total_pixels / num_frames * FRAME_FACTOR), int(min_pixels * 1.05))
+        total_pixels = MODEL_SEQ_LEN * factor * factor * 0.9
+    frame_max = VIDEO_MAX_TOKEN_NUM * factor * factor
+    max_pixels = max(min(frame_max, total_pixels / num_frames * FRAME_FACTOR), int(min_pixels * 1.05))
     max_pixels = min(settings.max_pixels, max_pixels)
-    return smart_resize(height, width, factor=IMAGE_FACTOR, min_pixels=min_pixels, max_pixels=max_pixels)
+    return smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
 
 
 def sample_indices(total_frames: int, source_fps: float, settings: VideoSettings) -> tuple[list[int], float]:
@@ -263,6 +274,29 @@ def _decode_pyav(path: str, settings: VideoSettings, num_threads: int):
     raise ValueError(f"PyAV decoded a different number of frames on each pass (last {decoded})")
 
 
+def presentation_times(path: str, total_frames: int, source_fps: float) -> list[float]:
+    """Seconds of every frame in display order, measured from the first frame: the sorted pts of the first video
+    stream's packets (one demux pass, no decoding), minus the smallest.
+
+    Packets come in decoding order (B-frames: pts out of order), so the pts are sorted. When the container gives no
+    pts for some packet, or a packet count different from ``total_frames``, the times are index / ``source_fps``.
+    (decord's ``get_frame_timestamp`` is float32 and garbage for AVI files without pts.)
+    """
+    import av
+
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            base = stream.time_base
+            pts = [packet.pts for packet in container.demux(stream) if packet.size]
+    except Exception:  # unreadable by PyAV: the nominal times
+        pts = None
+    if not pts or None in pts or len(pts) != total_frames or base is None:
+        return [i / source_fps for i in range(total_frames)]
+    pts.sort()
+    return [float((p - pts[0]) * base) for p in pts]
+
+
 def decode_threads() -> int:
     """Default decoder threads: the CPUs this process may use, at most 8.
 
@@ -293,9 +327,9 @@ def sample_frames(
             depend on it. Use 1 inside many data-loader workers.
 
     Returns:
-        :class:`SampledVideo`: uint8 frames (T, H, W, 3) with T even and H, W multiples of 28, at the sizes
-        ``qwen_vl_utils.fetch_video`` gives for the same settings; timestamps index / source_fps in seconds from
-        the first decoded frame.
+        :class:`SampledVideo`: uint8 frames (T, H, W, 3) with T even and H, W multiples of
+        ``settings.pixel_factor``, at the sizes ``qwen_vl_utils.fetch_video`` gives for the same settings; timestamps
+        the frames' presentation times in seconds from the first frame (:func:`presentation_times`).
 
     Raises:
         VideoLoadError: the file is missing, unreadable by both decord and PyAV, or yields fewer than 2 frames
@@ -326,13 +360,14 @@ def sample_frames(
     else:
         raise VideoLoadError(f"{path}: cannot read video ({'; '.join(errors)})")
 
+    times = presentation_times(path, total, source_fps)
     video = SampledVideo(
         path=path,
         frames=frames,
         source_fps=source_fps,
         duration=total / source_fps,
         frame_indices=indices,
-        timestamps=[i / source_fps for i in indices],
+        timestamps=[times[i] for i in indices],
         sampled_fps=f,
         backend=backend,
     )
@@ -384,7 +419,3 @@ def resize_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     out = torch.nn.functional.interpolate(tensor, size=(height, width), mode="bicubic", antialias=True)
     return out.permute(0, 2, 3, 1).contiguous().numpy()
 
-
-def seconds_per_grid(video: SampledVideo, temporal_patch_size: int = 2) -> float:
-    """Qwen2.5-VL's ``second_per_grid_ts`` for this clip: temporal_patch_size / sampled_fps (1.0 at 2 fps)."""
-    return temporal_patch_size / video.sampled_fps

@@ -1,12 +1,15 @@
 """``grounding-rl infer``: ask when something happens in a video.
 
     grounding-rl infer --model DIR --video FILE --query TEXT [--query TEXT ...] [--gt S E ...] [--plot OUT.png] [--json]
+                       [--print-prompt]
 
 For each query it prints the start and end in seconds (clamped to the video), the answer text and the reasoning. With
 ``--json`` stdout is exactly one JSON list with an object per query, ``{"query", "start", "end", "answer",
 "reasoning"}`` (start/end null when the answer cannot be parsed); everything else goes to stderr. ``--plot`` writes a
 timeline picture (frames with timestamps, predicted intervals, and the ground truth given by one ``--gt S E`` per
-query, in order). A missing or unreadable video is a one-line error and exit code 2.
+query, in order). ``--print-prompt`` first prints, per query, the exact prompt the model is given (special tokens
+and Qwen3-VL's textual timestamps shown, video tokens collapsed to a count; on stderr with ``--json``). A missing or
+unreadable video is a one-line error and exit code 2.
 
 Preprocessing and prompt are the checkpoint's (``grounding_config.json``), overridable, as in ``grounding-rl eval``.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 from grounding_rl.data.video import SampledVideo, VideoLoadError, sample_frames
 from grounding_rl.eval.settings import add_preprocessing_overrides, describe_config, resolve_config
 from grounding_rl.models.loading import load_for_inference
+from grounding_rl.prompts.preprocessing import build_inputs, prompt_text
 from grounding_rl.reward.iou import clamp_interval
 from grounding_rl.reward.parsing import extract_think, parse_answer
 from grounding_rl.rollout.generation import SamplingParams, generate_answers
@@ -56,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ground truth in seconds for the plot, one per --query in order")
     parser.add_argument("--plot", default=None, help="write a timeline PNG here")
     parser.add_argument("--json", action="store_true", help="print one JSON list on stdout, nothing else")
+    parser.add_argument("--print-prompt", action="store_true",
+                        help="print the exact prompt of each query (video tokens collapsed to a count, timestamps "
+                             "shown)")
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
     add_preprocessing_overrides(parser)
     parser.add_argument("--max-new-tokens", type=int, default=256, help="generation budget")
@@ -87,6 +94,13 @@ def infer(model, processor, video: SampledVideo, queries: list[str], template: s
                                    SamplingParams.greedy(max_new_tokens))
         results += [answer_result(q, a, video.duration) for q, a in zip(chunk, answers)]
     return results
+
+
+def format_prompt(processor, video: SampledVideo, query: str, template: str) -> str:
+    """The exact prompt the model is given for one query on a clip
+    (:func:`grounding_rl.prompts.preprocessing.prompt_text` of the :func:`build_inputs` row)."""
+    features = build_inputs(processor, [query], [video], template)
+    return prompt_text(processor, features["input_ids"][0], features["attention_mask"][0])
 
 
 def format_text(results: list[dict], video: SampledVideo) -> str:
@@ -136,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, processor = load_for_inference(args.model, device, args.dtype)
+    if args.print_prompt:
+        for query in args.query:
+            print(f"infer: prompt for {query!r}:\n{format_prompt(processor, video, query, config.prompt_template)}",
+                  file=log)
     results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
                     args.batch_size)
     if args.json:  # the answer first; optional files after it

@@ -58,7 +58,23 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
         changed["prompt_template"] = prompt_template
     if changed:
         source += f"; overridden on the command line: {', '.join(sorted(changed))}"
+    family = _family(model_dir)
+    if family is not None:  # frames sized for the checkpoint's vision tower
+        config = dataclasses.replace(config, video=family.video_settings(config.video))
     return config, source
+
+
+def _family(model_dir):
+    """The checkpoint's model family, or None when it has no readable ``config.json`` here (the model load reports
+    that). A folder whose ``config.json`` names an unsupported ``model_type`` raises ValueError."""
+    from grounding_rl.family import family_of_checkpoint
+
+    if Path(model_dir).is_dir():
+        return family_of_checkpoint(model_dir) if (Path(model_dir) / "config.json").is_file() else None
+    try:  # a hub id: its cached config, if any
+        return family_of_checkpoint(model_dir)
+    except (OSError, ValueError):
+        return None
 
 
 def add_preprocessing_overrides(parser) -> None:
@@ -79,4 +95,4 @@ def describe_config(config: GroundingConfig) -> str:
     v = config.video
     return (f"prompt_template={config.prompt_template} fps={v.fps} min_pixels={v.min_pixels} "
             f"max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
-            f"sampler={v.sampler}")
+            f"sampler={v.sampler} pixel_factor={v.pixel_factor}")

@@ -1,4 +1,4 @@
-"""Load the policy, the reference model and the processor of a Qwen2.5-VL checkpoint (``trust_remote_code`` off).
+"""Load the policy, the reference model and the processor of a Qwen-VL checkpoint (``trust_remote_code`` off).
 
 Under DeepSpeed ZeRO-3 the ``TrainingArguments`` must exist before these calls (they register the DeepSpeed config
 that makes ``from_pretrained`` load the weights partitioned); :mod:`grounding_rl.cli.train` parses them first.
@@ -29,7 +29,8 @@ def load_processor(path: str, revision: str | None = None):
 
 def load_policy(path: str, dtype: str | None = None, attn_implementation: str | None = None,
                 revision: str | None = None):
-    """The trainable policy: ``AutoModelForImageTextToText.from_pretrained`` (Qwen2.5-VL), remote code disabled.
+    """The trainable policy: ``AutoModelForImageTextToText.from_pretrained`` (any family of
+    :mod:`grounding_rl.family`), remote code disabled.
 
     Args:
         path: local folder or hub id (offline runs need a local folder).
@@ -58,7 +59,7 @@ def load_reference(path: str, dtype: str | None = None, attn_implementation: str
 
 
 def vision_tower(model):
-    """The vision encoder module of a (possibly PEFT-wrapped) Qwen2.5-VL model.
+    """The vision encoder module of a (possibly PEFT-wrapped) Qwen-VL model (with its mergers; Qwen3-VL: DeepStack too).
 
     Raises:
         AttributeError: the model has no ``visual`` module.

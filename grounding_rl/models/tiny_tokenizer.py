@@ -4,7 +4,9 @@ Used by ``grounding-rl tiny-model`` when no real tokenizer is given, so the demo
 of about a thousand tokens (the real one has 151,665, whose embedding and output layer would dominate a tiny model's
 compute). The pipeline is Qwen2's own (:class:`transformers.Qwen2Tokenizer`: NFC, the Qwen2 split regex that keeps
 every digit a token of its own, byte-level BPE), only the merges are learned here, from the text the demo needs:
-both prompt templates, Qwen's default system prompt, the demo queries, the think/answer tags and the SFT target.
+the ``default`` and ``timezero`` prompt templates (:data:`CORPUS_TEMPLATES`: fixed, so templates added later leave the
+demo's tokenizer and its measured results unchanged), Qwen's default system prompt, the demo queries, the
+think/answer tags and the SFT target.
 Special tokens follow the BPE vocabulary in Qwen's order, so ``<|endoftext|>`` is id ``V``, ``<|im_start|>`` ``V+1``,
 and so on (:data:`SPECIAL_TOKENS`).
 """
@@ -45,13 +47,16 @@ EXTRA_TEXT = (
 VOCAB_SIZE = 4096
 
 
+CORPUS_TEMPLATES = ("default", "timezero")
+
+
 def training_corpus() -> list[str]:
     """The texts the tokenizer is trained on (see the module docstring); deterministic."""
     from grounding_rl.data.demo import demo_queries
     from grounding_rl.prompts.templates import answer_text, instruction
 
     texts = list(EXTRA_TEXT)
-    for name in ("default", "timezero"):  # fixed, so that adding a template keeps the tiny tokenizer (and demo) as is
+    for name in CORPUS_TEMPLATES:
         texts += [instruction(q, name) for q in demo_queries()]
     texts += demo_queries()
     texts += [answer_text(a / 2, b / 2) for a in range(0, 40, 3) for b in range(a + 1, 41, 4)]
@@ -128,13 +133,17 @@ def special_token_ids(tokenizer) -> dict[str, int]:
     return ids
 
 
-def build_processor(vocab_size: int = VOCAB_SIZE, min_pixels: int = 3136, max_pixels: int = 12845056):
-    """A ``Qwen2_5_VLProcessor`` around the locally trained tokenizer, with Qwen's image/video processor settings.
+def build_processor(vocab_size: int = VOCAB_SIZE, min_pixels: int = 3136, max_pixels: int = 12845056, like=None):
+    """A ``Qwen2_5_VLProcessor`` around the locally trained tokenizer, with Qwen's image/video processor settings; or,
+    with ``like`` (a loaded processor of a real model folder), a processor of ``like``'s class with its image/video
+    processors and chat template around the locally trained tokenizer (e.g. a Qwen3-VL processor with a small
+    vocabulary).
 
     Args:
         vocab_size: BPE vocabulary bound (see :func:`train_bpe`).
         min_pixels, max_pixels: the image/video processors' resize bounds (Qwen2.5-VL's defaults; our pipeline passes
-            frames already resized, ``do_resize=False``).
+            frames already resized, ``do_resize=False``). Ignored with ``like``.
+        like: a real processor whose class, image/video processors and chat template are kept.
 
     Returns:
         the processor, with ``processor.token_ids`` (dict: bos/eos/pad/vision_start/vision_end/image/video ids, keys as
@@ -145,6 +154,11 @@ def build_processor(vocab_size: int = VOCAB_SIZE, min_pixels: int = 3136, max_pi
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
     tokenizer = build_tokenizer(vocab_size)
+    if like is not None:
+        processor = type(like)(image_processor=like.image_processor, tokenizer=tokenizer,
+                               video_processor=like.video_processor, chat_template=like.chat_template)
+        processor.token_ids = special_token_ids(tokenizer)
+        return processor
     size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
     mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
     processor = Qwen2_5_VLProcessor(

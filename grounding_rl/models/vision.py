@@ -4,13 +4,15 @@ model, and encoding each distinct clip once.
 A batch that shares videos keeps the patches of its U *distinct* clips and a ``video_index`` (B,) telling which clip each
 of its B rows uses (any mapping: a clip may have G rows, fewer when a group is split across ranks, or a different count
 than its neighbours). :func:`encode_videos` runs the vision tower once on the U clips and hands each row its clip's
-features through transformers' ``mm_encoder_outputs`` (Qwen2.5-VL ``forward`` and ``generate`` accept it); the
-gradients of all rows of a clip flow into its one encoding.
+features through transformers' ``mm_encoder_outputs`` (the ``forward`` and ``generate`` of both families accept it;
+what a row's share holds — Qwen3-VL's DeepStack features too — is the family's
+:meth:`~grounding_rl.family.Family.select_features`); the gradients of all rows of a clip flow into its one encoding.
 """
 from __future__ import annotations
 
 import torch
-from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from grounding_rl.family import family_of
 
 
 def unwrap(model):
@@ -22,7 +24,8 @@ def unwrap(model):
 
 
 def core_model(model):
-    """The ``Qwen2_5_VLModel`` (holder of ``rope_deltas`` and ``get_rope_index``) inside a possibly wrapped model.
+    """The core model (``Qwen2_5_VLModel``, ``Qwen3VLModel``: holder of ``rope_deltas`` and ``get_rope_index``) inside
+    a possibly wrapped model.
 
     Raises:
         AttributeError: no core model with ``get_rope_index`` is found.
@@ -32,7 +35,7 @@ def core_model(model):
         while hasattr(model, attr) and not hasattr(model, "get_rope_index"):
             model = getattr(model, attr)
     if not hasattr(model, "get_rope_index"):
-        raise AttributeError(f"{type(model).__name__} has no Qwen2.5-VL core model with get_rope_index")
+        raise AttributeError(f"{type(model).__name__} has no Qwen-VL core model with get_rope_index")
     return model
 
 
@@ -60,31 +63,33 @@ def encode_videos(model, pixel_values_videos: torch.Tensor, video_grid_thw: torc
     """Encode each distinct clip once and give every row its clip's features.
 
     Args:
-        model: a Qwen2.5-VL model, possibly DDP/DeepSpeed/PEFT-wrapped (its ``get_video_features`` is called; with a
+        model: a Qwen-VL model, possibly DDP/DeepSpeed/PEFT-wrapped (its ``get_video_features`` is called; with a
             PEFT model whose adapter is disabled, the adapter-free encoder runs).
-        pixel_values_videos: patches of the U distinct clips, concatenated (Σ_u t_u·h_u·w_u, 1176).
+        pixel_values_videos: patches of the U distinct clips, concatenated (Σ_u t_u·h_u·w_u, 3·2·patch²).
         video_grid_thw: (U, 3) grid of each distinct clip.
         rows: (B,) tensor or list: for each model row, the index (0..U-1) of its clip; repeats and any order allowed.
 
     Returns:
-        ``mm_encoder_outputs`` for the model call: ``{"video": BaseModelOutputWithPooling(pooler_output=tuple of B
-        tensors (tokens_u, hidden))}``; pass it instead of ``pixel_values_videos`` and keep ``video_grid_thw``,
-        ``second_per_grid_ts`` and ``mm_token_type_ids`` per row (they give the 3D position ids).
+        ``mm_encoder_outputs`` for the model call: ``{"video": output}`` whose ``pooler_output`` is a tuple of B
+        tensors (tokens_u, hidden) (and, for Qwen3-VL, ``deepstack_features`` one such tuple per DeepStack layer);
+        pass it instead of ``pixel_values_videos`` and keep ``video_grid_thw``, ``mm_token_type_ids`` (and
+        Qwen2.5-VL's ``second_per_grid_ts``) per row: they give the 3D position ids.
     """
-    features = unwrap(model).get_video_features(pixel_values_videos, video_grid_thw, return_dict=True).pooler_output
+    inner = unwrap(model)
+    features = inner.get_video_features(pixel_values_videos, video_grid_thw, return_dict=True)
     rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
-    return {"video": BaseModelOutputWithPooling(pooler_output=tuple(features[u] for u in rows))}
+    return {"video": family_of(inner).select_features(features, rows)}
 
 
 def rope_position_ids(model, inputs: dict) -> torch.Tensor:
-    """The 3-D RoPE position ids (3, B, L) the model computes for full rows (``get_rope_index`` of Qwen2.5-VL on
-    ``input_ids``, ``mm_token_type_ids``, ``video_grid_thw``, ``second_per_grid_ts`` and ``attention_mask``), as its own
-    forward would without ``position_ids``."""
+    """The 3-D RoPE position ids (3, B, L) the model computes for full rows, as its own forward would without
+    ``position_ids``: ``get_rope_index`` on ``input_ids``, ``mm_token_type_ids``, ``attention_mask`` and the family's
+    per-row video tensors (:attr:`grounding_rl.family.Family.row_video_keys`: ``video_grid_thw`` and, for
+    Qwen2.5-VL, ``second_per_grid_ts``)."""
     positions, _ = core_model(model).get_rope_index(
         inputs["input_ids"],
         mm_token_type_ids=inputs["mm_token_type_ids"],
-        video_grid_thw=inputs["video_grid_thw"],
-        second_per_grid_ts=inputs["second_per_grid_ts"],
         attention_mask=inputs["attention_mask"],
+        **{k: inputs[k] for k in family_of(unwrap(model)).row_video_keys},
     )
     return positions

@@ -9,18 +9,19 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from transformers.video_utils import VideoMetadata
-
 from grounding_rl.data.video import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VIDEO_SAMPLERS, SampledVideo,
                                      VideoSettings)
+from grounding_rl.family import Family, families, family_of
 from grounding_rl.prompts.templates import TEMPLATES, render_prompt
 
 CONFIG_NAME = "grounding_config.json"
 
 # The model inputs that build_inputs makes, defined once: generation, the policy and the reference forwards, and SFT
-# all pass exactly these (without mm_token_type_ids Qwen2.5-VL's 3D RoPE falls back to 1D).
+# all pass exactly these (without mm_token_type_ids the 3D RoPE falls back to 1D). The per-row video keys are those
+# of every family (grounding_rl.family); a batch holds the ones its family's processor returned, and every consumer
+# passes the keys present.
 TEXT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
-PER_ROW_VIDEO_KEYS = ("video_grid_thw", "second_per_grid_ts")
+PER_ROW_VIDEO_KEYS = tuple(dict.fromkeys(k for f in families() for k in f.row_video_keys))
 VIDEO_KEYS = ("pixel_values_videos",) + PER_ROW_VIDEO_KEYS
 MODEL_INPUT_KEYS = TEXT_KEYS + VIDEO_KEYS
 
@@ -133,47 +134,56 @@ class PreprocessingArguments:
         return problems
 
 
-def video_metadata(video: SampledVideo) -> VideoMetadata:
-    """Describe the *sampled* clip to the processor: fps = effective sampled fps, T frames, indices range(T).
+def video_metadata(video: SampledVideo, family: Family | str = "qwen2_5_vl"):
+    """Describe a sampled clip to a family's processor (:meth:`grounding_rl.family.Family.video_metadata`).
 
-    With ``do_sample_frames=False`` the processor then computes ``second_per_grid_ts = temporal_patch_size / fps``
-    (1.0 at 2 fps). Without metadata transformers 5.24 assumes 24 fps (``second_per_grid_ts`` 0.083, wrong).
+    Qwen2.5-VL: fps = effective sampled fps, T frames, indices range(T), so with ``do_sample_frames=False`` the
+    processor computes ``second_per_grid_ts = temporal_patch_size / fps`` (1.0 at 2 fps; without metadata transformers
+    5.24 assumes 24 fps: 0.083, wrong). Qwen3-VL: the frames' true presentation times, from which the processor
+    writes the textual timestamps.
     """
-    t = video.num_frames
-    return VideoMetadata(
-        total_num_frames=t, fps=video.sampled_fps, frames_indices=list(range(t)), duration=t / video.sampled_fps
-    )
+    return (family_of(family) if isinstance(family, str) else family).video_metadata(video)
 
 
 def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str = "default",
-                 share_videos: bool = False, **extra):
+                 share_videos: bool = False, family: Family | None = None, **extra):
     """Processor inputs for a batch of (query, clip) pairs, left-padded for generation.
 
     The processor is not modified (its tokenizer keeps the padding side it was loaded with, so a checkpoint saves it
     as it came); left padding is asked for in this call only.
 
     Args:
-        processor: a Qwen2.5-VL ``AutoProcessor``.
+        processor: a Qwen-VL ``AutoProcessor`` of a supported family.
         queries: one sentence per row.
-        videos: one :class:`SampledVideo` per row (frames already resized to multiples of 28; no second resize).
+        videos: one :class:`SampledVideo` per row (frames already resized to multiples of the family's pixel
+            factor; no second resize).
         template: prompt template name.
         share_videos: rows passing the same :class:`SampledVideo` object share its patches: ``pixel_values_videos``
             then holds each distinct clip once, in order of first use, and ``video_index`` (B,) names each row's clip
             (see :mod:`grounding_rl.models.vision`).
+        family: the model family (None = the processor's, :func:`grounding_rl.family.family_of`).
         extra: passed to the processor (e.g. ``return_tensors`` overrides).
 
     Returns:
         ``BatchFeature`` with ``input_ids`` and ``attention_mask`` (B, L), ``pixel_values_videos``
-        (Σ patches, 1176), ``video_grid_thw`` (B, 3), ``second_per_grid_ts`` (B,), ``mm_token_type_ids`` (B, L)
-        — pass all of them to the model (:data:`MODEL_INPUT_KEYS`) — plus ``video_index`` when ``share_videos``.
+        (Σ patches, 3·2·patch²), ``video_grid_thw`` (B, 3), ``mm_token_type_ids`` (B, L), and Qwen2.5-VL's
+        ``second_per_grid_ts`` (B,) — pass all of them to the model (the keys of :data:`MODEL_INPUT_KEYS` present) —
+        plus ``video_index`` when ``share_videos``.
 
     Raises:
-        ValueError: ``queries`` and ``videos`` differ in length.
+        ValueError: ``queries`` and ``videos`` differ in length; the processor is of no supported family; a clip's
+            frames are not multiples of the family's pixel factor (sampled for another family).
     """
     import torch
 
     if len(queries) != len(videos):
         raise ValueError(f"{len(queries)} queries but {len(videos)} videos")
+    family = family or family_of(processor)
+    for video in videos:
+        height, width = video.frames.shape[1:3]
+        if height % family.pixel_factor or width % family.pixel_factor:
+            raise ValueError(f"{video.path}: frames of {height}x{width} are not multiples of {family.pixel_factor} "
+                             f"({family.name}); sample with family.video_settings(settings)")
     texts = [render_prompt(processor, q, template) for q in queries]
     # a fast tokenizer keeps the padding it was last called with in its Rust backend, and save_pretrained writes it
     # into tokenizer.json: restore it, so the checkpoint's tokenizer pads as it did when it was loaded
@@ -183,10 +193,8 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
         features = processor(
             text=texts,
             videos=[v.frames for v in videos],
-            video_metadata=[video_metadata(v) for v in videos],
-            do_sample_frames=False,
-            do_resize=False,  # frames are already at qwen-vl-utils' sizes; a second resize would change the budget
-            cap_pixels_per_frame=False,  # the cap is ours (VideoSettings.total_pixels), applied when sampling
+            video_metadata=[family.video_metadata(v) for v in videos],
+            **family.processor_kwargs(),  # frames are already at qwen-vl-utils' sizes: no sampling, resize or cap
             padding=True,
             padding_side="left",
             return_tensors="pt",
@@ -211,3 +219,28 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
         features["pixel_values_videos"] = torch.cat([pixels[offsets[row]:offsets[row + 1]] for _, row in first])
         features["video_index"] = torch.tensor(index, dtype=torch.long)
     return features
+
+
+def prompt_text(processor, input_ids, attention_mask=None) -> str:
+    """One prompt row as the model sees it, readable: the decoded tokens (special tokens and Qwen3-VL's textual
+    timestamps kept, left padding dropped), each run of video placeholder tokens collapsed to
+    ``<|video_pad|>×N``.
+
+    Args:
+        processor: the processor that made the row.
+        input_ids: (L,) token ids of one row (from :func:`build_inputs`).
+        attention_mask: (L,) mask; None = every token is real.
+    """
+    import itertools
+
+    tokenizer = processor.tokenizer
+    ids = [int(i) for i in input_ids]
+    if attention_mask is not None:
+        ids = [i for i, keep in zip(ids, attention_mask) if int(keep)]
+    video = getattr(processor, "video_token", None) or "<|video_pad|>"
+    video_id = tokenizer.convert_tokens_to_ids(video)
+    parts = []
+    for is_video, run in itertools.groupby(ids, key=lambda i: i == video_id):
+        run = list(run)
+        parts.append(f"{video}×{len(run)}" if is_video else tokenizer.decode(run, skip_special_tokens=False))
+    return "".join(parts)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from grounding_rl.family import family_of
 from grounding_rl.models.vision import core_model, encode_videos, first_rows, rope_position_ids, unwrap
-from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS as PER_ROW_KEYS
+from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS
 from grounding_rl.prompts.preprocessing import TEXT_KEYS
 
 
@@ -74,8 +75,9 @@ def shared_prefix_layout(inputs: dict, video_index: torch.Tensor) -> tuple[dict,
                             ("attention_mask", torch.ones_like(tokens[r], dtype=mask.dtype))):
             out[key][r, width - c:width] = values[:c]
             out[key][r, width + suffix - (n - c):] = values[c:]
-    for key in PER_ROW_KEYS:
-        out[key] = torch.as_tensor(inputs[key], device=ids.device)
+    for key in PER_ROW_VIDEO_KEYS:  # the family's per-row video tensors (those present)
+        if key in inputs:
+            out[key] = torch.as_tensor(inputs[key], device=ids.device)
     return out, first, width
 
 
@@ -87,8 +89,9 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
     Args:
         model: the unwrapped generation model (inside TRL's ``unwrap_model_for_generation``: ZeRO-3 parameters
             gathered or hooked, PEFT adapter active).
-        inputs: ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` (B, P) left-padded, ``video_grid_thw`` (B, 3)
-            and ``second_per_grid_ts`` (B,) per row; ``pixel_values_videos`` of the U distinct clips only.
+        inputs: ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` (B, P) left-padded, the family's per-row
+            video tensors (``video_grid_thw`` (B, 3); Qwen2.5-VL's ``second_per_grid_ts`` (B,)); ``pixel_values_videos``
+            of the U distinct clips only.
         video_index: (B,) distinct-clip index of each row.
         prefill_once: True → prefill each clip's common prefix (:func:`shared_prefix_layout`: the whole prompt but
             its last token for a GRPO group; the system text, the video and the shared instruction text for
@@ -103,9 +106,10 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
         RNG state (``tests/test_sharing.py``); completion tokens start at column ``prompt_width``.
     """
     video_index = torch.as_tensor(video_index, dtype=torch.long, device=inputs["input_ids"].device)
+    row_keys = family_of(unwrap(model)).row_video_keys
     layout = shared_prefix_layout(inputs, video_index) if prefill_once else None
     if layout is None:
-        per_row = {k: torch.as_tensor(inputs[k], device=video_index.device) for k in TEXT_KEYS + PER_ROW_KEYS}
+        per_row = {k: torch.as_tensor(inputs[k], device=video_index.device) for k in TEXT_KEYS + row_keys}
         clip_grid = per_row["video_grid_thw"][first_rows(video_index)]
         encoded = encode_videos(model, inputs["pixel_values_videos"], clip_grid, video_index)
         return (model.generate(**per_row, mm_encoder_outputs=encoded, **generate_kwargs),
@@ -116,9 +120,8 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
     head = {k: per_row[k][first_t, :width] for k in TEXT_KEYS}
     out = model(
         **head,
+        **{k: per_row[k][first_t] for k in row_keys},
         pixel_values_videos=inputs["pixel_values_videos"],
-        video_grid_thw=per_row["video_grid_thw"][first_t],
-        second_per_grid_ts=per_row["second_per_grid_ts"][first_t],
         cache=DynamicCache(config=unwrap(model).config),
         use_cache=True,
         logits_to_keep=1,
@@ -137,7 +140,8 @@ def _continuation_deltas(core, prompts: dict) -> torch.Tensor:
     video's largest *temporal* id, while the 3D ids that ``get_rope_index`` gives the text after a video — and that
     ``generate`` without a cache, the policy and the reference forwards use — continue from the video's spatial
     extent. Whenever the temporal ids run past the text (long clips), the stored offset would shift the last prompt
-    token and every completion token; this offset makes them continue exactly as in a full-prompt prefill.
+    token and every completion token; this offset makes them continue exactly as in a full-prompt prefill. (For
+    Qwen3-VL, whose frames are separate temporal groups, the two offsets agree; the same rule serves both families.)
     """
     positions = rope_position_ids(core, prompts)
     text_last = prompts["attention_mask"].long().sum(dim=-1) - 1  # generate's text position: cumsum(mask) − 1

@@ -1,10 +1,11 @@
 """Row-aligned GRPO batches with video: build the prompt tensors, select/slice rows, and the loss-forward inputs.
 
 A batch is a flat dict. Row-aligned entries (first dimension B): ``prompt_ids``, ``prompt_mask``,
-``mm_token_type_ids`` (B, P), ``video_grid_thw`` (B, 3), ``second_per_grid_ts`` (B,), ``completion_ids``,
-``completion_mask`` (B, C), ``advantages`` (B,), ``old_logps``/``ref_logps`` (B, C) and per-row lists. The one
-exception is ``pixel_values_videos`` (Σ_i t_i·h_i·w_i, 1176): row i owns ``prod(video_grid_thw[i])`` consecutive
-patch rows. Scalars (``num_items_in_batch``) are shared by all rows.
+``mm_token_type_ids`` (B, P), the family's per-row video tensors (``video_grid_thw`` (B, 3); Qwen2.5-VL's
+``second_per_grid_ts`` (B,)), ``completion_ids``, ``completion_mask`` (B, C), ``advantages`` (B,),
+``old_logps``/``ref_logps`` (B, C) and per-row lists. The one exception is ``pixel_values_videos`` (Σ_i t_i·h_i·w_i,
+3·2·patch²): row i owns ``prod(video_grid_thw[i])`` consecutive patch rows. Scalars (``num_items_in_batch``) are
+shared by all rows.
 
 Shared videos (``share_video_encoding``): the batch also holds ``video_index`` (B,) long — the distinct clip
 each row uses — and ``pixel_values_videos`` then holds the patches of the U distinct clips only, clip u owning
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, build_inputs
 from grounding_rl.models.vision import first_rows
+from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, PER_ROW_VIDEO_KEYS, build_inputs
 
 PIXELS = "pixel_values_videos"
 GRID = "video_grid_thw"
@@ -28,20 +29,21 @@ VIDEO_INDEX = "video_index"
 def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False) -> dict:
     """Prompt tensors for items carrying a decoded ``"clip"``; each distinct ``index`` is processed once.
 
-    Rows of the same index (a group's G copies) get identical tensors — the same pixels, grid,
-    ``second_per_grid_ts`` and ``mm_token_type_ids`` — which is what generation and both forwards must see.
+    Rows of the same index (a group's G copies) get identical tensors — the same token ids (with Qwen3-VL's
+    textual timestamps), pixels, grid, ``mm_token_type_ids`` (and Qwen2.5-VL's ``second_per_grid_ts``) — which is
+    what generation and both forwards must see.
 
     Args:
-        processor: the Qwen2.5-VL processor.
+        processor: the model's processor (its family decides the preprocessing).
         items: collated items (``index``, ``query``, ``clip``).
         template: prompt template name.
         share_videos: keep one copy of each distinct clip's patches and a ``video_index`` (see the module
             docstring) instead of one copy per row.
 
     Returns:
-        Dict with ``prompt_ids``, ``prompt_mask``, ``mm_token_type_ids``, ``pixel_values_videos``,
-        ``video_grid_thw``, ``second_per_grid_ts`` (CPU tensors), one row per item, left-padded; plus
-        ``video_index`` when ``share_videos``.
+        Dict with ``prompt_ids``, ``prompt_mask``, ``mm_token_type_ids``, ``pixel_values_videos`` and the
+        family's per-row video tensors (CPU tensors), one row per item, left-padded; plus ``video_index`` when
+        ``share_videos``.
     """
     order = list(dict.fromkeys(item["index"] for item in items))
     position = {index: i for i, index in enumerate(order)}
@@ -53,8 +55,7 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
         "prompt_mask": features["attention_mask"],
         "mm_token_type_ids": features["mm_token_type_ids"],
         PIXELS: features[PIXELS],
-        GRID: features[GRID],
-        "second_per_grid_ts": torch.as_tensor(features["second_per_grid_ts"], dtype=torch.float32),
+        **{key: torch.as_tensor(features[key]) for key in PER_ROW_VIDEO_KEYS if key in features},
     }
     if share_videos:
         batch[VIDEO_INDEX] = torch.arange(len(ordered))
@@ -128,7 +129,7 @@ def generation_inputs(batch: dict) -> dict:
     """The prompt tensors under the model's argument names (for ``generate``), plus ``video_index`` for a
     shared-video batch (the rollout engine must then encode/prefill per distinct clip)."""
     names = {"input_ids": "prompt_ids", "attention_mask": "prompt_mask"}  # the batch's names for the prompt's
-    inputs = {key: batch[names.get(key, key)] for key in MODEL_INPUT_KEYS}
+    inputs = {key: batch[names.get(key, key)] for key in MODEL_INPUT_KEYS if names.get(key, key) in batch}
     if VIDEO_INDEX in batch:
         inputs[VIDEO_INDEX] = batch[VIDEO_INDEX]
     return inputs

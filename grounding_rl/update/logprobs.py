@@ -19,7 +19,7 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
     """log π(o_t | prompt, video, o_<t) for each completion token.
 
     Args:
-        model: a Qwen2.5-VL model (possibly DDP/DeepSpeed/PEFT-wrapped); called with ``logits_to_keep=C + 1``.
+        model: a Qwen-VL model (possibly DDP/DeepSpeed/PEFT-wrapped); called with ``logits_to_keep=C + 1``.
         batch: a row-aligned batch (:mod:`grounding_rl.update.batching`) with prompt, video and completion tensors;
             with ``video_index`` the distinct clips are encoded once (gradients of all their rows flow into it).
         temperature: the sampling temperature; logits are divided by it as in sampling (TRL does the same), so

@@ -82,10 +82,16 @@ class GroundingSaveMixin:
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         super().save_model(output_dir, _internal_call)
         if self.args.should_save:
-            base = getattr(self.accelerator.unwrap_model(self.model), "name_or_path", None)
+            import dataclasses
+
+            from grounding_rl.family import family_of
+
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            base = getattr(unwrapped, "name_or_path", None)
             folder = output_dir or self.args.output_dir
-            write_grounding_files(folder, self.grounding_config(), base, self.stage,
-                                  self.command or training_command())
+            config = self.grounding_config()  # the video settings as sampled: with the model family's pixel factor
+            config = dataclasses.replace(config, video=family_of(unwrapped).video_settings(config.video))
+            write_grounding_files(folder, config, base, self.stage, self.command or training_command())
             if self.fingerprint is not None:
                 (Path(folder) / "run_fingerprint.json").write_text(json.dumps(self.fingerprint, indent=2) + "\n",
                                                                    encoding="utf-8")

@@ -19,6 +19,7 @@ from transformers import Trainer, TrainingArguments
 
 from grounding_rl.data.dataset import VideoCollator
 from grounding_rl.data.video import VideoSettings
+from grounding_rl.family import family_of
 from grounding_rl.prompts.preprocessing import VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
 from grounding_rl.update.resume import ExactResumeMixin
@@ -66,7 +67,7 @@ class SFTCollator:
     whole text because the prompt ends with ``"assistant\\n"``, a pre-token boundary of the Qwen2 split regex).
 
     Args:
-        processor: a Qwen2.5-VL processor.
+        processor: the model's processor (its family decides the preprocessing and the frames' pixel factor).
         dataset: the training :class:`grounding_rl.data.dataset.GroundingDataset` whose items (with ``index``) are
             collated; clips load through :class:`grounding_rl.data.dataset.VideoCollator`, so an unreadable clip is
             replaced by a deterministic substitute and logged, as in GRPO.
@@ -78,12 +79,13 @@ class SFTCollator:
 
     Returns (``__call__``):
         dict with ``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``labels`` (B, L) and
-        ``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts`` as from ``build_inputs``.
+        the video tensors of the family (``pixel_values_videos``, ``video_grid_thw``; Qwen2.5-VL's
+        ``second_per_grid_ts``) as from ``build_inputs``.
     """
 
     def __init__(self, processor, dataset, template: str = "default", video: VideoSettings = VideoSettings(),
                  think_text: str = DEFAULT_THINK, max_prompt_length: int | None = None, frame_cache=None):
-        self.loader = VideoCollator(dataset, video, cache=frame_cache)
+        self.loader = VideoCollator(dataset, family_of(processor).video_settings(video), cache=frame_cache)
         self.processor = processor
         self.template = template
         self.think_text = think_text
@@ -121,7 +123,8 @@ class SFTCollator:
             "labels": left_pad(labels, IGNORE_INDEX),
         }
         for key in VIDEO_KEYS:
-            batch[key] = prompt[key]
+            if key in prompt:
+                batch[key] = prompt[key]
         return batch
 
 

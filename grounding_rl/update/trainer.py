@@ -9,8 +9,9 @@ One step (TRL's schedule): the dataloader yields a *generation batch* (each clip
 across processes); we build the prompt with the video, sample G completions per clip, score them with the weighted
 rewards (gathered across processes so groups split between ranks are normalised together), compute advantages, and
 — when needed — π_old and π_ref log-probs. The batch is buffered and cut into ``steps_per_generation`` micro-batches,
-reused ``num_iterations`` times. The very same ``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts`` and
-``mm_token_type_ids`` go to generation, the policy forward and the reference forward. With
+reused ``num_iterations`` times. The very same token ids (with Qwen3-VL's textual timestamps), ``pixel_values_videos``,
+``video_grid_thw``, ``mm_token_type_ids`` (and Qwen2.5-VL's ``second_per_grid_ts``) go to generation, the policy
+forward and the reference forward. With
 ``share_video_encoding`` (default) the batch keeps each distinct clip's patches once with a ``video_index``, so each
 of the three runs the vision tower once per distinct clip and generation prefills each distinct prompt once.
 """
@@ -26,6 +27,7 @@ from trl.trainer.utils import nanstd
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
 from grounding_rl.data.missing import check_fraction
+from grounding_rl.family import family_of
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name, weighted_rewards
 from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask
@@ -39,14 +41,15 @@ logger = logging.getLogger(__name__)
 
 
 class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
-    """GRPO trainer for Qwen2.5-VL on (video, query, start, end) samples.
+    """GRPO trainer for Qwen-VL models (any family of :mod:`grounding_rl.family`) on (video, query, start, end)
+    samples.
 
     Args:
         model: the policy (a loaded model, PEFT-wrapped for LoRA: :func:`grounding_rl.cli.common.load_training_model`;
             with a PEFT model the reference is the adapter-free base).
         args: :class:`GroundingGRPOConfig`.
         train_dataset: :class:`GroundingDataset`.
-        processing_class: the Qwen2.5-VL processor.
+        processing_class: the model's processor.
         reward_funcs: callables ``fn(completions, **columns) -> list[float]`` or registry names; None =
             ``args.reward_funcs``.
         ref_model: the reference model when β > 0 and the policy is not a PEFT model (see :meth:`_build_ref_model`);
@@ -78,7 +81,8 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         self.num_generations = args.num_generations
         self.sampling = SamplingParams(args.max_completion_length, args.temperature, args.top_p, args.top_k,
                                        args.repetition_penalty)
-        collator = VideoCollator(train_dataset, args.video_settings, cache=frame_cache)
+        # frames sized for the model's vision tower (its family's pixel factor)
+        collator = VideoCollator(train_dataset, family_of(model).video_settings(args.video_settings), cache=frame_cache)
         super().__init__(model=model, args=args, train_dataset=train_dataset, data_collator=collator,
                          processing_class=processing_class, callbacks=callbacks)
         self.model_accepts_loss_kwargs = False
