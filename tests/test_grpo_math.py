@@ -1,4 +1,6 @@
 """GRPO loss math: the seed's numbers and each loss_type's aggregation."""
+import math
+
 import pytest
 import torch
 
@@ -185,3 +187,52 @@ def test_loss_is_aggregated_in_float32_for_a_bf16_model():
     per_token = torch.full((1, 300), 0.01, dtype=torch.bfloat16)
     assert grpo.aggregate_loss(per_token, torch.ones(1, 300), "dr_grpo", max_completion_length=300).item() \
         == pytest.approx(float(torch.tensor(0.01, dtype=torch.bfloat16)), rel=1e-6)
+
+
+# --- engine importance-sampling correction (TRL 1.16 vllm_importance_sampling_*), hand-computed
+OLD = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.2, 0.0]])
+ENGINE = torch.tensor([[-1.1, -2.3, -9.0], [-0.3, -2.0, 0.0]])
+MASK = torch.tensor([[1, 1, 0], [1, 1, 0]])
+
+
+def test_engine_weights_sequence_mask_default():
+    out = grpo.engine_importance_weights(OLD, ENGINE, MASK)  # sequence_mask, clip_max 3.0
+    # row 0: exp(0.1 + 0.3) = 1.4918 (the masked token's 8.5 ignored); row 1: exp(1.8) = 6.05 > 3 → masked to 0
+    assert out.weights.shape == (2, 1)
+    assert out.weights.flatten().tolist() == pytest.approx([1.491825, 0.0], abs=1e-5)
+    assert out.logp_difference_mean == pytest.approx((0.1 + 0.3 + 0.0 + 1.8) / 4, abs=1e-6)
+    assert out.logp_difference_max == pytest.approx(1.8, abs=1e-6)
+    assert (out.ratio_min, out.ratio_mean, out.ratio_max) == pytest.approx((0.0, 0.745912, 1.491825), abs=1e-5)
+
+
+def test_engine_weights_truncate_and_token_modes():
+    seq = grpo.engine_importance_weights(OLD, ENGINE, MASK, mode="sequence_truncate", clip_min=1.2)
+    assert seq.weights.flatten().tolist() == pytest.approx([1.491825, 3.0], abs=1e-5)
+    tok = grpo.engine_importance_weights(OLD, ENGINE, MASK, mode="token_mask")
+    # exp(0.1), exp(0.3), masked token 1 (difference zeroed); row 1: 1, exp(1.8) → 0, 1
+    assert tok.weights.flatten().tolist() == pytest.approx([1.105171, 1.349859, 1.0, 1.0, 0.0, 1.0], abs=1e-5)
+    assert tok.ratio_mean == pytest.approx((1.105171 + 1.349859 + 1.0 + 0.0) / 4, abs=1e-5)
+    trunc = grpo.engine_importance_weights(OLD, ENGINE, MASK, mode="token_truncate", clip_min=1.2, clip_max=None)
+    assert trunc.weights.flatten().tolist() == pytest.approx([1.2, 1.349859, 1.2, 1.2, 6.049647, 1.2], abs=1e-5)
+
+
+def test_engine_weights_nan_engine_logp_counts_as_no_correction():
+    engine = ENGINE.clone()
+    engine[0, 1] = float("nan")
+    out = grpo.engine_importance_weights(OLD, engine, MASK, mode="token_mask")
+    assert out.weights[0].tolist() == pytest.approx([1.105171, 1.0, 1.0], abs=1e-5)
+    assert out.logp_difference_max == pytest.approx(1.8, abs=1e-6)
+    assert out.logp_difference_mean == pytest.approx((0.1 + 0.0 + 1.8) / 3, abs=1e-6)
+    with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
+        grpo.engine_importance_weights(OLD, ENGINE, MASK, mode="sequence")
+
+
+def test_grpo_loss_importance_weights_scale_surrogate_not_kl():
+    logps = torch.zeros(2, 2)
+    weights = torch.tensor([[0.5], [0.0]])
+    out = grpo.grpo_loss(logps, logps, torch.tensor([1.0, -1.0]), torch.ones(2, 2), loss_type="bnpo",
+                         importance_weights=weights)
+    assert out.loss.item() == pytest.approx((-0.5 * 2 + 0.0) / 4)
+    kl = grpo.grpo_loss(logps, logps, torch.tensor([1.0, -1.0]), torch.ones(2, 2), loss_type="bnpo",
+                        ref_logps=torch.full((2, 2), -0.5), beta=0.1, importance_weights=torch.zeros(2, 1))
+    assert kl.loss.item() == pytest.approx(0.1 * (math.exp(-0.5) + 0.5 - 1), abs=1e-7)  # k3 unweighted

@@ -14,16 +14,20 @@ means the same objective; the tests pin the worked example's numbers (../shared/
   ``bnpo`` (mean over all active tokens of the local batch), ``dr_grpo`` (Dr. GRPO: sum / (B · max_completion_length)),
   ``dapo`` (DAPO: sum / number of active tokens, the caller passing :func:`dapo_normaliser` as ``num_items``), always
   in float32 (TRL's per-token loss is float32 because its advantages are, whatever the model's dtype);
-* when π_old's log-probs must be stored (:func:`needs_old_logps`, TRL's rule).
+* when π_old's log-probs must be stored (:func:`needs_old_logps`, TRL's rule);
+* the importance-sampling correction of a rollout engine whose sampling distribution differs from the trained
+  model's (vLLM): :func:`engine_importance_weights`, TRL 1.16's ``vllm_importance_sampling_*``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from trl.trainer.utils import nanstd  # unbiased std ignoring NaNs, as TRL normalises rewards
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+IMPORTANCE_SAMPLING_MODES = ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate")
 SCALE_REWARDS = ("group", "batch", "none")
 ADVANTAGE_EPS = 1e-4
 
@@ -226,6 +230,7 @@ def grpo_loss(
     loss_type: str = "dapo",
     max_completion_length: int | None = None,
     num_items: torch.Tensor | float | None = None,
+    importance_weights: torch.Tensor | None = None,
 ) -> GRPOLoss:
     """The GRPO objective for one micro-batch: −clipped surrogate + β·k3, aggregated per ``loss_type``.
 
@@ -241,6 +246,8 @@ def grpo_loss(
             β ≠ 0, also on-policy where ρ = 1 in value. False = the plain k3 of TRL ≤ 0.2x (TimeZero's recipe).
         epsilon_low, epsilon_high: clip range (see :func:`clipped_surrogate`).
         loss_type, max_completion_length, num_items: see :func:`aggregate_loss`.
+        importance_weights: (B, 1) or (B, T) engine-mismatch weights (:func:`engine_importance_weights`), multiplying
+            the surrogate's per-token loss before the KL term is added (TRL 1.16 ``_compute_loss``); None = none.
 
     Returns:
         :class:`GRPOLoss`.
@@ -261,6 +268,8 @@ def grpo_loss(
         if use_bias_correction_kl:
             per_token_kl = per_token_kl * ratio
     per_token_loss = -clipped_surrogate(ratio, advantages, epsilon_low, epsilon_high)
+    if importance_weights is not None:
+        per_token_loss = per_token_loss * importance_weights
     if per_token_kl is not None:
         per_token_loss = per_token_loss + beta * per_token_kl
     loss = aggregate_loss(per_token_loss, mask, loss_type, max_completion_length, num_items)
@@ -280,3 +289,75 @@ def masked_sum_count(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     (a token-weighted global mean, as TRL logs ``kl`` and ``clip_ratio/*``)."""
     mask = mask.float()
     return torch.stack([(values.detach().float() * mask).sum(), mask.sum()])
+
+
+@dataclass
+class EngineCorrection:
+    """Output of :func:`engine_importance_weights`.
+
+    Attributes:
+        weights: (B, 1) for the ``sequence_*`` modes, (B, T) for the ``token_*`` modes: multiplies the per-token
+            surrogate loss (:func:`grpo_loss` ``importance_weights``).
+        logp_difference_mean, logp_difference_max: mean and max of |log π_old − log π_engine| over the completion
+            tokens the engine scored (NaN ones left out; 0.0 when none): TRL's ``sampling/sampling_logp_difference``.
+        ratio_min, ratio_mean, ratio_max: of the weights (per sequence, or over the completion tokens):
+            TRL's ``sampling/importance_sampling_ratio/*`` (0.0 when empty).
+    """
+
+    weights: torch.Tensor
+    logp_difference_mean: float
+    logp_difference_max: float
+    ratio_min: float
+    ratio_mean: float
+    ratio_max: float
+
+
+def engine_importance_weights(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor,
+                              mode: str = "sequence_mask", clip_min: float | None = None,
+                              clip_max: float | None = 3.0) -> EngineCorrection:
+    """Importance weights π_old / π_engine correcting for sampling with an engine (vLLM) whose log-probs differ from the
+    trained model's, as TRL 1.16 computes them (``trl/trainer/grpo_trainer.py`` ``_generate_and_score_completions``,
+    ``vllm_importance_sampling_correction``; truncated IS, Yao et al. 2025 "Your efficient RL framework secretly brings
+    you off-policy RL training").
+
+    ``d_t = (log π_old,t − log π_engine,t)·mask_t`` (a NaN engine log-prob counts as d = 0, ratio 1). ``sequence_*``:
+    one ratio ``exp(Σ_t d_t)`` per completion; ``token_*``: ``exp(d_t)`` per token. ``*_truncate`` clamps the ratio to
+    [clip_min, clip_max]; ``*_mask`` sets ratios outside it to 0 (a None bound is no bound).
+
+    Args:
+        old_logps: (B, T) log-probs of the sampled tokens under π_old (the trained model at generation time).
+        sampling_logps: (B, T) the engine's own log-probs of the same tokens (at the same temperature).
+        mask: (B, T) completion mask.
+        mode: one of :data:`IMPORTANCE_SAMPLING_MODES` (TRL's default ``sequence_mask``).
+        clip_min, clip_max: TRL's ``vllm_importance_sampling_clip_min`` (None) and ``_clip_max`` (3.0).
+
+    Returns:
+        :class:`EngineCorrection`. Example: old [[−1.0, −2.0]], engine [[−1.1, −2.3]], mask [[1, 1]] →
+        sequence ratio exp(0.4) = 1.4918; difference mean 0.2, max 0.3.
+
+    Raises:
+        ValueError: unknown ``mode`` or shape mismatch.
+    """
+    if mode not in IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(f"vllm_importance_sampling_mode must be one of {IMPORTANCE_SAMPLING_MODES}, got {mode!r}")
+    if old_logps.shape != sampling_logps.shape or old_logps.shape != mask.shape:
+        raise ValueError(f"shape mismatch: old {tuple(old_logps.shape)}, sampling {tuple(sampling_logps.shape)}, "
+                         f"mask {tuple(mask.shape)}")
+    old, sampled, valid = old_logps.float(), sampling_logps.float(), mask.bool()
+    diff = torch.nan_to_num((old - sampled) * mask.float(), nan=0.0)
+    sequence = mode.startswith("sequence")
+    ratio = torch.exp(diff.sum(dim=-1, keepdim=True) if sequence else diff)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    if mode.endswith("truncate"):
+        ratio = torch.clamp(ratio, min=low, max=high)
+    else:
+        ratio = ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+    delta = torch.abs(old - sampled)[valid & ~torch.isnan(sampled)]
+    flat = ratio.flatten() if sequence else ratio[valid]
+
+    def stat(values, fn):
+        return float(fn(values)) if values.numel() else 0.0
+
+    return EngineCorrection(ratio, stat(delta, torch.mean), stat(delta, torch.max), stat(flat, torch.min),
+                            stat(flat, torch.mean), stat(flat, torch.max))
