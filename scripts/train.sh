@@ -10,12 +10,14 @@
 #   ACCELERATE_CONFIG=F    accelerate config, e.g. configs/accelerate/zero3.yaml (default: configs/accelerate/ddp.yaml
 #                          when N > 1; none for one process)
 #   NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT   several nodes (same command on each)
+#   VENV=DIR               the virtual environment to run in (default .venv; .venv-vllm for vLLM on CPU)
 # A config that names `tiny_model:` (tokenizer folder and sizes) gets its model built by `grounding-rl tiny-model`
 # when model_name_or_path is missing. Paths in configs are relative to the repository root.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-if [ -x .venv/bin/python ]; then PY="$ROOT/.venv/bin/python"; else PY="${PYTHON:-python}"; fi
+VENV="${VENV:-.venv}"
+if [ -x "$VENV/bin/python" ]; then PY="$(cd "$VENV" && pwd)/bin/python"; else PY="${PYTHON:-python}"; fi
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
 CONFIG="configs/demo_grpo.yaml"

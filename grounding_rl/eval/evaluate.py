@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="random seed (decoding is greedy; recorded)")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
     parser.add_argument("--attn-implementation", default=None, help="e.g. sdpa, flash_attention_2")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                        help="hf: transformers generate (default); vllm: vLLM with the same frames, clip metadata and "
+                             "prompt ids (needs vllm: pip install -e \".[vllm]\" on GPUs, .venv-vllm on CPUs)")
     parser.add_argument("--num-workers", type=int, default=2, help="DataLoader workers decoding clips per process")
     parser.add_argument("--frame-cache", default=None, help="folder of the on-disk frame cache (optional)")
     parser.add_argument("--frame-cache-gb", type=float, default=20.0, help="frame cache size limit in GB")
@@ -332,7 +335,8 @@ def evaluate(args: argparse.Namespace) -> dict | None:
            "video_root": str(Path(args.video_root).resolve()) if args.video_root else None,
            "prompt_template": config.prompt_template,
            "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
-           "dtype": args.dtype, "attn_implementation": args.attn_implementation}
+           "dtype": args.dtype, "attn_implementation": args.attn_implementation,
+           **({"engine": args.engine} if args.engine != "hf" else {})}
     if main_process:
         print(f"eval: settings from {source}")
         print(f"eval: {describe_config(config)} max_new_tokens={max_new_tokens} (greedy)")
@@ -363,7 +367,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     started = time.perf_counter()
     if shard:
         _seed_everything(args.seed)
-        model, processor = load_for_inference(args.model, state.device, args.dtype, args.attn_implementation)
+        model, processor, engine = _load_engine(args, state.device)
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
         writer = _Writer(outdir / name)
         batches = clip_batches(groups, config.video, max(1, args.batch_size), args.num_workers, args.frame_cache,
@@ -373,7 +377,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         failed = 0
         try:
             for batch in batches:
-                for record in _run_batch(model, processor, batch, shard, config, max_new_tokens):
+                for record in _run_batch(model, processor, batch, shard, config, max_new_tokens, engine):
                     writer.write(record)
                     failed += record.get("error") is not None
                 bar.update(len(batch))
@@ -423,7 +427,20 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     return payload
 
 
-def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tokens: int) -> list[dict]:
+def _load_engine(args, device):
+    """``(model, processor, engine)``: the HF model and no engine, or (``--engine vllm``) no HF model and a vLLM
+    engine on the checkpoint (:func:`grounding_rl.rollout.vllm.engine_for_inference`)."""
+    if getattr(args, "engine", "hf") != "vllm":
+        return (*load_for_inference(args.model, device, args.dtype, args.attn_implementation), None)
+    from grounding_rl.models.loading import load_processor
+    from grounding_rl.rollout.vllm import engine_for_inference
+
+    processor = load_processor(args.model)
+    return None, processor, engine_for_inference(args.model, processor, args.dtype)
+
+
+def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tokens: int,
+               engine=None) -> list[dict]:
     """Records for one DataLoader batch, in batch order: failures for clips that did not load, answers for the rest.
 
     On out-of-memory with more than one clip, the clips are retried one at a time; a single clip that still does not
@@ -441,7 +458,7 @@ def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tok
         group = groups.pop(0)
         try:
             answers = generate_answers(model, processor, [shard[p].query for p, _ in group], [v for _, v in group],
-                                       config.prompt_template, SamplingParams.greedy(max_new_tokens))
+                                       config.prompt_template, SamplingParams.greedy(max_new_tokens), engine=engine)
         except torch.OutOfMemoryError as err:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="generation budget")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda when available)")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                        help="hf: transformers generate (default); vllm: vLLM with the same frames, clip metadata and "
+                             "prompt ids (needs vllm)")
     return parser
 
 
@@ -83,15 +86,16 @@ def answer_result(query: str, answer: str, duration: float) -> dict:
 
 
 def infer(model, processor, video: SampledVideo, queries: list[str], template: str, max_new_tokens: int,
-          batch_size: int = 4) -> list[dict]:
+          batch_size: int = 4, engine=None) -> list[dict]:
     """Answer every query on one sampled clip (greedy, batched). The clip was decoded once and is encoded once per
-    batch of queries (the rows share its vision features). Returns one :func:`answer_result` per query."""
+    batch of queries (the rows share its vision features). ``engine``: another rollout engine (``--engine vllm``;
+    ``model`` unused). Returns one :func:`answer_result` per query."""
     results = []
     step = max(1, batch_size)
     for i in range(0, len(queries), step):
         chunk = queries[i:i + step]
         answers = generate_answers(model, processor, chunk, [video] * len(chunk), template,
-                                   SamplingParams.greedy(max_new_tokens))
+                                   SamplingParams.greedy(max_new_tokens), engine=engine)
         results += [answer_result(q, a, video.duration) for q, a in zip(chunk, answers)]
     return results
 
@@ -149,13 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, processor = load_for_inference(args.model, device, args.dtype)
+    engine = None
+    if args.engine == "vllm":
+        from grounding_rl.models.loading import load_processor
+        from grounding_rl.rollout.vllm import engine_for_inference
+
+        model, processor = None, load_processor(args.model)
+        engine = engine_for_inference(args.model, processor, args.dtype)
+    else:
+        model, processor = load_for_inference(args.model, device, args.dtype)
     if args.print_prompt:
         for query in args.query:
             print(f"infer: prompt for {query!r}:\n{format_prompt(processor, video, query, config.prompt_template)}",
                   file=log)
     results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
-                    args.batch_size)
+                    args.batch_size, engine=engine)
     if args.json:  # the answer first; optional files after it
         sys.stdout.write(json.dumps(results, ensure_ascii=False) + "\n")
     else:

@@ -91,7 +91,7 @@ def generate(model, inputs: dict, params: SamplingParams, pad_token_id: int | No
 
 
 def generate_answers(model, processor, queries: list[str], videos: list, template: str,
-                     params: SamplingParams) -> list[str]:
+                     params: SamplingParams, engine: "RolloutEngine | None" = None) -> list[str]:
     """Decoded completions for (query, clip) rows: what ``eval`` and ``infer`` call.
 
     Rows that pass the same :class:`~grounding_rl.data.video.SampledVideo` object share one vision encoding
@@ -104,14 +104,21 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
         videos: B sampled clips, same order.
         template: prompt template name.
         params: decoding settings (``SamplingParams.greedy(n)`` for evaluation).
+        engine: another :class:`RolloutEngine` (``eval`` / ``infer --engine vllm``) that decodes from the same
+            prompt tensors and the clips (``model`` is then unused and may be None).
 
     Returns:
         B strings, special tokens removed.
     """
     if not queries:
         return []
-    inputs = build_inputs(processor, queries, videos, template, share_videos=True).to(model.device)
     tokenizer = processor.tokenizer
+    if engine is not None:
+        inputs = dict(build_inputs(processor, queries, videos, template))
+        inputs["clips"] = list(videos)
+        new_tokens = engine.generate(None, inputs, params)
+        return processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    inputs = build_inputs(processor, queries, videos, template, share_videos=True).to(model.device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if int(inputs[VIDEO_INDEX].max()) + 1 == len(queries):  # every clip distinct: nothing to share
         inputs.pop(VIDEO_INDEX)
@@ -160,6 +167,16 @@ class HFGenerateEngine:
             gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs,
         ) as unwrapped:
             return generate(unwrapped, inputs, params)
+
+
+def make_rollout_engine(args, accelerator, model, processor) -> RolloutEngine:
+    """The rollout engine a GRPO config asks for: :class:`grounding_rl.rollout.vllm.VLLMEngine` with ``use_vllm``
+    (TRL's knobs ``vllm_*``), else :class:`HFGenerateEngine`."""
+    if getattr(args, "use_vllm", False):
+        from grounding_rl.rollout.vllm import engine_for_training
+
+        return engine_for_training(args, accelerator, model, processor)
+    return HFGenerateEngine(accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
 
 
 def completion_mask(completion_ids: torch.LongTensor, eos_token_ids) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,6 +24,7 @@ from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, PER_ROW_VIDEO_K
 PIXELS = "pixel_values_videos"
 GRID = "video_grid_thw"
 VIDEO_INDEX = "video_index"
+CLIPS = "clips"
 
 
 def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False) -> dict:
@@ -125,13 +126,17 @@ def split_rows(batch: dict, chunks: int) -> list[dict]:
     return [select_rows(batch, list(range(i * size, (i + 1) * size))) for i in range(chunks)]
 
 
-def generation_inputs(batch: dict) -> dict:
+def generation_inputs(batch: dict, items: list[dict] | None = None) -> dict:
     """The prompt tensors under the model's argument names (for ``generate``), plus ``video_index`` for a
-    shared-video batch (the rollout engine must then encode/prefill per distinct clip)."""
+    shared-video batch (the rollout engine must then encode/prefill per distinct clip), plus ``clips`` (the decoded
+    :class:`~grounding_rl.data.video.SampledVideo` of each row, for an engine that processes frames itself, vLLM)
+    when the batch's ``items`` (row order, as :func:`prompt_batch` got them) are given."""
     names = {"input_ids": "prompt_ids", "attention_mask": "prompt_mask"}  # the batch's names for the prompt's
     inputs = {key: batch[names.get(key, key)] for key in MODEL_INPUT_KEYS if names.get(key, key) in batch}
     if VIDEO_INDEX in batch:
         inputs[VIDEO_INDEX] = batch[VIDEO_INDEX]
+    if items is not None:
+        inputs[CLIPS] = [item["clip"] for item in items]
     return inputs
 
 

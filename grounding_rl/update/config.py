@@ -185,6 +185,76 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
         metadata={"help": "Number of completions to log per logging step. If `None`, all completions are logged."},
     )
 
+    # --- vLLM rollouts (TRL 1.16 names, defaults and help texts; grounding_rl.rollout.vllm). Verified on CPU
+    # (vllm-cpu, one process); the GPU-only knobs are passed to vLLM as TRL does but not verified here.
+    use_vllm: bool = field(
+        default=False,
+        metadata={
+            "help": "Whether to use vLLM for generating completions. If set to `True`, the trainer will use vLLM for "
+            "generation instead of the default model.generate(). Requires `vllm` to be installed (`pip install -e "
+            "\".[vllm]\"` on GPUs; scripts/setup_vllm_cpu.sh on CPUs)."
+        },
+    )
+    vllm_mode: str = field(
+        default="colocate",
+        metadata={
+            "help": "Mode to use for vLLM integration when `use_vllm` is set to `True`. Only `'colocate'` (vLLM runs "
+            "in the same process and shares the training devices) is supported here; TRL's `'server'` is not."
+        },
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={
+            "help": "Control the GPU memory utilization for vLLM (colocate mode). GPU only; not verified here (on "
+            "CPU the KV cache size comes from VLLM_CPU_KVCACHE_SPACE, in GiB)."
+        },
+    )
+    vllm_tensor_parallel_size: int = field(
+        default=1,
+        metadata={
+            "help": "Control the tensor parallel size for vLLM (colocate mode): groups of this many processes share "
+            "one vLLM engine, their prompts gathered within the group. GPU only; not verified here."
+        },
+    )
+    vllm_enable_sleep_mode: bool = field(
+        default=False,
+        metadata={
+            "help": "Enable vLLM sleep mode to offload weights/cache during the optimizer step. Keeps GPU memory "
+            "usage low, but waking the engine adds host–device transfer latency. GPU only; not verified here."
+        },
+    )
+    vllm_max_model_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Context window for vLLM. Set it to at least the maximum prompt length in the dataset plus "
+            "`max_completion_length`; if omitted, max_prompt_length + max_completion_length."
+        },
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=True,
+        metadata={
+            "help": "Whether to apply Importance Sampling (IS) to correct for the mismatch between vLLM "
+            "completion logprobs and recomputed training logprobs. If set to `False`, no IS is applied "
+            "regardless of `vllm_importance_sampling_mode`."
+        },
+    )
+    vllm_importance_sampling_mode: str = field(
+        default="sequence_mask",
+        metadata={
+            "help": "How IS is performed when vllm_importance_sampling_correction=True: 'token_truncate', "
+            "'token_mask', 'sequence_truncate' or 'sequence_mask' (truncate: clip the ratio to [C_min, C_max]; "
+            "mask: set ratios outside it to zero; token: one ratio per token; sequence: one per completion)."
+        },
+    )
+    vllm_importance_sampling_clip_max: float | None = field(
+        default=3.0,
+        metadata={"help": "Importance sampling upper bound C_max used by `vllm_importance_sampling_mode`."},
+    )
+    vllm_importance_sampling_clip_min: float | None = field(
+        default=None,
+        metadata={"help": "Importance sampling lower bound C_min used by `vllm_importance_sampling_mode`."},
+    )
+
     # --- ours
     drop_zero_std_groups: bool = field(
         default=False,
@@ -259,6 +329,7 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
             problems.append(f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} "
                             f"reward_funcs {self.reward_funcs}")
         problems += self.preprocessing_problems()
+        problems += self.vllm_problems()
         if problems:
             raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(problems))
 
@@ -292,6 +363,25 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
                 f"{self.num_iterations} micro-batches, gradient_accumulation_steps "
                 f"{self.gradient_accumulation_steps} per step): checkpoints are written only between generations, "
                 "so that a resumed run trains on the same completions")
+
+    def vllm_problems(self) -> list[str]:
+        """Messages for invalid vLLM settings (empty when all is well or ``use_vllm`` is off)."""
+        if not self.use_vllm:
+            return []
+        from grounding_rl.update.grpo import IMPORTANCE_SAMPLING_MODES
+
+        problems = []
+        if self.vllm_mode != "colocate":
+            problems.append(f"vllm_mode {self.vllm_mode!r}: only 'colocate' is supported")
+        if self.vllm_importance_sampling_mode not in IMPORTANCE_SAMPLING_MODES:
+            problems.append(f"vllm_importance_sampling_mode {self.vllm_importance_sampling_mode!r} is not one of "
+                            f"{IMPORTANCE_SAMPLING_MODES}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            problems.append(f"vllm_gpu_memory_utilization must be in (0, 1] (got {self.vllm_gpu_memory_utilization})")
+        if self.vllm_tensor_parallel_size < 1 or self.world_size % self.vllm_tensor_parallel_size:
+            problems.append(f"vllm_tensor_parallel_size {self.vllm_tensor_parallel_size} must divide the "
+                            f"{self.world_size} processes")
+        return problems
 
     @property
     def generation_window(self) -> int:

