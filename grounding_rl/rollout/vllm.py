@@ -58,9 +58,10 @@ def collapse_video(ids: list[int], video_id: int, start_id: int, end_id: int, de
     placeholder ``<|vision_start|><|video_pad|><|vision_end|>`` and expands it itself (given expanded ids it would expand
     the first ``<|video_pad|>`` again).
 
-    Qwen2.5-VL's expansion is one run of ``<|video_pad|>``; Qwen3-VL's is ``<t seconds><|vision_start|><|video_pad|>…
-    <|vision_end|>`` per temporal group (transformers ``Qwen3VLProcessor``), found from the first group's timestamp
-    (``decode`` turns ids into text) to the last group's ``<|vision_end|>``.
+    Qwen2.5-VL's expansion is one run of ``<|video_pad|>``; Qwen3-VL's replaces the one ``<|video_pad|>`` inside the
+    placeholder by ``<t seconds><|vision_start|><|video_pad|>…<|vision_end|>`` per temporal group (transformers 5.24
+    ``Qwen3VLProcessor``), found from the first group's timestamp (``decode`` turns ids into text) to the last group's
+    ``<|vision_end|>``.
 
     Args:
         ids: one row's expanded prompt ids (no padding).
@@ -85,7 +86,9 @@ def collapse_video(ids: list[int], video_id: int, start_id: int, end_id: int, de
     if decode is not None:
         for begin in range(first - 2, max(first - 18, -1), -1):
             if TIMESTAMP.fullmatch(decode(ids[begin:first - 1]).strip()):
-                return ids[:begin] + [start_id, video_id, end_id] + ids[last + 2:]
+                if ids[begin - 1] != start_id or last + 2 >= len(ids) or ids[last + 2] != end_id:
+                    break
+                return ids[:begin] + [video_id] + ids[last + 2:]
     raise ValueError("video tokens interleaved with text that is not a <t seconds> timestamp")
 
 
