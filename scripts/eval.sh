@@ -11,7 +11,8 @@
 # NUM_GPUS=N (N > 1) shards the evaluation over N processes with `accelerate launch`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY="${PYTHON:-python}"; fi
+VENV="${VENV:-$ROOT/.venv}"  # VENV=.venv-vllm for --engine vllm on CPU
+if [ -x "$VENV/bin/python" ]; then PY="$(cd "$VENV" && pwd)/bin/python"; else PY="${PYTHON:-python}"; fi
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
 if [ $# -lt 2 ]; then

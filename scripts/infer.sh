@@ -7,7 +7,8 @@
 # when the video is missing or unreadable.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY="${PYTHON:-python}"; fi
+VENV="${VENV:-$ROOT/.venv}"  # VENV=.venv-vllm for --engine vllm on CPU
+if [ -x "$VENV/bin/python" ]; then PY="$(cd "$VENV" && pwd)/bin/python"; else PY="${PYTHON:-python}"; fi
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
 if [ $# -lt 3 ]; then
