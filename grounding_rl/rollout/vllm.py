@@ -301,6 +301,7 @@ class VLLMEngine:
                  accelerator=None):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays ours (infer --json)
         try:
             import vllm
         except ImportError as err:
