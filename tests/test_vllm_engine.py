@@ -116,3 +116,43 @@ def test_vllm_config_knobs_and_engine_choice(tmp_path):
     with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
         GroundingGRPOConfig(**common, use_vllm=True, vllm_importance_sampling_mode="sequence")
     assert isinstance(make_rollout_engine(args, None, None, None), HFGenerateEngine)
+
+
+class RecordingEngine:
+    """A rollout engine that answers a fixed text and records what it was given."""
+
+    logps_need_correcting = False
+
+    def __init__(self, ids):
+        self.ids, self.seen = ids, None
+
+    def generate(self, model, inputs, params):
+        self.seen = (model, inputs, params)
+        return torch.tensor([self.ids] * inputs["input_ids"].shape[0])
+
+
+def test_eval_and_infer_decode_through_another_engine(tiny_model_dir, clip_of):
+    """``generate_answers(..., engine=)`` (eval / infer --engine vllm) hands the engine the processor's prompt rows and
+    each row's clip, no HF model, and decodes what it returns."""
+    from grounding_rl.rollout.generation import generate_answers
+
+    processor = load_processor(str(tiny_model_dir))
+    clip = clip_of(family_of(processor))
+    answer = "<answer>1.0 to 2.0</answer>"
+    engine = RecordingEngine(processor.tokenizer(answer)["input_ids"])
+    out = generate_answers(None, processor, [QUERY, QUERY + " again"], [clip, clip], "default",
+                           SamplingParams.greedy(8), engine=engine)
+    assert out == [answer, answer]
+    model, inputs, params = engine.seen
+    assert model is None and params.do_sample is False
+    assert inputs["clips"] == [clip, clip] and "video_index" not in inputs
+    assert inputs["input_ids"].shape[0] == 2
+
+
+def test_generation_inputs_carry_each_rows_clip():
+    from grounding_rl.update.batching import generation_inputs
+
+    batch = {"prompt_ids": torch.ones(2, 3, dtype=torch.long), "prompt_mask": torch.ones(2, 3, dtype=torch.long)}
+    items = [{"clip": "a"}, {"clip": "b"}]
+    assert generation_inputs(batch, items)["clips"] == ["a", "b"]
+    assert "clips" not in generation_inputs(batch)

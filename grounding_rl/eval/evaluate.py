@@ -458,7 +458,8 @@ def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tok
         group = groups.pop(0)
         try:
             answers = generate_answers(model, processor, [shard[p].query for p, _ in group], [v for _, v in group],
-                                       config.prompt_template, SamplingParams.greedy(max_new_tokens), engine=engine)
+                                       config.prompt_template, SamplingParams.greedy(max_new_tokens),
+                                       **({"engine": engine} if engine else {}))
         except torch.OutOfMemoryError as err:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

@@ -95,7 +95,7 @@ def infer(model, processor, video: SampledVideo, queries: list[str], template: s
     for i in range(0, len(queries), step):
         chunk = queries[i:i + step]
         answers = generate_answers(model, processor, chunk, [video] * len(chunk), template,
-                                   SamplingParams.greedy(max_new_tokens), engine=engine)
+                                   SamplingParams.greedy(max_new_tokens), **({"engine": engine} if engine else {}))
         results += [answer_result(q, a, video.duration) for q, a in zip(chunk, answers)]
     return results
 

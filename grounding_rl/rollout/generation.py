@@ -130,7 +130,10 @@ class RolloutEngine(Protocol):
     """Anything that turns prompt tensors into sampled completion ids (see :func:`generate` for the arguments).
 
     ``logps_need_correcting``: True for an engine whose sampling distribution can differ from the trained model's
-    (TRL: vLLM with importance-sampling correction); the trainer then always stores π_old log-probs.
+    (TRL: vLLM with importance-sampling correction); the trainer then always stores π_old log-probs. Such an engine
+    sets ``sampling_logps`` ((B, C), its own log-probs of the tokens it returned) after each ``generate``, and may
+    read ``inputs["clips"]`` (each row's decoded clip) to process the frames itself
+    (:class:`grounding_rl.rollout.vllm.VLLMEngine`).
     """
 
     logps_need_correcting: bool
