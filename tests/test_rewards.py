@@ -147,3 +147,24 @@ def test_format_reward_linear_time():
     for template in ("default", "timelens"):
         assert format_reward(texts, prompt_template=template) == [0.0] * 4
     assert time.perf_counter() - start < 5.0
+
+
+def test_tempsamp_shaping_matches_hand_computed_values():
+    """τ 0.8, α 1: r ≥ τ → τ + 0.01·ln(r − τ + 1); r < τ → τ − (e^{τ−r} − 1)/(e − 1)."""
+    import math
+
+    import torch
+
+    from grounding_rl.reward.shaping import tempsamp_shaping
+
+    out = tempsamp_shaping(torch.tensor([1.0, 0.8, 0.5, 0.0, float("nan")]))
+    expected = [0.8 + 0.01 * math.log(1.2), 0.8, 0.8 - (math.exp(0.3) - 1) / (math.e - 1),
+                0.8 - (math.exp(0.8) - 1) / (math.e - 1)]
+    assert out[:4].tolist() == pytest.approx(expected, abs=1e-6)
+    assert out[:4].tolist() == pytest.approx([0.801823, 0.8, 0.596390, 0.086764], abs=1e-6)
+    assert math.isnan(out[4].item())
+    # a steeper ramp (α 2) and another threshold (τ 0.5): 0.25 → 0.5 − (e^{0.5} − 1)/(e² − 1)
+    assert tempsamp_shaping(torch.tensor([0.25]), 0.5, 2.0).item() == pytest.approx(
+        0.5 - (math.exp(0.5) - 1) / (math.exp(2) - 1), abs=1e-6)
+    with pytest.raises(ValueError, match="alpha"):
+        tempsamp_shaping(torch.tensor([0.5]), alpha=0.0)
