@@ -427,6 +427,34 @@ def test_eval_sh_prepares_a_benchmark_and_evaluates(tiny_model_dir, videos_dir, 
     assert "| standard |" in report and "| clamped |" in report
 
 
+@pytest.mark.slow
+def test_eval_sh_on_a_timelens_bench_file_without_a_known_count(tiny_model_dir, videos_dir, tmp_path):
+    # a TimeLens-Bench-format file over two shipped clips: a zero-length span (dropped by the policy, counted back by
+    # the standard scoring) and a query listing two spans (scored against the first); expected_queries unknown
+    data = {"charades_OHOFG": {"duration": 35.2, "spans": [[2.0, 4.5], [[25.5, 32.0], [33.0, 34.0]], [5.0, 5.0]],
+                               "queries": ["person walks in.", "person writes.", "a point"]},
+            "mmaction2_basketball_drill": {"duration": 10.0, "spans": [[1.0, 6.0]], "queries": ["a man dribbles"]}}
+    (tmp_path / "charades-timelens.json").write_text(json.dumps(data))
+    spec = {"name": "tl", "format": "timelens", "annotations": str(tmp_path / "charades-timelens.json"),
+            "expected_queries": None, "video_root": str(videos_dir),
+            "protocol": {"prompt_template": "timelens", "max_new_tokens": 10,
+                         "video": {"fps": 1.0, "max_pixels": 28 * 28 * 16, "min_pixels": 28 * 28 * 4}}}
+    (tmp_path / "tl.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    cmd = ["bash", str(REPO_ROOT / "scripts" / "eval.sh"), str(tmp_path / "tl.yaml"), str(tiny_model_dir),
+           "--out", str(out), "--num-workers", "0"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "expects" not in proc.stderr  # no count to check against
+    rows = [json.loads(line) for line in (out / "data.jsonl").read_text().splitlines()]
+    assert [(r["qid"], r["start"], r["end"]) for r in rows] == [
+        ("timelens:charades_OHOFG#0", 2.0, 4.5), ("timelens:charades_OHOFG#1", 25.5, 32.0),
+        ("timelens:mmaction2_basketball_drill#0", 1.0, 6.0)]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sampling"]["prompt_template"] == "timelens"
+    assert metrics["by_scoring"]["standard"]["n"] == 4 and metrics["by_scoring"]["clamped"]["n"] == 3
+
+
 def test_eval_sh_without_video_root_fails_clearly(tiny_model_dir, videos_dir, tmp_path):
     cmd = ["bash", str(REPO_ROOT / "scripts" / "eval.sh"), str(_bench_yaml(tmp_path, videos_dir, video_root=False)),
            str(tiny_model_dir), "--out", str(tmp_path / "out")]
