@@ -513,3 +513,29 @@ def test_recipe_settings_are_checked(tmp_path):
         make_args(tmp_path, reward_shaping="tempsamp", reward_funcs=["tiou", "format"])
     with pytest.raises(ValueError, match="reward_shaping 'gauss' is not one of"):
         make_args(tmp_path, reward_shaping="gauss")
+
+
+def test_a_sampled_vision_placeholder_is_cut_not_a_crash(tmp_path, tiny_model_dir, videos_dir):
+    """A completion that samples <|video_pad|> would make every later forward fail ("Video features and video tokens
+    do not match"): it is cut before that token (kept tokens unchanged, counted as truncated), and the loss runs."""
+    from grounding_rl.rollout.generation import cut_at_tokens
+
+    ids, keep = cut_at_tokens(torch.tensor([[5, 9, 6], [5, 6, 7]]), [9], 0)
+    assert ids.tolist() == [[5, 0, 0], [5, 6, 7]] and keep.tolist() == [[1, 0, 0], [1, 1, 1]]
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir))
+    video_pad = trainer.model.config.video_token_id
+    assert video_pad in trainer.placeholder_ids
+    sample = trainer.rollout_engine.generate
+
+    def with_placeholder(model, inputs, params):
+        out = sample(model, inputs, params)
+        out[0, 2] = video_pad
+        return out
+
+    trainer.rollout_engine.generate = with_placeholder
+    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    assert video_pad not in batch["completion_ids"].tolist()[0]
+    assert batch["completion_mask"][0].tolist()[2:] == [0] * (batch["completion_mask"].size(1) - 2)
+    assert trainer._metrics["completions/placeholder_cut_ratio"][-1] == 0.25
+    assert torch.isfinite(trainer.compute_loss(trainer.model, batch))

@@ -21,6 +21,7 @@ import logging
 from collections import defaultdict
 
 import torch
+import torch.nn.functional as F
 from accelerate.utils import gather_object, is_peft_model, set_seed
 from transformers import Trainer
 from trl.trainer.utils import nanstd
@@ -32,7 +33,8 @@ from grounding_rl.prompts.templates import answer_text
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name, weighted_rewards
 from grounding_rl.reward.shaping import tempsamp_shaping
-from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask
+from grounding_rl.models.vision import placeholder_token_ids
+from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask, cut_at_tokens
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
@@ -99,6 +101,9 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         if eos is None:
             eos = processing_class.tokenizer.eos_token_id
         self.eos_token_ids = [eos] if isinstance(eos, int) else list(eos)
+        pad = processing_class.tokenizer.pad_token_id
+        self.pad_token_id = self.eos_token_ids[0] if pad is None else pad
+        self.placeholder_ids = placeholder_token_ids(self.model)
         self._metrics = defaultdict(list)
         self._step = 0
         self._buffered_inputs = None
@@ -259,12 +264,21 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
 
         completion_ids = self.rollout_engine.generate(self.model_wrapped, batching.generation_inputs(batch),
                                                       self.sampling)
+        # a sampled vision placeholder would break every later forward: cut the completion before it
+        sampled, keep = cut_at_tokens(completion_ids, self.placeholder_ids, self.pad_token_id)
+        placeholder_cut = (completion_mask(completion_ids, self.eos_token_ids)[0] * (1 - keep)).bool().any(dim=1)
         start = self.accelerator.process_index * len(items)
         is_gt = grpo.injected_rows(start, len(items), self.num_generations, device) if args.use_gt_injection \
             else torch.zeros(len(items), dtype=torch.bool, device=device)
-        if args.use_gt_injection:
-            completion_ids = self._inject_ground_truth(completion_ids, items, is_gt)
+        completion_ids = self._inject_ground_truth(sampled, items, is_gt) if args.use_gt_injection else sampled
         mask, truncated = completion_mask(completion_ids, self.eos_token_ids)
+        # positions past the sampled width (the injected answer widened the batch) were never sampled
+        keep = F.pad(keep, (0, completion_ids.size(1) - keep.size(1)), value=0)
+        keep[is_gt] = 1
+        beyond = (mask * (1 - keep)).bool().any(dim=1)  # the mask ran past a cut or the sampled width: no EOS there
+        mask, truncated = mask * keep, truncated | beyond
+        self._metrics["completions/placeholder_cut_ratio"].append(
+            self.accelerator.gather((placeholder_cut & ~is_gt).float()).mean().item())
         lengths = mask.sum(dim=1)
         if args.mask_truncated_completions:
             mask = mask * (~truncated).unsqueeze(1).int()
@@ -315,7 +329,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                                 f"{self.args.max_completion_length}; raise max_completion_length")
             answers.append(ids)
         width = max(completion_ids.size(1), max(len(ids) for ids in answers))
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+        pad = self.pad_token_id
         out = completion_ids.new_full((completion_ids.size(0), width), pad)
         out[:, :completion_ids.size(1)] = completion_ids
         for r, ids in zip(rows, answers):
@@ -361,9 +375,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                                                          share_videos=args.share_video_encoding),
                                    self.accelerator.device)
         width = max(draw["completion_ids"].size(1) for draw in draws)
-        pad = self.processing_class.tokenizer.pad_token_id
-        pad = self.eos_token_ids[0] if pad is None else pad
-        widen = {"completion_ids": pad, "completion_mask": 0}
+        widen = {"completion_ids": self.pad_token_id, "completion_mask": 0}
 
         def stacked(key):
             values = [draw[key] if key not in widen else
