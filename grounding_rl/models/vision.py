@@ -93,3 +93,15 @@ def rope_position_ids(model, inputs: dict) -> torch.Tensor:
         **{k: inputs[k] for k in family_of(unwrap(model)).row_video_keys},
     )
     return positions
+
+
+PLACEHOLDER_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+
+
+def placeholder_token_ids(model) -> list[int]:
+    """The vision placeholder token ids of a Qwen-VL model's config (``image_token_id``, ``video_token_id``,
+    ``vision_start_token_id``, ``vision_end_token_id``; both families keep them at the top level). A completion that
+    contains one cannot go through the model's forward: transformers counts every such id in ``input_ids`` as a slot
+    for vision features ("Video features and video tokens do not match")."""
+    config = unwrap(model).config
+    return sorted({int(getattr(config, key)) for key in PLACEHOLDER_KEYS if getattr(config, key, None) is not None})

@@ -200,3 +200,25 @@ def completion_mask(completion_ids: torch.LongTensor, eos_token_ids) -> tuple[to
     first_eos[has_eos] = is_eos.int().argmax(dim=1)[has_eos]
     positions = torch.arange(length, device=completion_ids.device).expand(completion_ids.size(0), -1)
     return (positions <= first_eos.unsqueeze(1)).int(), ~has_eos
+
+
+def cut_at_tokens(completion_ids: torch.LongTensor, stop_ids, pad_token_id: int) -> tuple[torch.LongTensor,
+                                                                                           torch.Tensor]:
+    """Cut each completion before its first token among ``stop_ids`` (e.g. a sampled vision placeholder, which no
+    forward can take: :func:`grounding_rl.models.vision.placeholder_token_ids`), without changing any kept token.
+
+    Args:
+        completion_ids: (B, C) sampled ids.
+        stop_ids: ids to cut at.
+        pad_token_id: written from the cut to the end of the row.
+
+    Returns:
+        ``(ids, keep)``: (B, C) ids with the cut positions padded, and (B, C) int mask, 1 before each row's cut (all 1
+        for a row without one). Multiply the completion mask by ``keep``; a cut row never reached EOS, so it counts as
+        truncated. E.g. stop 9, pad 0: [[5, 9, 6]] → ids [[5, 0, 0]], keep [[1, 0, 0]].
+    """
+    if not len(stop_ids):
+        return completion_ids, torch.ones_like(completion_ids, dtype=torch.int)
+    hit = torch.isin(completion_ids, torch.as_tensor(list(stop_ids), device=completion_ids.device))
+    keep = (hit.int().cumsum(dim=1) == 0).int()
+    return torch.where(keep.bool(), completion_ids, torch.full_like(completion_ids, pad_token_id)), keep
