@@ -160,12 +160,15 @@ class _Writer:
 
 # ------------------------------------------------------------------------------------------------------ data
 # ------------------------------------------------------------------------------------------------------ run
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grounding-rl eval", description=__doc__.split("\n\n")[0],
+def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
+                 out_help: str = "output folder (predictions, metrics, report)") -> argparse.ArgumentParser:
+    """The options of ``eval``; ``grounding-rl difficulty`` reuses them with its own name, description and
+    ``--out``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="checkpoint folder (or hub id already in the local cache)")
     parser.add_argument("--data", required=True, help="canonical JSONL (grounding-rl prepare)")
-    parser.add_argument("--out", required=True, help="output folder (predictions, metrics, report)")
+    parser.add_argument("--out", required=True, help=out_help)
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call (per process)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries")
     parser.add_argument("--video-root", default=None, help="folder for relative video paths in --data")
