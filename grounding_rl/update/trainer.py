@@ -174,10 +174,13 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         Raises:
             UserError: ``resume_from_checkpoint`` is inside a generation window of this run's settings.
         """
-        if resume_from_checkpoint is True:
+        if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir" (it raises for none)
+            import os
+
             from transformers.trainer_utils import get_last_checkpoint
 
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            found = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
+            resume_from_checkpoint = found or True
         if isinstance(resume_from_checkpoint, str):
             from grounding_rl.errors import UserError
             from grounding_rl.update.resume import checkpoint_global_step
