@@ -6,7 +6,9 @@
 #   bash scripts/demo.sh [--key value ...]      (extra arguments go to the GRPO stage, e.g. --max_steps 40)
 #
 # Variables: DEMO_DIR (data, default data/demo), OUT (default outputs/demo), SEED (default 0), DEMO_FAMILY
-# (qwen2_5_vl, default, or qwen3_vl: a tiny Qwen3-VL with configs/demo_{sft,grpo}_qwen3_vl.yaml).
+# (qwen2_5_vl, default, or qwen3_vl: a tiny Qwen3-VL with configs/demo_{sft,grpo}_qwen3_vl.yaml), DEMO_TEMPLATE
+# (a prompt template passed as --prompt_template to both SFT and GRPO, which must share it; e.g. default_no_think for
+# thinking-free training; unset = the configs' own, default). Evaluation reads it from the checkpoints.
 # Runs scripts/setup.sh first when .venv is missing. Everything is rebuilt from scratch in OUT on each run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,6 +37,7 @@ stage "1/6 demo data ($DEMO_DIR, seed $SEED)"
 stage "2/6 tiny model ($OUT/tiny-model)"
 rm -rf "$OUT"
 common=(--train_file "$DEMO_DIR/train.jsonl" --seed "$SEED")
+[ -z "${DEMO_TEMPLATE:-}" ] || common+=(--prompt_template "$DEMO_TEMPLATE")
 "${GRL[@]}" tiny-model --from-config "$SFT_CONFIG" --model_name_or_path "$OUT/tiny-model"
 
 stage "3/6 SFT warm start ($OUT/sft)"

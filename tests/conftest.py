@@ -73,6 +73,13 @@ def varied_reward(completions, **columns):
     return [float(sum(map(ord, c)) % 97) / 97.0 for c in completions]
 
 
+def spread_for_some_clips(completions, qid, **columns):
+    """:func:`varied_reward` for clips whose qid has an even character sum, a constant 0.5 for the others: groups
+    with and without reward spread in one batch (for dynamic sampling). Loadable as
+    ``tests/conftest.py:spread_for_some_clips``."""
+    return [varied_reward([c])[0] if sum(map(ord, str(q))) % 2 == 0 else 0.5 for c, q in zip(completions, qid)]
+
+
 def make_noisy_model(tiny_model_dir: Path, out: Path) -> Path:
     """Save into ``out`` the tiny model with its matrices re-drawn from N(0, 0.3): the greedy answers then depend on
     the clip and the query (the plain tiny model answers newlines to everything), so comparisons between runs have

@@ -342,9 +342,53 @@ def test_tvgbench_count_and_anchor_numbers(benchmarks_dir):
     assert (timezero["R1@0.3"], timezero["R1@0.5"], timezero["R1@0.7"]) == (83.3, 72.5, 47.9)
 
 
+TIMELENS_BENCH = ("charades_timelens", "activitynet_timelens", "qvhighlights_timelens")
+
+
+def test_timelens_bench_definitions(tmp_path):
+    # the files are not shipped: the definitions load without them (annotations under the data root)
+    benches = [load_benchmark(REPO_ROOT / "evaluation" / f"{name}.yaml", data_root_dir=str(tmp_path))
+               for name in TIMELENS_BENCH]
+    assert [b.format for b in benches] == ["timelens"] * 3 and all(b.video_root is None for b in benches)
+    assert [Path(b.annotations).name for b in benches] == ["charades-timelens.json", "activitynet-timelens.json",
+                                                           "qvhighlights-timelens.json"]
+    assert [b.expected_queries for b in benches] == [3363, None, None]  # the dataset card's count; others unknown
+    for b in benches:  # TimeLens's evaluation of its 8B: its prompt, 512 tokens, 2 fps, 64..14,336 tokens of 32x32
+        assert (b.protocol.prompt_template, b.max_new_tokens, b.protocol.video.fps) == ("timelens", 512, 2.0)
+        assert (b.protocol.video.min_pixels, b.protocol.video.total_pixels) == (64 * 32 * 32, 14336 * 32 * 32)
+    cells = {b.name: {a["method"]: tuple(a[k] for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")) for a in b.anchors}
+             for b in benches}
+    # TencentARC/TimeLens README, Model Zoo & Performance
+    assert cells["charades_timelens"]["TimeLens-8B (Qwen3-VL-8B)"] == (76.6, 63.0, 35.2, 55.2)
+    assert cells["activitynet_timelens"]["TimeLens-8B (Qwen3-VL-8B)"] == (68.9, 58.4, 40.6, 53.2)
+    assert cells["qvhighlights_timelens"]["TimeLens-8B (Qwen3-VL-8B)"] == (80.2, 71.6, 55.5, 65.5)
+    assert cells["charades_timelens"]["Qwen3-VL-8B-Instruct"] == (69.2, 53.4, 27.5, 48.3)
+    assert cells["activitynet_timelens"]["Qwen3-VL-8B-Instruct"] == (62.1, 51.2, 34.4, 46.8)
+    assert cells["qvhighlights_timelens"]["Qwen3-VL-8B-Instruct"] == (74.2, 64.6, 49.3, 59.4)
+    assert cells["charades_timelens"]["TimeLens-7B (Qwen2.5-VL-7B)"] == (70.5, 55.6, 28.4, 48.8)
+    # TempSamp-R1's ablation on Charades-STA, next to the plain benchmark's anchors
+    charades = load_benchmark(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
+    ablation = {a["method"]: (a["R1@0.3"], a["R1@0.5"], a["R1@0.7"]) for a in charades.anchors}
+    assert ablation["GRPO (TempSamp-R1's ablation)"] == (81.2, 68.9, 46.0)
+    assert ablation["GRPO + GT injection (TempSamp-R1's ablation)"] == (77.8, 63.0, 41.3)
+    assert ablation["GRPO + GT injection + shaping (TempSamp-R1's ablation)"] == (82.9, 72.1, 49.6)
+
+
+def test_expected_queries_may_be_null_but_not_absent(tmp_path):
+    from grounding_rl.eval.benchmarks import BenchmarkError
+
+    spec = {"name": "x", "format": "timelens", "annotations": str(tmp_path / "x.json"), "expected_queries": None}
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(spec))
+    assert load_benchmark(tmp_path / "x.yaml", build_protocol=False).expected_queries is None
+    del spec["expected_queries"]
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(BenchmarkError, match="missing field.*expected_queries"):
+        load_benchmark(tmp_path / "x.yaml", build_protocol=False)
+
+
 def test_anchors_page_agrees_with_the_yaml_files():
     page = (REPO_ROOT / "evaluation" / "anchors.md").read_text()
-    for name in BENCHMARKS:
+    for name in BENCHMARKS + TIMELENS_BENCH:
         bench = load_benchmark(REPO_ROOT / "evaluation" / f"{name}.yaml")
         if bench.anchors:
             assert anchors_table(bench.anchors) in page, name
@@ -381,6 +425,34 @@ def test_eval_sh_prepares_a_benchmark_and_evaluates(tiny_model_dir, videos_dir, 
     assert metrics["scoring"] == "standard" and set(metrics["by_scoring"]) == {"standard", "clamped"}
     assert metrics["mIoU"] == metrics["by_scoring"]["standard"]["mIoU"]
     assert "| standard |" in report and "| clamped |" in report
+
+
+@pytest.mark.slow
+def test_eval_sh_on_a_timelens_bench_file_without_a_known_count(tiny_model_dir, videos_dir, tmp_path):
+    # a TimeLens-Bench-format file over two shipped clips: a zero-length span (dropped by the policy, counted back by
+    # the standard scoring) and a query listing two spans (scored against the first); expected_queries unknown
+    data = {"charades_OHOFG": {"duration": 35.2, "spans": [[2.0, 4.5], [[25.5, 32.0], [33.0, 34.0]], [5.0, 5.0]],
+                               "queries": ["person walks in.", "person writes.", "a point"]},
+            "mmaction2_basketball_drill": {"duration": 10.0, "spans": [[1.0, 6.0]], "queries": ["a man dribbles"]}}
+    (tmp_path / "charades-timelens.json").write_text(json.dumps(data))
+    spec = {"name": "tl", "format": "timelens", "annotations": str(tmp_path / "charades-timelens.json"),
+            "expected_queries": None, "video_root": str(videos_dir),
+            "protocol": {"prompt_template": "timelens", "max_new_tokens": 10,
+                         "video": {"fps": 1.0, "max_pixels": 28 * 28 * 16, "min_pixels": 28 * 28 * 4}}}
+    (tmp_path / "tl.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    cmd = ["bash", str(REPO_ROOT / "scripts" / "eval.sh"), str(tmp_path / "tl.yaml"), str(tiny_model_dir),
+           "--out", str(out), "--num-workers", "0"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "expects" not in proc.stderr  # no count to check against
+    rows = [json.loads(line) for line in (out / "data.jsonl").read_text().splitlines()]
+    assert [(r["qid"], r["start"], r["end"]) for r in rows] == [
+        ("timelens:charades_OHOFG#0", 2.0, 4.5), ("timelens:charades_OHOFG#1", 25.5, 32.0),
+        ("timelens:mmaction2_basketball_drill#0", 1.0, 6.0)]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sampling"]["prompt_template"] == "timelens"
+    assert metrics["by_scoring"]["standard"]["n"] == 4 and metrics["by_scoring"]["clamped"]["n"] == 3
 
 
 def test_eval_sh_without_video_root_fails_clearly(tiny_model_dir, videos_dir, tmp_path):

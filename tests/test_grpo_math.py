@@ -185,3 +185,21 @@ def test_loss_is_aggregated_in_float32_for_a_bf16_model():
     per_token = torch.full((1, 300), 0.01, dtype=torch.bfloat16)
     assert grpo.aggregate_loss(per_token, torch.ones(1, 300), "dr_grpo", max_completion_length=300).item() \
         == pytest.approx(float(torch.tensor(0.01, dtype=torch.bfloat16)), rel=1e-6)
+
+
+def test_injected_rows_are_the_last_of_each_group():
+    from grounding_rl.update.grpo import injected_rows
+
+    assert injected_rows(0, 8, 4).tolist() == [False, False, False, True] * 2
+    # a process holding global rows 2..5 of groups of 4: only global row 3 ends a group
+    assert injected_rows(2, 4, 4).tolist() == [False, True, False, False]
+
+
+def test_kept_groups_are_those_with_reward_spread():
+    from grounding_rl.update.grpo import kept_groups
+
+    zero_std = torch.tensor([True, True, False, False, True, True, False, False])
+    assert kept_groups(zero_std, 2) == [1, 3]
+    assert kept_groups(torch.ones(4, dtype=torch.bool), 2) == []
+    with pytest.raises(ValueError, match="whole groups"):
+        kept_groups(torch.zeros(3, dtype=torch.bool), 2)

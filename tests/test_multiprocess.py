@@ -107,6 +107,28 @@ def test_two_processes_zero3_with_reference_model(tmp_path, family_model_dir, vi
 
 
 @pytest.mark.slow
+def test_two_processes_zero3_dynamic_sampling_stays_in_lockstep(tmp_path, tiny_model_dir, videos_dir):
+    """Dynamic sampling under ZeRO-3 on 2 ranks whose groups keep different numbers of groups: every rank draws the
+    same number of generation batches (a deadlock would time out), both finish, and the metrics agree."""
+    spec = f"{REPO_ROOT / 'tests' / 'conftest.py'}:spread_for_some_clips"
+    files, _ = _launch(tmp_path, tiny_model_dir,
+                       ["--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"),
+                        "--num_processes", "2"],
+                       ["--per_device_train_batch_size", "4", "--num_generations", "2", "--beta", "0.0",
+                        "--reward_funcs", spec, "--dynamic_sampling", "true", "--max_num_gen_batches", "3"],
+                       timeout=600)
+    reports = [json.loads(f.read_text()) for f in files]
+    assert [r["rank"] for r in reports] == [0, 1] and all(r["global_step"] == 2 for r in reports)
+    logs = reports[0]["logs"]
+    assert logs == reports[1]["logs"]
+    for log in logs:
+        assert 1.0 <= log["dynamic_sampling/gen_batches"] <= 3.0
+        assert log["dynamic_sampling/groups_drawn"] == 4.0 * log["dynamic_sampling/gen_batches"]
+        assert math.isfinite(log["loss"])
+    assert any(log["dynamic_sampling/groups_dropped"] > 0 for log in logs)
+
+
+@pytest.mark.slow
 def test_one_process_lora_uses_adapter_free_base_as_reference(tmp_path, family_model_dir, videos_dir):
     tiny_model_dir = family_model_dir
     files, _ = _launch(tmp_path, tiny_model_dir, ["--num_processes", "1"],

@@ -304,4 +304,57 @@ def test_unknown_format_lists_the_known_ones(tmp_path):
     (tmp_path / "a.txt").write_text("")
     with pytest.raises(KeyError, match="charades_sta"):
         read_annotations("nope", tmp_path / "a.txt")
-    assert set(READERS) == {"charades_sta", "activitynet", "tacos", "time_r1", "tvgbench", "jsonl"}
+    assert set(READERS) == {"charades_sta", "activitynet", "tacos", "time_r1", "tvgbench", "timelens", "jsonl"}
+
+
+# TimeLens-Bench (TencentARC/TimeLens-Bench on the hub, not shipped): {vid: {duration, spans, queries}}, seconds
+TIMELENS_FILE = {
+    "vidA": {"duration": 30.0, "spans": [[0.0, 4.0], [10.5, 35.0]],
+             "queries": ["A man  opens\tthe door.", " a woman sits down.. "]},
+    "vidB": {"duration": 12.0, "spans": [[[2.0, 5.0], [7.0, 9.0]], [6.0, 6.0]],
+             "queries": ["person eats", "a point in time"]},
+    "vidC": {"duration": 20, "spans": [[3, 8]], "queries": [" .. "]},
+}
+
+
+def test_timelens_bench_reader_pairs_spans_with_queries(tmp_path, caplog):
+    from grounding_rl.data.readers import count_several_spans
+
+    path = tmp_path / "charades-timelens.json"
+    path.write_text(json.dumps(TIMELENS_FILE))
+    with caplog.at_level("WARNING", logger="grounding_rl.data.readers"):
+        raw = list(read_annotations("timelens", path, video_root=tmp_path / "videos"))
+    assert "1 of 5 queries list several spans" in caplog.text
+    # span i with query i; queries cleaned as TimeLens's loader does (whitespace collapsed, full stops stripped)
+    assert [(s.qid, s.query, s.start, s.end, s.duration) for s in raw] == [
+        ("timelens:vidA#0", "A man opens the door", 0.0, 4.0, 30.0),
+        ("timelens:vidA#1", "a woman sits down", 10.5, 35.0, 30.0),
+        ("timelens:vidB#0", "person eats", 2.0, 5.0, 12.0),  # several spans: scored against the first
+        ("timelens:vidB#1", "a point in time", 6.0, 6.0, 12.0),
+        ("timelens:vidC#0", "", 3.0, 8.0, 20.0),
+    ]
+    assert raw[0].video == str(tmp_path / "videos" / "vidA.mp4") and {s.source for s in raw} == {"timelens"}
+    kept, counts = validate(raw, log_limit=0)
+    # the project's policy: 35 s past the 30 s video clamped; zero-length inside the video and the empty query dropped
+    assert counts == {"kept": 3, "dropped": 2, "clamped": 1}
+    assert [(s.qid, s.end, s.raw_end) for s in kept] == [("timelens:vidA#0", 4.0, 4.0),
+                                                          ("timelens:vidA#1", 30.0, 35.0),
+                                                          ("timelens:vidB#0", 5.0, 5.0)]
+    assert count_several_spans(path) == {"videos": 3, "queries": 5, "several_spans": 1}
+
+
+def test_timelens_bench_prepare_counts_and_errors(tmp_path):
+    from grounding_rl.data.prepare import prepare
+
+    path = tmp_path / "qvhighlights-timelens.json"
+    path.write_text(json.dumps(TIMELENS_FILE))
+    counts = prepare("timelens", str(path), str(tmp_path / "out.jsonl"), progress=False)
+    assert counts == {"kept": 3, "dropped": 2, "clamped": 1, "missing_videos": 0, "several_spans": 1}
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 3
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"v1": {"duration": 10, "spans": [[1, 2], [3, 4]], "queries": ["only one"]}}))
+    with pytest.raises(AnnotationError, match="bad.json: video v1: needs lists 'spans' and 'queries' of equal"):
+        list(read_annotations("timelens", bad))
+    bad.write_text(json.dumps({"v1": {"duration": 10, "spans": [[1, 2, 3]], "queries": ["q"]}}))
+    with pytest.raises(AnnotationError, match="video v1, query 0: a timestamp must be"):
+        list(read_annotations("timelens", bad))

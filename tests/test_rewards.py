@@ -131,6 +131,18 @@ def test_register_reward_and_user_functions(tmp_path, monkeypatch):
     ("time_r1", "<think>a</think><answer>3.00 to 7.50</answer>", 1.0),
     ("videochat_r1", "The event happens in 3.00 - 7.50 seconds", 0.0),
     ("timezero", "<think>a</think>\n<answer>12.54 to 17.83</answer>", 1.0),
+    ("timelens", "<think>a</think>The event happens in 3.00 - 7.50 seconds", 0.0),  # thinking-free: no think block
+    # ours, thinking-free: the answer block alone
+    ("default_no_think", "<answer>3.00 to 7.50</answer>", 1.0),
+    ("default_no_think", "  <answer> 3 to 7.5 </answer>\n", 1.0),
+    ("default_no_think", "<think>a</think><answer>3.00 to 7.50</answer>", 0.0),  # a think block present
+    ("default_no_think", "<think></think><answer>3.00 to 7.50</answer>", 0.0),  # even an empty one
+    ("default_no_think", "<answer>3.00 to 7.50</answer><think>a</think>", 0.0),
+    ("default_no_think", "<answer>3.00 to 7.50</answer> done", 0.0),
+    ("default_no_think", "<answer>3.00 to 7.50</answer><answer>1 to 2</answer>", 0.0),
+    ("default_no_think", "<answer>3.0s to 7.5s</answer>", 0.0),
+    ("default_no_think", "3.00 to 7.50", 0.0),
+    ("default", "<answer>3.00 to 7.50</answer>", 0.0),  # the think template still asks for its think block
 ])
 def test_format_reward_is_strict_per_template(template, text, expected):
     assert format_reward([text], prompt_template=[template]) == [expected]
@@ -142,8 +154,47 @@ def test_format_reward_linear_time():
 
     texts = ["<think>" + " " * 100_000 + "</think><answer>" + "1" * 50_000 + " " * 50_000 + "</answer>",
              "<think>" * 30_000 + "</think>" * 30_000, " " * 100_000 + "1" * 100_000,
-             "The event happens in " + "1" * 100_000 + " - " + " " * 100_000]
+             "The event happens in " + "1" * 100_000 + " - " + " " * 100_000,
+             "<answer>" + "1" * 50_000 + " " * 50_000 + "</answer>"]
     start = time.perf_counter()
-    for template in ("default", "timelens"):
-        assert format_reward(texts, prompt_template=template) == [0.0] * 4
+    for template in ("default", "default_no_think", "timelens"):
+        assert format_reward(texts, prompt_template=template) == [0.0] * 5
     assert time.perf_counter() - start < 5.0
+
+
+def test_tempsamp_shaping_matches_hand_computed_values():
+    """τ 0.8, α 1: r ≥ τ → τ + 0.01·ln(r − τ + 1); r < τ → τ − (e^{τ−r} − 1)/(e − 1)."""
+    import math
+
+    import torch
+
+    from grounding_rl.reward.shaping import tempsamp_shaping
+
+    out = tempsamp_shaping(torch.tensor([1.0, 0.8, 0.5, 0.0, float("nan")]))
+    expected = [0.8 + 0.01 * math.log(1.2), 0.8, 0.8 - (math.exp(0.3) - 1) / (math.e - 1),
+                0.8 - (math.exp(0.8) - 1) / (math.e - 1)]
+    assert out[:4].tolist() == pytest.approx(expected, abs=1e-6)
+    assert out[:4].tolist() == pytest.approx([0.801823, 0.8, 0.596390, 0.086764], abs=1e-6)
+    assert math.isnan(out[4].item())
+    # a steeper ramp (α 2) and another threshold (τ 0.5): 0.25 → 0.5 − (e^{0.5} − 1)/(e² − 1)
+    assert tempsamp_shaping(torch.tensor([0.25]), 0.5, 2.0).item() == pytest.approx(
+        0.5 - (math.exp(0.5) - 1) / (math.exp(2) - 1), abs=1e-6)
+    with pytest.raises(ValueError, match="alpha"):
+        tempsamp_shaping(torch.tensor([0.5]), alpha=0.0)
+
+
+def test_thinking_free_rewards_on_real_values():
+    # gt (15, 18) on a 40 s video; the IoU reads the answer-only form like the tagged one, the format is per template
+    answers = ["<answer>15.30 to 18.50</answer>", "<think>x</think><answer>15.30 to 18.50</answer>",
+               "<answer>14.80 to 18.20</answer>", "The event happens in 15.00 - 18.00 seconds"]
+    cols = columns(4)
+    assert [round(x, 4) for x in iou_reward(answers, **cols)] == [0.7714, 0.7714, 0.8824, 1.0]
+    assert format_reward(answers, prompt_template="default_no_think", **cols) == [1.0, 0.0, 1.0, 0.0]
+    assert format_reward(answers, prompt_template="default", **cols) == [0.0, 1.0, 0.0, 0.0]
+    assert format_reward(answers, prompt_template="timelens", **cols) == [0.0, 0.0, 0.0, 1.0]
+    # the demo's weights (iou 1.0, format 0.5): answer-only 0.7714 + 0.5, the think form loses its format half
+    fmt = format_reward(answers, prompt_template="default_no_think", **cols)
+    total = weighted_rewards(torch.tensor([iou_reward(answers, **cols), fmt]).T, [1.0, 0.5])
+    assert [round(x, 4) for x in total.tolist()] == [1.2714, 0.7714, 1.3824, 1.0]
+    # per-completion template column (what the trainer passes): each completion is judged by its own template
+    assert format_reward(answers[:2], prompt_template=["default_no_think", "default"]) == [1.0, 1.0]

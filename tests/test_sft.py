@@ -90,6 +90,21 @@ def test_collator_trains_only_the_target(which, demo_dir, bpe_model_dir, qwen_pr
         assert tok(text + target).input_ids == tok(text).input_ids + tok(target).input_ids
 
 
+def test_collator_thinking_free_target_is_the_answer_alone(demo_dir, bpe_model_dir):
+    from transformers import AutoProcessor
+
+    from grounding_rl.data.video import VideoSettings
+
+    processor = AutoProcessor.from_pretrained(bpe_model_dir)
+    dataset, rows = demo_items(demo_dir, 2)
+    batch = SFTCollator(processor, dataset, "default_no_think", VideoSettings(**DEMO_VIDEO), "ignored")(rows)
+    for i, row in enumerate(rows):
+        labels = batch["labels"][i][batch["labels"][i] != IGNORE_INDEX]
+        target = processor.tokenizer.decode(labels)
+        assert target == f"<answer>{row['start']:.2f} to {row['end']:.2f}</answer><|im_end|>"
+        assert "think" not in target
+
+
 def test_collator_rejects_long_prompts_naming_the_sample(demo_dir, bpe_model_dir):
     from transformers import AutoProcessor
 

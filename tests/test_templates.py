@@ -21,8 +21,9 @@ def test_peer_templates_are_the_published_texts():
 
 def test_each_template_names_its_answer_format_and_video_position():
     formats = {name: t.answer_format for name, t in templates.PROMPT_TEMPLATES.items()}
-    assert formats == {"default": "think_answer", "timezero": "think_answer", "time_r1": "think_answer",
-                       "videochat_r1": "think_answer", "timelens": "timelens"}
+    assert formats == {"default": "think_answer", "default_no_think": "answer_only", "timezero": "think_answer",
+                       "time_r1": "think_answer", "videochat_r1": "think_answer", "timelens": "timelens"}
+    assert [n for n in sorted(formats) if templates.is_thinking_free(n)] == ["default_no_think", "timelens"]
     assert [p["type"] for p in templates.conversation("q", "timelens")[0]["content"]] == ["video", "text"]
     assert [p["type"] for p in templates.conversation("q", "time_r1")[0]["content"]] == ["text", "video"]
     with pytest.raises(ValueError, match="unknown prompt_template"):
@@ -39,3 +40,17 @@ def test_sft_target_is_what_the_template_asks_for(name):
     for other in others:  # and nothing looser: another template's format gets no format reward
         other_name = next(n for n, t in templates.PROMPT_TEMPLATES.items() if t.answer_format == other)
         assert format_reward([templates.answer_text(3.5, 9.0, "x", other_name)], prompt_template=name) == [0.0]
+
+
+def test_thinking_free_default_differs_from_default_only_in_the_think_block():
+    think = templates.instruction("a man runs.", "default")
+    free = templates.instruction("a man runs.", "default_no_think")
+    assert "<think>" in think and "think" not in free.replace("Do not think", "")
+    assert free == ('When does the event "a man runs." happen in the video? Do not think; give only the start and end '
+                    'times in seconds within <answer> </answer> tags, as "start to end", e.g. <answer>12.54 to '
+                    '17.83</answer>.')
+    # the SFT target: the answer alone, whatever think text the config gives
+    assert templates.answer_text(3.5, 9.0, "ignored", "default_no_think") == "<answer>3.50 to 9.00</answer>"
+    assert templates.answer_text(12.345, 17.8, template="timelens") == "The event happens in 12.35 - 17.80 seconds"
+    assert templates.answer_text(3.5, 9.0, "x", "default") == "<think>x</think><answer>3.50 to 9.00</answer>"
+    assert [p["type"] for p in templates.conversation("q", "default_no_think")[0]["content"]] == ["text", "video"]

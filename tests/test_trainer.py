@@ -413,8 +413,10 @@ def test_trl_named_fields_keep_trl_defaults():
     assert sorted(n for n in ours if n not in trl_fields and n not in base) == [
         "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_num_bins",
         "difficulty_range", "difficulty_sampling", "difficulty_subset_size",
-        "drop_zero_std_groups", "eval_file", "eval_max_samples", "max_prompt_length", "online_difficulty_range", "prompt_template", "reward_funcs", "share_prompt_prefix",
-        "share_video_encoding",
+        "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "max_num_gen_batches",
+        "max_prompt_length", "online_difficulty_range", "prompt_template",
+        "reward_funcs", "reward_shaping", "reward_shaping_alpha", "reward_shaping_threshold", "share_prompt_prefix",
+        "share_video_encoding", "use_gt_injection",
         "video_fps", "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels",
         "video_sampler", "video_total_pixels"]
     for name in ("beta", "epsilon", "loss_type", "scale_rewards", "temperature", "num_iterations", "log_completions"):
@@ -460,3 +462,70 @@ def test_config_checks_validation_during_training(tmp_path):
         make_args(tmp_path, online_difficulty_range=[0.7, 0.2])
     with pytest.raises(ValueError, match="difficulty_sampling 'gauss' is not one of"):
         make_args(tmp_path, difficulty_sampling="gauss")
+
+
+# ----------------------------------------------------------------------------------------------------------- recipes
+def test_ground_truth_injection_scores_and_raises_the_injected_answer(tmp_path, tiny_model_dir, videos_dir):
+    """use_gt_injection: the last completion of each group is the ground-truth answer in the template's format,
+    scored by the rewards (IoU ≈ 1, format 1) while the random model's samples score 0, so it gets the group's
+    positive advantage; its summed log-prob under π_θ rises after one optimizer step; logged rewards leave it out."""
+    from grounding_rl.prompts.templates import answer_text
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), reward_funcs=["iou", "format"],
+                           use_gt_injection=True, max_completion_length=40, learning_rate=1e-3,
+                           lr_scheduler_type="constant")
+    captured = {}
+    original = trainer._generate_and_score
+
+    def capture(items):
+        captured["batch"] = batch = original(items)
+        captured["before"] = _summed_logp(copy.deepcopy(trainer.model).eval(), batch, 3)
+        return batch
+
+    trainer._generate_and_score = capture
+    trainer.train()
+    batch = captured["batch"]
+    tokenizer = trainer.processing_class.tokenizer
+    n = int(batch["completion_mask"][3].sum())
+    assert tokenizer.decode(batch["completion_ids"][3, :n], skip_special_tokens=True) == answer_text(1.0, 4.0)
+    assert batch["advantages"][3] > 0 and (batch["advantages"][:3] < 0).all()
+    after = _summed_logp(trainer.model.eval(), batch, 3)
+    assert after > captured["before"] + 1e-3, (captured["before"], after)
+    log = trainer.state.log_history[0]
+    assert log["rewards/iou/mean"] == 0.0 and log["gt/advantage"] > 0  # the 3 sampled rows only
+
+
+def test_dynamic_sampling_draws_until_groups_have_spread(tmp_path, tiny_model_dir, videos_dir):
+    """Two clips, G 2, 2 groups per step: the reward varies inside POOL's groups only. The first draw keeps one
+    group, one extra draw (both clips again) the other: 2 batches, 4 groups drawn, 2 dropped, none filled, every row
+    trained. With a constant reward every draw is dropped: max_num_gen_batches draws, then zero-std fill, masked."""
+    def half_varied(completions, qid, **columns):
+        return [varied_reward([c])[0] if q == POOL else 0.5 for c, q in zip(completions, qid)]
+
+    dataset = make_dataset(videos_dir, names=(POOL, MAKEUP))
+    trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=[half_varied], num_generations=2,
+                           dynamic_sampling=True, max_num_gen_batches=3)
+    items = trainer.data_collator([dataset[0], dataset[0], dataset[1], dataset[1]])
+    batch = trainer._generate_and_score(items)
+    metrics = {k: v[-1] for k, v in trainer._metrics.items()}
+    assert metrics["dynamic_sampling/gen_batches"] == 2.0
+    assert (metrics["dynamic_sampling/groups_drawn"], metrics["dynamic_sampling/groups_dropped"],
+            metrics["dynamic_sampling/groups_filled"]) == (4.0, 2.0, 0.0)
+    assert batch["completion_ids"].shape[0] == 4 and (batch["completion_mask"].sum(dim=1) > 0).all()
+    assert (batch["advantages"] != 0).all()
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=["iou"], num_generations=2,
+                           dynamic_sampling=True, max_num_gen_batches=3)
+    batch = trainer._generate_and_score(items)
+    metrics = {k: v[-1] for k, v in trainer._metrics.items()}
+    assert metrics["dynamic_sampling/gen_batches"] == 3.0 and metrics["dynamic_sampling/groups_filled"] == 2.0
+    assert batch["completion_mask"].sum() == 0 and batch["completion_ids"].shape[0] == 4
+
+
+def test_recipe_settings_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="max_num_gen_batches must be ≥ 1"):
+        make_args(tmp_path, dynamic_sampling=True, max_num_gen_batches=0)
+    with pytest.raises(ValueError, match="reward_shaping 'tempsamp' shapes the 'iou' reward"):
+        make_args(tmp_path, reward_shaping="tempsamp", reward_funcs=["tiou", "format"])
+    with pytest.raises(ValueError, match="reward_shaping 'gauss' is not one of"):
+        make_args(tmp_path, reward_shaping="gauss")

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION, check_fraction, missing_videos
 from grounding_rl.data.probe import VideoProbeError
-from grounding_rl.data.readers import READERS, read_annotations
+from grounding_rl.data.readers import READERS, count_several_spans, read_annotations
 from grounding_rl.data.samples import Sample, validate, write_jsonl
 from grounding_rl.errors import UserError
 
@@ -68,7 +68,9 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
         max_missing_fraction: with ``video_root``, fail when a larger share of the distinct videos is missing
             (:func:`grounding_rl.data.missing.check_fraction`).
     Returns:
-        ``{"kept", "dropped", "clamped", "missing_videos"}``.
+        ``{"kept", "dropped", "clamped", "missing_videos"}``; for ``timelens`` also ``"several_spans"``, the queries
+        listing more than one span (scored against the first:
+        :func:`grounding_rl.data.readers.read_timelens`).
     Raises:
         KeyError, FileNotFoundError, AnnotationError, VideoProbeError: see
         :func:`grounding_rl.data.readers.read_annotations`.
@@ -94,7 +96,10 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
                            ", ".join(absent[:3]))
     out_dir = os.path.dirname(os.path.abspath(out))
     write_jsonl(out, (_relative_to_out(sample, out_dir) for sample in kept))
-    return {**counts, "missing_videos": missing}
+    counts = {**counts, "missing_videos": missing}
+    if format_name == "timelens":
+        counts["several_spans"] = count_several_spans(annotations)["several_spans"]
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:

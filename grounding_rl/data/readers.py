@@ -23,6 +23,10 @@ Formats:
 ``tvgbench``
     Time-R1's TVGBench list of ``{path, question, answer: "s-e", duration, ...}`` (its ``start``/``end`` fields are
     not the answer and are ignored).
+``timelens``
+    TimeLens-Bench (Charades-TimeLens, ActivityNet-TimeLens, QVHighlights-TimeLens):
+    ``{video id: {duration, spans: [[s, e], ...], queries: [...]}}`` in seconds, span i paired with query i (see
+    :func:`read_timelens`).
 ``jsonl``
     The canonical JSONL (:func:`grounding_rl.data.samples.iter_jsonl`).
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 import csv
 import errno
 import json
+import logging
 import os
 import re
 from collections import defaultdict
@@ -42,6 +47,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_jsonl
 from grounding_rl.errors import excerpt, reading
+
+logger = logging.getLogger(__name__)
 
 
 class Reader(Protocol):
@@ -121,17 +128,42 @@ def _text(value: Any, what: str, where: str) -> str:
     return value
 
 
+def timelens_query(query: str) -> str:
+    """A query cleaned as TimeLens's loader does before it builds the prompt: runs of whitespace become one space,
+    then surrounding whitespace and full stops are stripped (``parse_query`` in TencentARC/TimeLens,
+    timelens/dataset/timelens_data.py). ``"  A man  runs.. "`` → ``"A man runs"``."""
+    return re.sub(r"\s+", " ", query).strip().strip(".").strip()
+
+
+def _span(value: Any, where: str) -> tuple[tuple[Any, Any], bool]:
+    """One TimeLens-Bench ``spans`` entry → (the span it is scored against, whether it listed several spans).
+
+    ``[s, e]`` is the released form. A list of spans ``[[s, e], ...]`` is accepted and scored against its first span,
+    the one TimeLens's evaluator keeps (evaluation/eval_dataloader.py: ``if type(span[0]) is list: span = span[0]``).
+    """
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (list, tuple)) for v in value):
+        return _pair(value[0], where), len(value) > 1
+    return _pair(value, where), False
+
+
 def _iter_grouped(path: str, format_name: str, resolver: VideoResolver, durations: dict[str, float] | None,
-                  frames: bool) -> Iterator[Sample]:
-    """ActivityNet-style ``{vid: {timestamps, sentences, ...}}``; with ``frames``, TACoS units (frames, fps)."""
+                  frames: bool = False, *, stamps_key: str = "timestamps", texts_key: str = "sentences",
+                  several_spans: bool = False, clean: Callable[[str], str] | None = None) -> Iterator[Sample]:
+    """ActivityNet-style ``{vid: {timestamps, sentences, ...}}``; with ``frames``, TACoS units (frames, fps).
+
+    ``stamps_key``/``texts_key`` name the two parallel lists (TimeLens-Bench: ``spans``/``queries``); with
+    ``several_spans`` an entry of the first may list several spans (:func:`_span`; how many did is logged once at the
+    end); ``clean`` rewrites each query (None = as written).
+    """
     data = _load_json(path, dict)
+    multi = total = 0
     for vid, entry in data.items():
         where = f"{path}: video {vid}"
         if not isinstance(entry, dict):
             raise AnnotationError(f"{where}: expected an object, got {type(entry).__name__}")
-        timestamps, sentences = entry.get("timestamps"), entry.get("sentences")
+        timestamps, sentences = entry.get(stamps_key), entry.get(texts_key)
         if not isinstance(timestamps, list) or not isinstance(sentences, list) or len(timestamps) != len(sentences):
-            raise AnnotationError(f"{where}: needs lists 'timestamps' and 'sentences' of equal length")
+            raise AnnotationError(f"{where}: needs lists {stamps_key!r} and {texts_key!r} of equal length")
         video = resolver.path(vid, bare_id=True)
         if frames:
             fps = as_seconds(entry.get("fps"), "fps", where)
@@ -147,10 +179,35 @@ def _iter_grouped(path: str, format_name: str, resolver: VideoResolver, duration
         duration = _duration(resolver, given, vid, video, durations, where)
         for index, (stamp, sentence) in enumerate(zip(timestamps, sentences)):
             at = f"{where}, query {index}"
-            start, end = _pair(stamp, at)
-            yield Sample(video=video, query=_text(sentence, "sentence", at),
+            if several_spans:
+                (start, end), several = _span(stamp, at)
+                multi += several
+            else:
+                start, end = _pair(stamp, at)
+            query = _text(sentence, "sentence", at)
+            total += 1
+            yield Sample(video=video, query=clean(query) if clean else query,
                          start=as_seconds(start, "start", at) * scale, end=as_seconds(end, "end", at) * scale,
                          duration=duration, qid=f"{format_name}:{vid}#{index}", source=format_name)
+    if multi:
+        logger.warning("%s: %d of %d queries list several spans; each is scored against its first span (as "
+                       "TimeLens's evaluator does)", path, multi, total)
+
+
+def count_several_spans(path: str | os.PathLike) -> dict[str, int]:
+    """``{"videos", "queries", "several_spans"}`` of a TimeLens-Bench file: how many of its queries list more than
+    one span (those :func:`read_timelens` scores against the first). Raises AnnotationError as the reader does."""
+    path = str(path)
+    data = _load_json(path, dict)
+    queries = several = 0
+    for vid, entry in data.items():
+        spans = entry.get("spans") if isinstance(entry, dict) else None
+        if not isinstance(spans, list):
+            raise AnnotationError(f"{path}: video {vid}: needs a list 'spans'")
+        for index, value in enumerate(spans):
+            several += _span(value, f"{path}: video {vid}, query {index}")[1]
+        queries += len(spans)
+    return {"videos": len(data), "queries": queries, "several_spans": several}
 
 
 # ----------------------------------------------------------------------------------------------------------- readers
@@ -265,6 +322,29 @@ def read_tvgbench(path: str | os.PathLike, *, video_root: str | os.PathLike | No
                      qid=f"tvgbench:{vid}#{index}", source="tvgbench")
 
 
+def read_timelens(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                  durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """TimeLens-Bench json ``{video id: {duration, spans: [[s, e], ...], queries: [...]}}``, seconds (Zhang et al.,
+    "TimeLens: Rethinking Video Temporal Grounding with Multimodal LLMs", arXiv:2512.14698; the files
+    ``charades-timelens.json``, ``activitynet-timelens.json``, ``qvhighlights-timelens.json`` of the hub dataset
+    TencentARC/TimeLens-Bench).
+
+    As TimeLens's loader reads it (timelens/dataset/timelens_data.py, ``ActivitynetTimeLensDataset.load_annos``):
+    span i belongs to query i (the two lists zipped; here lists of unequal length are an error instead of being cut
+    to the shorter), the video is ``<video id>.mp4`` under ``video_root``, and each query is cleaned by
+    :func:`timelens_query` (whitespace collapsed, full stops stripped), the text TimeLens puts in its prompt. A
+    ``spans`` entry that lists several spans ``[[s, e], ...]`` is scored against its first span, as TimeLens's
+    evaluator does (evaluation/eval_dataloader.py); their number is logged (:func:`count_several_spans` counts them).
+
+    Raises:
+        AnnotationError: malformed entry, ``spans`` and ``queries`` of different lengths, or no duration (names the
+            file and video id).
+    """
+    path = str(path)
+    return _iter_grouped(path, "timelens", VideoResolver(path, video_root), durations, stamps_key="spans",
+                         texts_key="queries", several_spans=True, clean=timelens_query)
+
+
 def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
                durations: dict[str, float] | None = None) -> Iterator[Sample]:
     """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_jsonl`)."""
@@ -277,6 +357,7 @@ READERS: dict[str, Callable[..., Iterator[Sample]]] = {
     "tacos": read_tacos,
     "time_r1": read_time_r1,
     "tvgbench": read_tvgbench,
+    "timelens": read_timelens,
     "jsonl": read_jsonl,
 }
 
@@ -304,5 +385,6 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
     return READERS[format_name](path, video_root=video_root, durations=durations)
 
 
-__all__ = ["READERS", "Reader", "load_durations", "read_activitynet", "read_annotations", "read_charades_sta",
-           "read_jsonl", "read_tacos", "read_time_r1", "read_tvgbench"]
+__all__ = ["READERS", "Reader", "count_several_spans", "load_durations", "read_activitynet", "read_annotations",
+           "read_charades_sta", "read_jsonl", "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
+           "timelens_query"]

@@ -7,7 +7,8 @@ A definition is a small YAML file::
     format: charades_sta                      # a reader of grounding_rl.data.readers.READERS
     annotations: ../shared/data/benchmarks/charades_sta/charades_sta_test.txt
     durations: ../shared/data/benchmarks/charades_sta/charades.json   # optional
-    expected_queries: 3720                    # after the validation policy (grounding-rl prepare's "kept")
+    expected_queries: 3720                    # after the validation policy (grounding-rl prepare's "kept"); null
+                                              # when not known (the file is not shipped and no count is published)
     video_root: null                          # folder of the videos; null = pass --video-root
     protocol:                                 # sampling of the paper protocol (used when a checkpoint has no config)
       prompt_template: timezero
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # importing the preprocessing pulls in transformers: only whe
     from grounding_rl.prompts.preprocessing import GroundingConfig
 
 ANCHOR_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")
-_REQUIRED = ("name", "format", "annotations", "expected_queries")
+_REQUIRED = ("name", "format", "annotations")
 
 
 class BenchmarkError(UserError, ValueError):
@@ -57,7 +58,8 @@ class Benchmark:
         format: reader name for ``grounding-rl prepare --format``.
         annotations: annotation file (absolute).
         durations: optional durations file (absolute) or None.
-        expected_queries: number of queries after the validation policy.
+        expected_queries: number of queries after the validation policy; None when not known (the key must still be
+            there, as ``null``).
         video_root: folder of the videos, or None when the user must give it.
         protocol: template and video settings of the paper protocol (None when loaded with
             ``build_protocol=False``).
@@ -71,7 +73,7 @@ class Benchmark:
     name: str
     format: str
     annotations: str
-    expected_queries: int
+    expected_queries: int | None
     durations: str | None = None
     video_root: str | None = None
     protocol: "GroundingConfig | None" = None
@@ -117,6 +119,7 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_d
     if not isinstance(data, dict):
         raise BenchmarkError(f"{path}: expected a mapping at the top level")
     missing = [key for key in _REQUIRED if data.get(key) is None]
+    missing += [] if "expected_queries" in data else ["expected_queries"]
     if missing:
         raise BenchmarkError(f"{path}: missing field(s) {', '.join(missing)}")
     if data["format"] not in READERS:
@@ -150,7 +153,7 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_d
         format=str(data["format"]),
         annotations=_data_file(data["annotations"], root, path),
         durations=_data_file(data.get("durations"), root, path),
-        expected_queries=int(data["expected_queries"]),
+        expected_queries=None if data["expected_queries"] is None else int(data["expected_queries"]),
         video_root=resolve_config_path(data.get("video_root")),
         protocol=config,
         max_new_tokens=protocol.get("max_new_tokens"),

@@ -262,10 +262,14 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if len(set(qids)) != len(qids):
         dup = next(q for q in qids if qids.count(q) > 1)
         raise UserError(f"{args.data}: duplicate qid {dup!r}; qids must be unique to resume and merge predictions")
-    if bench is not None and args.limit is None and total_in_file != bench.expected_queries and main_process:
+    expected = None if bench is None else bench.expected_queries
+    if bench is not None and args.limit is None and expected is not None and total_in_file != expected \
+            and main_process:
         print(f"warning: {args.data} has {total_in_file} queries; benchmark {bench.name} expects "
-              f"{bench.expected_queries}", file=sys.stderr)
-    if bench is not None and args.limit is None and total_in_file == bench.expected_queries and not dropped:
+              f"{expected}", file=sys.stderr)
+    # an unknown expected count (expected_queries: null): the data file is taken as prepared from the benchmark's
+    # file, as scripts/eval.sh prepares it
+    if bench is not None and args.limit is None and expected in (None, total_in_file) and not dropped:
         from grounding_rl.eval.benchmarks import dropped_annotations
 
         dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts

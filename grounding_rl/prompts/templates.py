@@ -3,6 +3,12 @@
 A checkpoint must be evaluated with the prompt it was trained with, so the template is a named choice saved in every
 checkpoint's ``grounding_config.json`` (see :mod:`grounding_rl.prompts.preprocessing`). :func:`answer_text` writes a
 ground-truth interval in the answer format the templates ask for (the SFT target).
+
+Thinking-free templates (``default_no_think``, ours; ``timelens``, TimeLens's own prompt) ask for the answer alone,
+without a ``<think>`` block: TimeLens (arXiv:2512.14698, its training-paradigm ablation) trains GRPO this way. The
+format reward then checks the answer-only form (a think block present scores 0), the SFT target has no think block,
+and the answer parser reads the interval as before. Switching is the one ``prompt_template`` key, the same in the SFT
+and GRPO configs.
 """
 from __future__ import annotations
 
@@ -12,8 +18,11 @@ EVENT = "[EVENT]"
 
 # Answer formats: what a template asks the model to write, so the format reward accepts exactly that.
 THINK_ANSWER = "think_answer"  # <think>…</think><answer>S to E</answer>, S and E plain seconds ("12.54 to 17.83")
+ANSWER_ONLY = "answer_only"  # <answer>S to E</answer> alone, no think block ("<answer>12.54 to 17.83</answer>")
 TIMELENS = "timelens"  # untagged "The event happens in S - E seconds" (TencentARC/TimeLens, evaluation/utils.py)
-ANSWER_FORMATS = (THINK_ANSWER, TIMELENS)
+ANSWER_FORMATS = (THINK_ANSWER, ANSWER_ONLY, TIMELENS)
+# The answer formats without a think block (thinking-free templates).
+THINKING_FREE_FORMATS = (ANSWER_ONLY, TIMELENS)
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,15 @@ DEFAULT = (
     "17.83</answer>."
 )
 
+# Ours, thinking-free: the default text without the think instruction, so the two differ only in the think block.
+DEFAULT_NO_THINK = (
+    'When does the event "[EVENT]" happen in the video? Do not think; give only the start and end times in seconds '
+    'within <answer> </answer> tags, as "start to end", e.g. <answer>12.54 to 17.83</answer>.'
+)
+
 PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
     "default": PromptTemplate(DEFAULT),
+    "default_no_think": PromptTemplate(DEFAULT_NO_THINK, answer_format=ANSWER_ONLY),
     "timezero": PromptTemplate(TIMEZERO, source="www-Ye/TimeZero (trainer and evaluator)"),
     "time_r1": PromptTemplate(TIME_R1, source="xiaomi-research/time-r1, src/time_r1/rl/timer1_trainer.py"),
     "videochat_r1": PromptTemplate(VIDEOCHAT_R1,
@@ -94,15 +110,30 @@ def get_template(name: str) -> PromptTemplate:
 
 def answer_text(start: float, end: float, think: str = DEFAULT_THINK, template: str = "default") -> str:
     """A completion in ``template``'s answer format for an interval in seconds (two decimals): the SFT target.
+    ``think`` is used only by templates that ask for a think block (thinking-free ones write the answer alone).
 
     >>> answer_text(3.5, 9.0, "x")
     '<think>x</think><answer>3.50 to 9.00</answer>'
+    >>> answer_text(3.5, 9.0, "x", template="default_no_think")
+    '<answer>3.50 to 9.00</answer>'
     >>> answer_text(3.5, 9.0, template="timelens")
     'The event happens in 3.50 - 9.00 seconds'
+
+    Raises:
+        ValueError: unknown template name.
     """
-    if get_template(template).answer_format == TIMELENS:
+    answer_format = get_template(template).answer_format
+    if answer_format == TIMELENS:
         return f"The event happens in {start:.2f} - {end:.2f} seconds"
+    if answer_format == ANSWER_ONLY:
+        return f"<answer>{start:.2f} to {end:.2f}</answer>"
     return f"<think>{think}</think><answer>{start:.2f} to {end:.2f}</answer>"
+
+
+def is_thinking_free(template: str) -> bool:
+    """Whether ``template`` asks for the answer alone, without a think block (``default_no_think``, ``timelens``).
+    Raises ValueError for an unknown name."""
+    return get_template(template).answer_format in THINKING_FREE_FORMATS
 
 
 def instruction(query: str, template: str = "default") -> str:

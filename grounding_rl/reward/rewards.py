@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from grounding_rl.prompts.templates import ANSWER_FORMATS, THINK_ANSWER, TIMELENS, get_template
+from grounding_rl.prompts.templates import ANSWER_FORMATS, ANSWER_ONLY, THINK_ANSWER, TIMELENS, get_template
 from grounding_rl.reward.iou import clamp_interval, temporal_iou
 from grounding_rl.reward.parsing import completion_text, parse_answer
 
@@ -47,15 +47,28 @@ def _think_answer(text: str) -> str | None:
     return answer
 
 
+def _answer_only(text: str) -> str | None:
+    """The answer of a text that is exactly one ``<answer>…</answer>`` block (whitespace around it, none of the four
+    tags inside); None otherwise, so a think block before or after the answer gives None."""
+    text = text.strip()
+    if not (text.startswith("<answer>") and text.endswith("</answer>")) or len(text) < len("<answer></answer>"):
+        return None
+    answer = text[len("<answer>"):-len("</answer>")]
+    if any(tag in answer for tag in _TAGS):
+        return None
+    return answer
+
+
 def strict_answer(text: str, answer_format: str = THINK_ANSWER) -> tuple[float, float] | None:
     """The interval of a completion written exactly in ``answer_format``, else None.
 
     ``think_answer``: ``<think>…</think><answer>S to E</answer>`` with S, E plain non-negative decimal seconds;
-    ``timelens``: ``The event happens in S - E seconds`` (an optional full stop), untagged, nothing else. Non-finite
-    values give None. Linear time. Raises ValueError for an unknown format.
+    ``answer_only``: ``<answer>S to E</answer>`` alone (thinking-free: any think block, even an empty one, gives
+    None); ``timelens``: ``The event happens in S - E seconds`` (an optional full stop), untagged, nothing else.
+    Non-finite values give None. Linear time. Raises ValueError for an unknown format.
     """
-    if answer_format == THINK_ANSWER:
-        answer = _think_answer(text)
+    if answer_format in (THINK_ANSWER, ANSWER_ONLY):
+        answer = _think_answer(text) if answer_format == THINK_ANSWER else _answer_only(text)
         match = None if answer is None else _SECONDS_TO_SECONDS.fullmatch(answer)
     elif answer_format == TIMELENS:
         match = _TIMELENS_SENTENCE.fullmatch(text)
@@ -111,9 +124,10 @@ def iou_reward(completions, **columns) -> list[float]:
 
 def format_reward(completions, prompt_template=None, **columns) -> list[float]:
     """1.0 when the completion is written exactly in its prompt template's answer format (:func:`strict_answer`),
-    else 0.0: for the tagged templates ``<think>…</think><answer>12.54 to 17.83</answer>``, for ``timelens``
-    ``The event happens in 12.54 - 17.83 seconds``. Looser answers that the parser still reads for the IoU
-    (``5.0s to 11.6s``, an untagged interval) get 0.
+    else 0.0: for the tagged templates ``<think>…</think><answer>12.54 to 17.83</answer>``, for the thinking-free
+    ``default_no_think`` ``<answer>12.54 to 17.83</answer>`` alone (a think block present → 0), for ``timelens``
+    ``The event happens in 12.54 - 17.83 seconds`` (a think block present → 0). Looser answers that the parser still
+    reads for the IoU (``5.0s to 11.6s``, an untagged interval) get 0.
 
     ``prompt_template``: the column of template names (one per completion, or one name for all); None = ``default``.
     """

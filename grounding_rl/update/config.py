@@ -223,6 +223,51 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
             "the trainer warns once and uses the per-row forward. False: the per-row forward (for comparison)."
         },
     )
+    # --- recipes: dynamic sampling (DAPO) and ground-truth-guided groups (TempSamp-R1)
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's dynamic sampling (arXiv 2503.14476, Algorithm 1): groups whose G rewards are all equal "
+            "carry no gradient, so further generation batches are drawn until every process holds as many groups "
+            "with non-zero reward std as one generation batch has, or `max_num_gen_batches` batches were drawn; "
+            "surplus groups are discarded, and a shortfall is filled with zero-std groups that are masked out of the "
+            "loss. All processes draw the same number of batches (the decision is a global minimum), so ZeRO-3 "
+            "never waits. Needs each process's rows (per_device_train_batch_size × steps_per_generation) to hold "
+            "whole groups. Extra batches are drawn at random from the training set, seeded by the step."
+        },
+    )
+    max_num_gen_batches: int = field(
+        default=4,
+        metadata={
+            "help": "With `dynamic_sampling`: at most this many generation batches per generation, the first "
+            "included (verl's `algorithm.filter_groups.max_num_gen_batches`, used by DAPO's recipe; ≥ 1)."
+        },
+    )
+    use_gt_injection: bool = field(
+        default=False,
+        metadata={
+            "help": "TempSamp-R1's ground-truth-guided groups (arXiv 2509.18056; ZhangZikun6666/TempSamp-R1 "
+            "`algorithm.use_gt_injection`, `gt_replace_index` -1): the last completion of every group is replaced by "
+            "the ground-truth interval written in the template's answer format (with a think block where the "
+            "template asks for one) and scored like the others; it joins its group's mean and std. Its log-probs "
+            "are computed by the policy (π_old = the policy at generation time), never sampled. Logged reward "
+            "means cover the sampled completions only (TempSamp-R1's `gt_log_exclude`)."
+        },
+    )
+    reward_shaping: str = field(
+        default="none",
+        metadata={
+            "help": "`tempsamp`: TempSamp-R1's non-linear shaping of the `iou` reward of every completion (before the "
+            "weighted sum; grounding_rl.reward.shaping.tempsamp_shaping), meant for `use_gt_injection`; `none`."
+        },
+    )
+    reward_shaping_threshold: float = field(
+        default=0.8, metadata={"help": "τ of `reward_shaping: tempsamp` (TempSamp-R1's default 0.8)."}
+    )
+    reward_shaping_alpha: float = field(
+        default=1.0, metadata={"help": "α of `reward_shaping: tempsamp` (TempSamp-R1's default 1.0)."}
+    )
+
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],
         metadata={"help": "Reward functions: registered names (iou, format, tiou, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function."},
@@ -322,6 +367,17 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             problems.append(f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} "
                             f"reward_funcs {self.reward_funcs}")
+        from grounding_rl.reward.shaping import SHAPINGS
+
+        if self.reward_shaping not in SHAPINGS:
+            problems.append(f"reward_shaping {self.reward_shaping!r} is not one of {SHAPINGS}")
+        elif self.reward_shaping != "none" and "iou" not in self.reward_funcs:
+            problems.append(f"reward_shaping {self.reward_shaping!r} shapes the 'iou' reward, which reward_funcs "
+                            f"{self.reward_funcs} lacks")
+        if self.reward_shaping_alpha <= 0:
+            problems.append(f"reward_shaping_alpha must be > 0 (got {self.reward_shaping_alpha})")
+        if self.max_num_gen_batches < 1:
+            problems.append(f"max_num_gen_batches must be ≥ 1 (got {self.max_num_gen_batches})")
         problems += self.preprocessing_problems()
         if problems:
             raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(problems))
@@ -347,6 +403,11 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
                 f"{self.per_device_train_batch_size} × {num_processes} processes × steps_per_generation "
                 f"{self.steps_per_generation}) must be divisible by num_generations ({self.num_generations})"
             )
+        if self.dynamic_sampling and (self.generation_batch_size // num_processes) % self.num_generations:
+            raise ValueError(
+                f"dynamic_sampling needs whole groups on every process: per_device_train_batch_size "
+                f"{self.per_device_train_batch_size} × steps_per_generation {self.steps_per_generation} must be "
+                f"divisible by num_generations ({self.num_generations})")
         save_steps = self.save_steps
         if (str(getattr(self.save_strategy, "value", self.save_strategy)) == "steps" and save_steps >= 1
                 and int(save_steps) % self.generation_window):

@@ -280,3 +280,40 @@ def masked_sum_count(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     (a token-weighted global mean, as TRL logs ``kl`` and ``clip_ratio/*``)."""
     mask = mask.float()
     return torch.stack([(values.detach().float() * mask).sum(), mask.sum()])
+
+
+def injected_rows(start: int, count: int, num_generations: int, device=None) -> torch.Tensor:
+    """Which of a process's rows hold the injected ground truth: the last completion of each group
+    (TempSamp-R1's ``gt_replace_index: -1``).
+
+    Args:
+        start: global index of the process's first row (process_index × rows per process); groups are G
+            consecutive global rows.
+        count: the process's number of rows.
+        num_generations: G.
+
+    Returns:
+        (count,) bool. E.g. start 2, count 4, G 4 → [False, True, False, False] (global rows 2..5; row 3 ends a group).
+    """
+    rows = torch.arange(start, start + count, device=device)
+    return rows % num_generations == num_generations - 1
+
+
+def kept_groups(zero_std: torch.Tensor, num_generations: int) -> list[int]:
+    """Local indices of the groups DAPO's dynamic sampling keeps: those whose rewards are not all equal.
+
+    Args:
+        zero_std: (B,) bool per row (:attr:`Advantages.group_zero_std` of a process's rows), B a multiple of G with
+            whole groups.
+        num_generations: G.
+
+    Returns:
+        Group indices in order, e.g. zero_std [T, T, F, F, T, T] with G 2 → [1].
+
+    Raises:
+        ValueError: B is not a multiple of G.
+    """
+    if zero_std.numel() % num_generations:
+        raise ValueError(f"{zero_std.numel()} rows do not hold whole groups of {num_generations}")
+    per_group = zero_std.view(-1, num_generations)[:, 0]
+    return [g for g, zero in enumerate(per_group.tolist()) if not zero]

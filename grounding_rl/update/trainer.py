@@ -28,8 +28,10 @@ from trl.trainer.utils import nanstd
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, filtered_repeat_sampler, resumable_repeat_sampler
 from grounding_rl.data.missing import check_fraction
 from grounding_rl.family import family_of
+from grounding_rl.prompts.templates import answer_text
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name, weighted_rewards
+from grounding_rl.reward.shaping import tempsamp_shaping
 from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, completion_mask
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.config import EVAL_METRICS, GroundingGRPOConfig
@@ -246,12 +248,15 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                     "TimeLens's draw reweighted %(reweighted)d and drew %(drawn)d)", counts)
         return GroundingDataset([dataset.samples[i] for i in indices])
 
-    def _observe_difficulty(self, items, rewards_per_func) -> None:
-        """Feed the online filter this generation batch's IoU rewards (all ranks' rows, in gather order)."""
+    def _observe_difficulty(self, items, rewards_per_func, is_gt) -> None:
+        """Feed the online filter this draw's IoU rewards (all ranks' rows, in gather order); an injected
+        ground-truth row (``use_gt_injection``) is not the policy's and is left out."""
         if self.online_filter is None:
             return
-        indices = self.accelerator.gather(torch.tensor([it["index"] for it in items], device=rewards_per_func.device))
-        self.online_filter.observe(indices.tolist(), rewards_per_func[:, self._filter_column].tolist())
+        device = rewards_per_func.device
+        indices = self.accelerator.gather(torch.tensor([it["index"] for it in items], device=device))
+        sampled = ~self.accelerator.gather(is_gt.to(device))
+        self.online_filter.observe(indices[sampled].tolist(), rewards_per_func[sampled, self._filter_column].tolist())
 
     def _log_online_filter(self, counts: dict) -> None:
         if self.accelerator.is_main_process:
@@ -410,6 +415,35 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
 
     @torch.no_grad()
     def _generate_and_score(self, items: list[dict]) -> dict:
+        """One generation batch → the buffered training batch: prompt tensors, completions (the ground truth
+        injected with ``use_gt_injection``), advantages, and π_old / π_ref log-probs when needed. With
+        ``dynamic_sampling``, further batches are drawn first (:meth:`_dynamic_sampling`)."""
+        args = self.args
+        draw = self._rollout(items)
+        if args.dynamic_sampling:
+            draw = self._dynamic_sampling(draw)
+        batch, mask = draw["batch"], draw["completion_mask"]
+        if args.drop_zero_std_groups or args.dynamic_sampling:
+            mask = mask * (~draw["zero_std"]).unsqueeze(1).int()
+        batch.update(completion_ids=draw["completion_ids"], completion_mask=mask, advantages=draw["advantages"])
+        batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        if grpo.needs_old_logps(args.gradient_accumulation_steps, args.steps_per_generation, args.num_iterations,
+                                self.rollout_engine.logps_need_correcting):
+            batch["old_logps"] = self._micro_batched(
+                lambda b: completion_logps(self.model, b, args.temperature, self.share_prompt), batch)
+        if args.beta != 0.0:
+            batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
+        return batch
+
+    def _rollout(self, items: list[dict]) -> dict:
+        """Generate G completions per clip of this process's ``items``, score them (rewards gathered so that a
+        group split across processes is normalised as one) and log the rollout metrics.
+
+        Returns:
+            ``items``, ``batch`` (prompt tensors on the device), ``completion_ids`` / ``completion_mask`` (B, C),
+            ``advantages`` (B,), ``zero_std`` (B,) bool — the row's group has equal rewards —, ``is_gt`` (B,) bool —
+            the row holds the injected ground truth.
+        """
         device, args = self.accelerator.device, self.args
         batch = batching.prompt_batch(self.processing_class, items, args.prompt_template,
                                       share_videos=args.share_video_encoding)
@@ -418,6 +452,11 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
 
         completion_ids = self.rollout_engine.generate(self.model_wrapped, batching.generation_inputs(batch),
                                                       self.sampling)
+        start = self.accelerator.process_index * len(items)
+        is_gt = grpo.injected_rows(start, len(items), self.num_generations, device) if args.use_gt_injection \
+            else torch.zeros(len(items), dtype=torch.bool, device=device)
+        if args.use_gt_injection:
+            completion_ids = self._inject_ground_truth(completion_ids, items, is_gt)
         mask, truncated = completion_mask(completion_ids, self.eos_token_ids)
         lengths = mask.sum(dim=1)
         if args.mask_truncated_completions:
@@ -425,54 +464,153 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         texts = self.processing_class.batch_decode(
             [ids[:n] for ids, n in zip(completion_ids.tolist(), lengths.tolist())], skip_special_tokens=True)
 
-        # rewards are gathered so that a group split across ranks is normalised as one
         rewards_per_func = self.accelerator.gather(self._score(items, texts).to(device))
-        self._observe_difficulty(items, rewards_per_func)
+        self._observe_difficulty(items, rewards_per_func, is_gt)  # the IoU rewards as scored, before any shaping
+        if args.reward_shaping == "tempsamp":
+            rewards_per_func = rewards_per_func.clone()
+            for j, name in enumerate(self.reward_func_names):
+                if name == "iou":
+                    rewards_per_func[:, j] = tempsamp_shaping(rewards_per_func[:, j], args.reward_shaping_threshold,
+                                                              args.reward_shaping_alpha)
         weighted = weighted_rewards(rewards_per_func, self.reward_weights)
         adv = grpo.group_advantages(weighted, self.num_generations, args.scale_rewards)
-        local = slice(self.accelerator.process_index * len(items), (self.accelerator.process_index + 1) * len(items))
-        if args.drop_zero_std_groups:
-            mask = mask * (~adv.group_zero_std[local]).unsqueeze(1).int()
-
-        batch.update(completion_ids=completion_ids, completion_mask=mask, advantages=adv.advantages[local])
-        batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        if grpo.needs_old_logps(args.gradient_accumulation_steps, args.steps_per_generation, args.num_iterations,
-                                self.rollout_engine.logps_need_correcting):
-            batch["old_logps"] = self._micro_batched(
-                lambda b: completion_logps(self.model, b, args.temperature, self.share_prompt), batch)
-        if args.beta != 0.0:
-            batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
-
-        self._log_rollout(items, texts, rewards_per_func, weighted, adv, lengths, truncated)
+        local = slice(start, start + len(items))
+        self._log_rollout(items, texts, rewards_per_func, weighted, adv, lengths, truncated,
+                          self.accelerator.gather(is_gt))
         if args.log_completions:
             self._completions = {"query": gather_object([it["query"] for it in items]),
                                  "qid": gather_object([it["qid"] for it in items]),
                                  "completion": gather_object(texts),
                                  "rewards": rewards_per_func.cpu(), "advantage": adv.advantages.cpu()}
-        return batch
+        return {"items": items, "batch": batch, "completion_ids": completion_ids, "completion_mask": mask,
+                "advantages": adv.advantages[local], "zero_std": adv.group_zero_std[local], "is_gt": is_gt}
+
+    def _inject_ground_truth(self, completion_ids, items, is_gt):
+        """``completion_ids`` with the rows of ``is_gt`` replaced by the ground-truth answer
+        (:func:`grounding_rl.prompts.templates.answer_text` in the run's template, then EOS), widened if needed.
+
+        Raises:
+            UserError: a ground-truth answer does not fit in ``max_completion_length`` tokens.
+        """
+        from grounding_rl.errors import UserError
+
+        tokenizer = self.processing_class.tokenizer
+        rows = is_gt.nonzero().flatten().tolist()
+        if not rows:
+            return completion_ids
+        answers = []
+        for r in rows:
+            item = items[r]
+            text = answer_text(item["start"], item["end"], template=self.args.prompt_template)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [self.eos_token_ids[0]]
+            if len(ids) > self.args.max_completion_length:
+                raise UserError(f"use_gt_injection: the ground-truth answer of sample {item['index']} (qid "
+                                f"{item['qid']}) is {len(ids)} tokens with EOS, more than max_completion_length "
+                                f"{self.args.max_completion_length}; raise max_completion_length")
+            answers.append(ids)
+        width = max(completion_ids.size(1), max(len(ids) for ids in answers))
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+        out = completion_ids.new_full((completion_ids.size(0), width), pad)
+        out[:, :completion_ids.size(1)] = completion_ids
+        for r, ids in zip(rows, answers):
+            out[r] = pad
+            out[r, :len(ids)] = torch.tensor(ids, dtype=out.dtype, device=out.device)
+        return out
+
+    def _dynamic_sampling(self, first: dict) -> dict:
+        """DAPO's dynamic sampling over :meth:`_rollout` draws (see ``GroundingGRPOConfig.dynamic_sampling``).
+
+        Every process keeps its groups with non-zero reward std, draw after draw, until the process with the fewest
+        holds a generation batch's worth (a global minimum, so all processes draw equally often) or
+        ``max_num_gen_batches`` batches were drawn. Each process then trains on exactly its usual number of rows:
+        its first kept groups in draw order, filled up with zero-std groups of the first draw (masked out of the
+        loss by the caller). Under ``scale_rewards: batch`` a group's std is that of the draw it came from.
+        """
+        args, G = self.args, self.num_generations
+        groups = len(first["items"]) // G
+        draws = [first]
+        kept = [(0, g) for g in grpo.kept_groups(first["zero_std"], G)]
+        while len(draws) < args.max_num_gen_batches:
+            fewest = self.accelerator.gather(torch.tensor([len(kept)], device=self.accelerator.device)).min().item()
+            if fewest >= groups:
+                break
+            draw = self._rollout(self._extra_generation_batch(len(draws)))
+            kept += [(len(draws), g) for g in grpo.kept_groups(draw["zero_std"], G)]
+            draws.append(draw)
+        chosen = kept[:groups]
+        chosen += [(0, g) for g in range(groups) if (0, g) not in chosen][:groups - len(chosen)]
+        counts = torch.tensor([len(draws) * groups, groups - min(len(kept), groups), max(len(kept) - groups, 0)],
+                              device=self.accelerator.device)
+        drawn, filled, surplus = self.accelerator.gather(counts.unsqueeze(0)).sum(dim=0).tolist()
+        self._metrics["dynamic_sampling/gen_batches"].append(float(len(draws)))
+        self._metrics["dynamic_sampling/groups_drawn"].append(float(drawn))
+        self._metrics["dynamic_sampling/groups_dropped"].append(float(drawn - (groups * self.accelerator.num_processes
+                                                                               - filled)))
+        self._metrics["dynamic_sampling/groups_filled"].append(float(filled))
+        if len(draws) == 1 and chosen == [(0, g) for g in range(groups)]:
+            return first
+        rows = [(d, g * G + j) for d, g in chosen for j in range(G)]
+        items = [draws[d]["items"][r] for d, r in rows]
+        batch = batching.to_device(batching.prompt_batch(self.processing_class, items, args.prompt_template,
+                                                         share_videos=args.share_video_encoding),
+                                   self.accelerator.device)
+        width = max(draw["completion_ids"].size(1) for draw in draws)
+        pad = self.processing_class.tokenizer.pad_token_id
+        pad = self.eos_token_ids[0] if pad is None else pad
+        widen = {"completion_ids": pad, "completion_mask": 0}
+
+        def stacked(key):
+            values = [draw[key] if key not in widen else
+                      torch.nn.functional.pad(draw[key], (0, width - draw[key].size(1)), value=widen[key])
+                      for draw in draws]
+            return torch.stack([values[d][r] for d, r in rows])
+
+        out = {key: stacked(key) for key in ("completion_ids", "completion_mask", "advantages", "zero_std", "is_gt")}
+        return {"items": items, "batch": batch, **out}
+
+    def _extra_generation_batch(self, draw: int) -> list[dict]:
+        """This process's share of the ``draw``-th extra generation batch of this step: generation_batch_size / G
+        clips drawn without replacement (with replacement from a smaller set), G rows each, the same on every
+        process (seeded by the run's seed, the global step and ``draw``, so a resumed run draws the same)."""
+        # with online_difficulty_range, from the samples the filter keeps
+        pool = list(range(len(self.train_dataset))) if self.online_filter is None else self.online_filter.active
+        G, size = self.num_generations, len(pool)
+        groups = self.args.generation_batch_size // G
+        generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self.state.global_step * 1_009 + draw)
+        picks = (torch.randperm(size, generator=generator)[:groups] if size >= groups
+                 else torch.randint(size, (groups,), generator=generator))
+        rows = [pool[i] for i in picks.repeat_interleave(G).tolist()]
+        local = len(rows) // self.accelerator.num_processes
+        mine = rows[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]
+        return self.data_collator([self.train_dataset[i] for i in mine])
 
     def _micro_batched(self, fn, batch):
         """Apply a forward ``fn`` per micro-batch of ``per_device_train_batch_size`` rows (bounded memory)."""
         parts = batching.split_rows(batch, self.args.steps_per_generation)
         return torch.cat([fn(part) for part in parts], dim=0)
 
-    def _log_rollout(self, items, texts, rewards_per_func, weighted, adv, lengths, truncated):
+    def _log_rollout(self, items, texts, rewards_per_func, weighted, adv, lengths, truncated, is_gt):
+        """TRL's rollout metrics over the sampled completions (the injected ground truth left out, as TempSamp-R1's
+        ``gt_log_exclude``); ``gt/advantage`` is the injected rows' mean advantage. ``is_gt`` is gathered (N,)."""
         metrics, gather = self._metrics, self.accelerator.gather
+        sampled = ~is_gt
         for j, name in enumerate(self.reward_func_names):
-            metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[:, j]).item())
-            metrics[f"rewards/{name}/std"].append(nanstd(rewards_per_func[:, j]).item())
-        metrics["reward"].append(torch.nanmean(weighted).item())
-        metrics["reward_std"].append(nanstd(weighted).item())
+            metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[sampled, j]).item())
+            metrics[f"rewards/{name}/std"].append(nanstd(rewards_per_func[sampled, j]).item())
+        metrics["reward"].append(torch.nanmean(weighted[sampled]).item())
+        metrics["reward_std"].append(nanstd(weighted[sampled]).item())
         metrics["frac_reward_zero_std"].append(adv.zero_std.float().mean().item())
-        all_lengths = gather(lengths)
+        if is_gt.any():
+            metrics["gt/advantage"].append(adv.advantages[is_gt].mean().item())
+        all_lengths = gather(lengths)[sampled]
         metrics["completions/mean_length"].append(all_lengths.float().mean().item())
-        clipped = gather(truncated.int()).float().mean().item()
+        clipped = gather(truncated.int())[sampled].float().mean().item()
         metrics["completions/clipped_ratio"].append(clipped)
         if clipped == 1.0 and self.accelerator.is_main_process:
             logger.warning("every completion of this batch hit max_completion_length (%d tokens): answers are cut "
                            "off, rewards carry no signal; raise max_completion_length", self.args.max_completion_length)
-        failed = [parse_answer(t) is None for t in gather_object(texts)]
-        metrics["parse_failure_rate"].append(sum(failed) / max(len(failed), 1))
+        unparsed = [parse_answer(t) is None for t, gt in zip(gather_object(texts), is_gt.tolist()) if not gt]
+        metrics["parse_failure_rate"].append(sum(unparsed) / max(len(unparsed), 1))
         skipped = len({it["substituted_from"] for it in items if it.get("substituted_from") is not None})
         self._skipped_total += int(gather(torch.tensor([skipped], device=self.accelerator.device)).sum().item())
         metrics["data/skipped_samples"].append(float(self._skipped_total))

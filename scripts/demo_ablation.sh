@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The recipe options of configs/README.md, each against plain GRPO on the CPU demo: the same demo data, SFT warm start,
+# number of GRPO steps and seed; one table of R1@m, mIoU and format rate on the demo test split, plus seconds per
+# GRPO step and mean completion length from each run's log. Run scripts/demo.sh first (it leaves $OUT/sft).
+#
+#   bash scripts/demo_ablation.sh [variant ...]       (default: all; names below)
+#
+# Variables: DEMO_DIR (default data/demo), OUT (default outputs/demo, which holds sft/), ABL (default
+# outputs/ablation), SEED (GRPO seed, default 0), JOBS (variants run at once, default 1: one CPU thread each).
+# A variant whose eval/metrics.json exists is not re-run (delete its folder to redo it).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+PY="$ROOT/.venv/bin/python"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS=1
+DEMO_DIR="${DEMO_DIR:-data/demo}"
+OUT="${OUT:-outputs/demo}"
+ABL="${ABL:-outputs/ablation}"
+SEED="${SEED:-0}"
+JOBS="${JOBS:-1}"
+GRL=("$PY" -m grounding_rl.cli)
+[ -d "$OUT/sft" ] || { echo "demo_ablation: $OUT/sft is missing; run scripts/demo.sh first" >&2; exit 2; }
+
+declare -A ARGS=(
+  [plain]=""
+  [no_think]="--prompt_template default_no_think"
+  [dynamic_sampling]="--dynamic_sampling true"
+  [gt_injection]="--use_gt_injection true"
+  [gt_injection_shaped]="--use_gt_injection true --reward_shaping tempsamp"
+)
+ORDER=(plain no_think dynamic_sampling gt_injection gt_injection_shaped)
+variants=("$@")
+[ ${#variants[@]} -gt 0 ] || variants=("${ORDER[@]}")
+for v in "${variants[@]}"; do
+  [ -n "${ARGS[$v]+set}" ] || { echo "demo_ablation: unknown variant $v (known: ${ORDER[*]})" >&2; exit 2; }
+done
+
+run() {  # one variant: (its own SFT when the template differs) → GRPO → eval
+  local v=$1 dir="$ABL/seed$SEED/$1" sft="$OUT/sft"
+  [ -f "$dir/eval/metrics.json" ] && return 0
+  rm -rf "$dir" && mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  if [[ " ${ARGS[$v]} " == *" --prompt_template "* ]]; then
+    sft="$dir/sft"
+    "${GRL[@]}" sft --config configs/demo_sft.yaml --train_file "$DEMO_DIR/train.jsonl" --seed 0 \
+      --model_name_or_path "$OUT/tiny-model" --output_dir "$sft" ${ARGS[$v]} > "$dir/sft.log" 2>&1
+  fi
+  # shellcheck disable=SC2086
+  "${GRL[@]}" train --config configs/demo_grpo.yaml --train_file "$DEMO_DIR/train.jsonl" --seed "$SEED" \
+    --model_name_or_path "$sft" --output_dir "$dir/grpo" ${ARGS[$v]} > "$dir/grpo.log" 2>&1
+  "${GRL[@]}" eval --model "$dir/grpo" --data "$DEMO_DIR/test.jsonl" --out "$dir/eval" --batch-size 16 \
+    --max-new-tokens 48 --seed 0 > "$dir/eval.log" 2>&1
+}
+
+pids=()
+for v in "${variants[@]}"; do
+  run "$v" & pids+=($!)
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 5; done
+done
+for p in "${pids[@]}"; do wait "$p" || { echo "demo_ablation: a variant failed; see $ABL/seed$SEED/*/*.log" >&2; exit 1; }; done
+
+"$PY" - "$ABL/seed$SEED" "${variants[@]}" <<'PY'
+import json, sys
+from pathlib import Path
+root, names = Path(sys.argv[1]), sys.argv[2:]
+print(f"{'variant':<22} {'R1@0.3':>7} {'R1@0.5':>7} {'R1@0.7':>7} {'mIoU':>7} {'format':>7} {'s/step':>7} {'tokens':>7}")
+for name in names:
+    m = json.loads((root / name / "eval" / "metrics.json").read_text())
+    state = json.loads((root / name / "grpo" / "trainer_state.json").read_text())
+    logs = [h for h in state["log_history"] if "completions/mean_length" in h]
+    tokens = sum(h["completions/mean_length"] for h in logs) / max(len(logs), 1)
+    final = next(h for h in state["log_history"] if "train_runtime" in h)
+    sps = final["train_runtime"] / state["global_step"]
+    pct = m.__getitem__  # percentages (the standard scoring)
+    print(f"{name:<22} {pct('R1@0.3'):7.1f} {pct('R1@0.5'):7.1f} {pct('R1@0.7'):7.1f} {pct('mIoU'):7.2f} "
+          f"{pct('format_rate'):7.1f} {sps:7.3f} {tokens:7.1f}")
+PY
