@@ -322,7 +322,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
             ValueError: no evaluation samples, or ZeRO-3 without ``ds3_gather_for_generation`` (shards of different
                 sizes would leave ranks waiting on each other's parameter gathers).
         """
-        samples = list(self.eval_dataset if eval_dataset is None else eval_dataset)
+        samples = list((self.eval_dataset if eval_dataset is None else eval_dataset) or [])
         if not samples:
             raise ValueError("evaluate: no evaluation samples (eval_file)")
         if (self.is_deepspeed_enabled and not self.args.ds3_gather_for_generation
