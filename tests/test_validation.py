@@ -51,7 +51,7 @@ def test_eval_steps_log_metrics_and_the_best_checkpoint_is_loaded(tmp_path, tiny
     calls, answers = [], {1: ["1.0 to 4.0", "2.0 to 6.0"], 2: ["1.0 to 4.0", "1.0 to 4.0"]}
 
     def fixed_answers(model, processor, queries, videos, template, params):
-        calls.append((template, params.do_sample, params.max_new_tokens, len(queries)))
+        calls.append((template, params.do_sample, params.max_new_tokens, params.synced_gpus, len(queries)))
         step = trainer.state.global_step
         return [f"<think>t</think><answer>{answers[step][0 if q == 'a' else 1]}</answer>" for q in queries]
 
@@ -63,7 +63,7 @@ def test_eval_steps_log_metrics_and_the_best_checkpoint_is_loaded(tmp_path, tiny
         train_set(videos_dir), load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward],
         eval_dataset=eval_set(videos_dir))
     trainer.train()
-    assert calls == [("default", False, 8, 2)] * 2  # greedy, max_completion_length, one batch of both queries
+    assert calls == [("default", False, 8, False, 2)] * 2  # greedy, max_completion_length, ranks alone, one batch
     evals = {h["step"]: h for h in trainer.state.log_history if "eval_mIoU" in h}
     assert evals[1]["eval_mIoU"] == pytest.approx(100.0) and evals[1]["eval_R1@0.7"] == 100.0
     assert evals[2]["eval_mIoU"] == pytest.approx(70.0) and evals[2]["eval_R1@0.5"] == 50.0

@@ -107,7 +107,8 @@ def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, b
 
 
 def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], queries: Sequence[str],
-                 template: str, max_new_tokens: int) -> list[tuple[int, str | None, str | None]]:
+                 template: str, max_new_tokens: int, synced_gpus: bool | None = None
+                 ) -> list[tuple[int, str | None, str | None]]:
     """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None)``.
 
     A row whose clip did not load keeps its load error. On out-of-memory with more than one clip the clips are retried
@@ -121,6 +122,7 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         queries: the query of each position (``queries[position]``).
         template: prompt template name.
         max_new_tokens: greedy generation budget.
+        synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams`.
     """
     results: dict[int, tuple[int, str | None, str | None]] = {}
     ok = []
@@ -134,7 +136,7 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         group = groups.pop(0)
         try:
             answers = generate_answers(model, processor, [queries[p] for p, _ in group], [v for _, v in group],
-                                       template, SamplingParams.greedy(max_new_tokens))
+                                       template, SamplingParams.greedy(max_new_tokens, synced_gpus))
         except torch.OutOfMemoryError as err:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -151,8 +153,8 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
 
 def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
                           template: str, max_new_tokens: int, batch_size: int, num_workers: int = 2,
-                          frame_cache: str | None = None, frame_cache_bytes: int = 0
-                          ) -> Iterator[list[tuple[int, str | None, str | None]]]:
+                          frame_cache: str | None = None, frame_cache_bytes: int = 0,
+                          synced_gpus: bool | None = None) -> Iterator[list[tuple[int, str | None, str | None]]]:
     """Greedy answers to the queries ``(videos[i], queries[i])``, grouped by video, one list per batch of at most
     ``batch_size`` rows: ``(position, answer | None, error | None)`` (:func:`answer_batch`); every position appears
     exactly once over all batches. What ``grounding-rl eval`` runs on its shard and the GRPO trainer's evaluation
@@ -167,7 +169,8 @@ def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequ
         batch_size: rows per ``generate`` call.
         num_workers: background decoding processes (0 = in this process).
         frame_cache, frame_cache_bytes: optional on-disk frame cache (folder, bound in bytes).
+        synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams` (False: this rank decodes alone).
     """
     for batch in clip_batches(group_by_video(videos), settings, max(1, batch_size), num_workers, frame_cache,
                               frame_cache_bytes):
-        yield answer_batch(model, processor, batch, queries, template, max_new_tokens)
+        yield answer_batch(model, processor, batch, queries, template, max_new_tokens, synced_gpus)

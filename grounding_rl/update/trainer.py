@@ -309,7 +309,9 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos. Replaces
         ``Trainer.evaluate``, which would run a loss forward.
 
-        The random states (torch, numpy, Python) are restored afterwards, so a run with validation trains exactly as
+        Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
+        ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
+        Python) are restored afterwards, so a run with validation trains exactly as
         one without. Generation budget: ``max_completion_length``; batch: ``per_device_eval_batch_size``; decoding
         workers: ``dataloader_num_workers``.
 
@@ -371,7 +373,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                             unwrapped, self.processing_class, [samples[p].video for p in mine],
                             [samples[p].query for p in mine], self.data_collator.settings, args.prompt_template,
                             args.max_completion_length, args.per_device_eval_batch_size, args.dataloader_num_workers,
-                            cache_root, getattr(cache, "max_bytes", 0)):
+                            cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False):
                         local += [(mine[k], prediction_record(samples[mine[k]], answer, error))
                                   for k, answer, error in batch]
         finally:
