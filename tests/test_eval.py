@@ -233,7 +233,7 @@ def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_
 
 
 def test_group_and_shard_by_video():
-    from grounding_rl.eval.runner import group_by_video, shard_by_video
+    from grounding_rl.rollout.runner import group_by_video, shard_by_video
 
     groups = group_by_video(["a", "b", "a", "c", "b", "d", "d", "d"])
     assert groups == [("a", [0, 2]), ("b", [1, 4]), ("c", [3]), ("d", [5, 6, 7])]
@@ -251,7 +251,7 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
     equal those of the per-query path (one query per batch, each decoded and encoded alone); with 2 background
     decoding workers too. metrics.json records the wall time and queries per second."""
     import grounding_rl.data.video as video_module
-    from grounding_rl.eval import runner
+    from grounding_rl.rollout import runner
     from grounding_rl.models.loading import load_for_inference, vision_tower
 
     data = videos_dir / "annotations.jsonl"

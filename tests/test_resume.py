@@ -220,3 +220,49 @@ def test_an_adapter_checkpoint_with_an_unexpected_key_is_an_error(tmp_path, tiny
     save_file(state, str(path), metadata={"format": "pt"})
     with pytest.raises(CheckpointLoadError, match="1 missing keys: .*lora_B"):
         load_adapter_weights(lora(), tmp_path / "adapter")
+
+
+def iou(completions, qid, **columns):
+    """A stand-in ``iou`` reward by clip: the pool clip always scores 0.9 (above Time-R1's (0, 0.7]), the make-up clip
+    0.2-0.5 by completion; ``varied_reward`` beside it gives every group a spread."""
+    return [0.9 if q == POOL else 0.2 + 0.3 * (sum(map(ord, c)) % 2) for c, q in zip(completions, qid)]
+
+
+@pytest.mark.parametrize("at", [2, 3], ids=["epoch-end", "mid-epoch"])
+def test_online_difficulty_filter_resumes_bit_identical(tmp_path, tiny_model_dir, videos_dir, at):
+    """2 clips, one a step, an epoch of 2 steps: after epoch 1 the online filter drops the pool clip (mean IoU reward
+    0.9), so steps 3-6 train on the make-up clip alone. Resumed at checkpoint-2 (saved before the epoch's filter ran)
+    or checkpoint-3 (inside epoch 2, with that epoch's reward sums), the run ends with the same weights, filter state
+    and logs."""
+    def run(out, **overrides):
+        trainer = GroundingGRPOTrainer(load_policy(str(tiny_model_dir)),
+                                       grpo_args(out, max_steps=6, online_difficulty_range=[0.0, 0.7], **overrides),
+                                       dataset(videos_dir), load_processor(str(tiny_model_dir)),
+                                       reward_funcs=[varied_reward, iou])
+        return trainer
+
+    full = run(tmp_path / "full", save_steps=1)
+    full.train()
+    state = full.online_filter.state_dict()
+    assert state["active"] == [1] and state["epoch"] == 2  # the make-up clip; the filter ran after epochs 1 and 2
+    assert state["history"][0] == {"epoch": 1, "kept": 1, "dropped": 1, "dropped_low": 0, "dropped_high": 1,
+                                   "unscored": 0}
+    logged = {h["step"]: h for h in full.state.log_history if "loss" in h}
+    assert logged[3]["data/online_kept"] == 1.0 and logged[3]["data/online_dropped"] == 1.0
+    assert all(logged[s]["rewards/iou/mean"] < 0.9 for s in (3, 4, 5, 6))  # the pool clip is no longer drawn
+    saved = json.loads((tmp_path / "full" / f"checkpoint-{at}" / "online_filter.json").read_text())
+    assert saved["epoch"] == (0 if at == 2 else 1) and sum(saved["counts"]) == (8 if at == 2 else 4)
+
+    resumed = run(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{at}"))
+    assert_identical(weights(resumed), weights(full))
+    assert resumed.online_filter.state_dict() == state
+    same = lambda h: {k: v for k, v in h.items() if "runtime" not in k and "per_second" not in k}  # noqa: E731
+    relogged = {h["step"]: h for h in resumed.state.log_history if "loss" in h}
+    for step in range(at + 1, 7):
+        assert same(relogged[step]) == same(logged[step])
+    (tmp_path / "full" / f"checkpoint-{at}" / "online_filter.json").unlink()
+    from grounding_rl.errors import UserError
+
+    with pytest.raises(UserError, match="no online_filter.json"):
+        run(tmp_path / "again").train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{at}"))

@@ -411,7 +411,10 @@ def test_trl_named_fields_keep_trl_defaults():
     assert differ == DELIBERATE_DIFFERENCES
     base = {f.name for f in dataclasses.fields(TrainingArguments)}
     assert sorted(n for n in ours if n not in trl_fields and n not in base) == [
-        "drop_zero_std_groups", "dynamic_sampling", "max_num_gen_batches", "max_prompt_length", "prompt_template",
+        "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_num_bins",
+        "difficulty_range", "difficulty_sampling", "difficulty_subset_size",
+        "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "max_num_gen_batches",
+        "max_prompt_length", "online_difficulty_range", "prompt_template",
         "reward_funcs", "reward_shaping", "reward_shaping_alpha", "reward_shaping_threshold", "share_prompt_prefix",
         "share_video_encoding", "use_gt_injection",
         "video_fps", "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels",
@@ -443,9 +446,22 @@ def test_select_and_split_rows_keep_pixels_with_their_rows():
         batching.split_rows(batch, 2)
 
 
-def test_config_rejects_evaluation_inside_training(tmp_path):
-    with pytest.raises(ValueError, match="eval_strategy"):
+def test_config_checks_validation_during_training(tmp_path):
+    with pytest.raises(ValueError, match="eval_strategy 'steps' needs eval_file"):
         make_args(tmp_path, eval_strategy="steps", eval_steps=1)
+    with pytest.raises(ValueError, match="eval_file is set but eval_strategy is 'no'"):
+        make_args(tmp_path, eval_file="test.jsonl")
+    with pytest.raises(ValueError, match="metric_for_best_model 'loss' is not an evaluation metric"):
+        make_args(tmp_path, eval_strategy="steps", eval_steps=1, eval_file="t.jsonl", metric_for_best_model="loss")
+    args = make_args(tmp_path, eval_strategy="steps", eval_steps=2, eval_file="t.jsonl", save_strategy="steps",
+                     save_steps=2, load_best_model_at_end=True)
+    assert (args.metric_for_best_model, args.greater_is_better) == ("mIoU", True)
+    assert make_args(tmp_path, eval_strategy="steps", eval_steps=1, eval_file="t.jsonl",
+                     metric_for_best_model="parse_failure_rate").greater_is_better is False
+    with pytest.raises(ValueError, match=r"online_difficulty_range must be \[low, high\]"):
+        make_args(tmp_path, online_difficulty_range=[0.7, 0.2])
+    with pytest.raises(ValueError, match="difficulty_sampling 'gauss' is not one of"):
+        make_args(tmp_path, difficulty_sampling="gauss")
 
 
 # ----------------------------------------------------------------------------------------------------------- recipes

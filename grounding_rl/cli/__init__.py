@@ -20,6 +20,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "merge-lora": ("grounding_rl.cli.merge_lora", "merge a LoRA checkpoint into full weights"),
     "fits": ("grounding_rl.cli.fits", "per-GPU memory a recipe needs (weights, gradients, optimizer, activations)"),
     "eval": ("grounding_rl.eval.evaluate", "evaluate a checkpoint on a canonical JSONL"),
+    "difficulty": ("grounding_rl.eval.difficulty",
+                   "score each training sample's IoU under a model (greedy eval) for difficulty-aware GRPO"),
     "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
     "baseline": ("grounding_rl.eval.baseline", "predict the training set's mean normalized interval (a prior)"),
     "compare": ("grounding_rl.eval.compare", "one table of several runs' metrics"),

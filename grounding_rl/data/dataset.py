@@ -36,10 +36,14 @@ class GroundingDataset(Dataset):
     @classmethod
     def from_jsonl(cls, path: str | Path, video_root: str | Path | None = None) -> "GroundingDataset":
         """Read a canonical JSONL with :func:`grounding_rl.data.samples.load_samples` (its validation policy, for
-        training: intervals outside the video are dropped and counted)."""
+        training: intervals outside the video are dropped and counted); a line's ``difficulty`` score
+        (``grounding-rl difficulty``) is kept on its sample (:func:`grounding_rl.data.difficulty.read_scores`)."""
+        from grounding_rl.data.difficulty import FIELD, read_scores
         from grounding_rl.data.samples import load_samples
 
-        return cls(load_samples(path, video_root=video_root, training=True))
+        scores = read_scores(path)
+        samples = [s.to_dict() for s in load_samples(path, video_root=video_root, training=True)]
+        return cls([{**s, FIELD: scores[s["qid"]]} if s["qid"] in scores else s for s in samples])
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -158,3 +162,53 @@ def resumable_repeat_sampler(data_source, mini_repeat_count: int, batch_size: in
 
     return ResumableRepeatSampler(data_source=data_source, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
                                   repeat_count=repeat_count, shuffle=shuffle, seed=seed)
+
+
+def filtered_repeat_sampler(data_source, selection, mini_repeat_count: int, batch_size: int, repeat_count: int,
+                            seed: int, on_advance=None):
+    """TRL's ``RepeatSampler`` over the samples an :class:`grounding_rl.data.difficulty.OnlineRangeFilter` keeps.
+
+    An epoch keeps the full set's length (``len(data_source) // batch_size`` generation batches, as ``RepeatSampler``),
+    because ``transformers.Trainer`` counts steps per epoch once and resumes by that count: epoch e cycles through the
+    kept samples, each pass a fresh permutation, until that length is filled, so every kept sample is seen at least
+    once per epoch. (Time-R1 instead starts a shorter run on each filtered set.) ``set_epoch(e)`` first applies the
+    filter for the epochs completed (:meth:`OnlineRangeFilter.advance_to`; ``on_advance(counts)`` is called with
+    each transition's counts), then fixes epoch e's order from ``(seed, e)`` and the kept set alone: the same on every
+    rank, in a fresh run and in one resumed from a checkpoint holding the filter's state.
+
+    Arguments as ``trl.trainer.utils.RepeatSampler`` (always shuffled), plus ``selection`` and ``on_advance``.
+    """
+    import numpy as np
+    import torch
+    from trl.trainer.utils import RepeatSampler
+
+    class FilteredRepeatSampler(RepeatSampler):
+        epoch = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = epoch
+
+        def epoch_order(self) -> list[int]:
+            counts = selection.advance_to(self.epoch)
+            if counts is not None and on_advance is not None:
+                on_advance(counts)
+            kept = list(selection.active)
+            state = np.random.SeedSequence([int(self.seed), int(self.epoch)]).generate_state(1)[0]
+            generator = torch.Generator().manual_seed(int(state))
+            total = (self.num_samples // self.batch_size) * self.batch_size
+            order: list[int] = []
+            while len(order) < total:
+                order += [kept[i] for i in torch.randperm(len(kept), generator=generator).tolist()]
+            return order[:total]
+
+        def __iter__(self):
+            order = self.epoch_order()
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                for _ in range(self.repeat_count):
+                    for index in chunk:
+                        for _ in range(self.mini_repeat_count):
+                            yield index
+
+    return FilteredRepeatSampler(data_source=data_source, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
+                                 repeat_count=repeat_count, shuffle=True, seed=seed)

@@ -18,7 +18,7 @@
   --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and ends
   with the same metrics as an uninterrupted run; a rerun with other settings is refused (``--overwrite`` restarts).
 * Queries are grouped by video: each video is decoded once (in background DataLoader workers, ahead of generation)
-  and its rows in a batch share one vision encoding (:mod:`grounding_rl.eval.runner`).
+  and its rows in a batch share one vision encoding (:mod:`grounding_rl.rollout.runner`).
 * Under ``accelerate launch`` / ``torchrun`` each rank takes a disjoint shard of whole videos and
   writes ``predictions.rank{r}.jsonl``; after a barrier rank 0 merges everything into ``predictions.jsonl`` in
   annotation order. One process works the same way without the rank files.
@@ -47,13 +47,11 @@ from tqdm import tqdm
 
 from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError
-from grounding_rl.eval.runner import clip_batches, group_by_video, shard_by_video
 from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, describe_config, resolve_config
 from grounding_rl.models.loading import load_for_inference
-from grounding_rl.reward.metrics import format_metrics_table, metrics_by_scoring
-from grounding_rl.reward.parsing import extract_think, parse_answer
-from grounding_rl.reward.rewards import query_iou
-from grounding_rl.rollout.generation import SamplingParams, generate_answers
+from grounding_rl.reward.metrics import format_metrics_table
+from grounding_rl.reward.records import metrics_from_records, prediction_record
+from grounding_rl.rollout.runner import greedy_answer_batches, group_by_video, shard_by_video
 
 logger = logging.getLogger(__name__)
 
@@ -69,49 +67,6 @@ RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "
 
 
 # ------------------------------------------------------------------------------------------------------ records
-def prediction_record(sample: Sample, answer: str | None, error: str | None = None) -> dict:
-    """One line of ``predictions.jsonl`` for ``sample``.
-
-    Args:
-        sample: the annotated query (ground truth in seconds).
-        answer: the decoded completion, or None when there is none (the clip failed to load).
-        error: why there is no answer (recorded as ``error``).
-
-    Returns:
-        ``{"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer",
-        "reasoning", "start", "end", "iou"}`` (+ ``error``): ``gt_start``/``gt_end`` clamped into the clip,
-        ``gt_raw_*`` as annotated, ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
-        :func:`grounding_rl.reward.rewards.query_iou` (prediction clamped to [0, duration]; reversed or none → 0).
-    """
-    parsed = parse_answer(answer) if answer is not None else None
-    record = {
-        "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
-        "gt_start": sample.start, "gt_end": sample.end,
-        "gt_raw_start": sample.start if sample.raw_start is None else sample.raw_start,
-        "gt_raw_end": sample.end if sample.raw_end is None else sample.raw_end, "answer": answer,
-        "reasoning": extract_think(answer) if answer is not None else None,
-        "start": parsed[0] if parsed else None, "end": parsed[1] if parsed else None,
-        "iou": query_iou(parsed, (sample.start, sample.end), sample.duration),
-    }
-    if error is not None:
-        record["error"] = error
-    return record
-
-
-def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0) -> dict:
-    """Both scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard`` and
-    ``clamped``) over prediction records (one per query), plus ``video_load_failures`` (records with an ``error``).
-    A record without ``gt_raw_*`` (written before they existed) scores its clamped ground truth under ``standard``.
-    ``dropped_annotations``: lines of the data file that the validation policy dropped (``standard`` counts them).
-    Raises ValueError when ``records`` is empty."""
-    rows = [{"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
-             "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
-             "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")} for r in records]
-    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations)
-    metrics["video_load_failures"] = sum(1 for r in records if r.get("error"))
-    return metrics
-
-
 def read_predictions(path: str | Path) -> tuple[list[dict], int]:
     """Prediction records of one file, tolerating what a killed run leaves behind.
 
@@ -205,12 +160,15 @@ class _Writer:
 
 # ------------------------------------------------------------------------------------------------------ data
 # ------------------------------------------------------------------------------------------------------ run
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grounding-rl eval", description=__doc__.split("\n\n")[0],
+def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
+                 out_help: str = "output folder (predictions, metrics, report)") -> argparse.ArgumentParser:
+    """The options of ``eval``; ``grounding-rl difficulty`` reuses them with its own name, description and
+    ``--out``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="checkpoint folder (or hub id already in the local cache)")
     parser.add_argument("--data", required=True, help="canonical JSONL (grounding-rl prepare)")
-    parser.add_argument("--out", required=True, help="output folder (predictions, metrics, report)")
+    parser.add_argument("--out", required=True, help=out_help)
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call (per process)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries")
     parser.add_argument("--video-root", default=None, help="folder for relative video paths in --data")
@@ -363,7 +321,6 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     # shards of whole videos: each video is decoded and encoded once, on one rank, for all its pending queries
     groups = shard_by_video(group_by_video([s.video for s in pending]), state.process_index, state.num_processes)
     shard = [pending[p] for _, positions in groups for p in positions]
-    groups = group_by_video([s.video for s in shard])
     if main_process:
         print(f"eval: {len(samples)} queries, {len(samples) - len(pending)} already in {outdir}, "
               f"{len(pending)} to run on {state.num_processes} process(es)")
@@ -374,14 +331,17 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         model, processor, engine = _load_engine(args, state.device)
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
         writer = _Writer(outdir / name)
-        batches = clip_batches(groups, config.video, max(1, args.batch_size), args.num_workers, args.frame_cache,
-                               int(args.frame_cache_gb * 1e9))
+        batches = greedy_answer_batches(model, processor, [s.video for s in shard], [s.query for s in shard],
+                                        config.video, config.prompt_template, max_new_tokens, args.batch_size,
+                                        args.num_workers, args.frame_cache, int(args.frame_cache_gb * 1e9),
+                                        engine=engine)
         bar = tqdm(total=len(shard), desc=f"eval (rank 0 of {state.num_processes})", unit="query",
                    disable=not main_process, file=sys.stderr)
         failed = 0
         try:
             for batch in batches:
-                for record in _run_batch(model, processor, batch, shard, config, max_new_tokens, engine):
+                for position, answer, error in batch:
+                    record = prediction_record(shard[position], answer, error)
                     writer.write(record)
                     failed += record.get("error") is not None
                 bar.update(len(batch))
@@ -441,41 +401,6 @@ def _load_engine(args, device):
 
     processor = load_processor(args.model)
     return None, processor, engine_for_inference(args.model, processor, args.dtype)
-
-
-def _run_batch(model, processor, batch, shard: list[Sample], config, max_new_tokens: int,
-               engine=None) -> list[dict]:
-    """Records for one DataLoader batch, in batch order: failures for clips that did not load, answers for the rest.
-
-    On out-of-memory with more than one clip, the clips are retried one at a time; a single clip that still does not
-    fit is recorded as a failure (``error``), like a clip that does not load.
-    """
-    records: dict[int, dict] = {}
-    ok = []
-    for position, video, error in batch:
-        if video is None:
-            records[position] = prediction_record(shard[position], None, error=error)
-        else:
-            ok.append((position, video))
-    groups = [ok] if ok else []
-    while groups:
-        group = groups.pop(0)
-        try:
-            answers = generate_answers(model, processor, [shard[p].query for p, _ in group], [v for _, v in group],
-                                       config.prompt_template, SamplingParams.greedy(max_new_tokens),
-                                       **({"engine": engine} if engine else {}))
-        except torch.OutOfMemoryError as err:
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            if len(group) > 1:
-                groups = [[item] for item in group] + groups
-                continue
-            position = group[0][0]
-            records[position] = prediction_record(shard[position], None, error=f"out of memory: {err}"[:300])
-            continue
-        for (position, _), answer in zip(group, answers):
-            records[position] = prediction_record(shard[position], answer)
-    return [records[position] for position, _, _ in batch]
 
 
 def main(argv: list[str] | None = None) -> int:

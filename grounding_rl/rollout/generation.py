@@ -33,6 +33,9 @@ class SamplingParams:
         max_new_tokens: ``max_completion_length``.
         temperature, top_p, top_k, repetition_penalty: as in ``transformers.GenerationConfig`` (top_k 0 = off).
         do_sample: False = greedy (the other knobs are then ignored).
+        synced_gpus: transformers' ``generate(synced_gpus=…)``; None = its default (on under ZeRO-3 with several
+            processes: every step waits for all ranks, so they must call ``generate`` equally often). False lets
+            ranks decode alone, e.g. evaluation shards of different sizes with the parameters gathered.
     """
 
     max_new_tokens: int
@@ -41,11 +44,12 @@ class SamplingParams:
     top_k: int = 0
     repetition_penalty: float = 1.0
     do_sample: bool = True
+    synced_gpus: bool | None = None
 
     @classmethod
-    def greedy(cls, max_new_tokens: int) -> "SamplingParams":
+    def greedy(cls, max_new_tokens: int, synced_gpus: bool | None = None) -> "SamplingParams":
         """Pure greedy decoding, as ``eval`` and ``infer`` use it."""
-        return cls(max_new_tokens=max_new_tokens, do_sample=False)
+        return cls(max_new_tokens=max_new_tokens, do_sample=False, synced_gpus=synced_gpus)
 
     def generate_kwargs(self) -> dict:
         """Keyword arguments for ``model.generate``.
@@ -54,12 +58,13 @@ class SamplingParams:
         decoding (Qwen2.5-VL ships ``do_sample: true``, ``temperature: 1e-6``, ``top_k: 1`` and ``repetition_penalty:
         1.05``): greedy sets them to None / 1.0, sampling to the configured values.
         """
+        synced = {} if self.synced_gpus is None else {"synced_gpus": self.synced_gpus}
         if not self.do_sample:
             return dict(max_new_tokens=self.max_new_tokens, do_sample=False, temperature=None, top_p=None,
-                        top_k=None, min_p=None, repetition_penalty=1.0)
+                        top_k=None, min_p=None, repetition_penalty=1.0, **synced)
         return dict(max_new_tokens=self.max_new_tokens, do_sample=True, temperature=self.temperature,
                     top_p=self.top_p, top_k=self.top_k or None, min_p=None,
-                    repetition_penalty=self.repetition_penalty)
+                    repetition_penalty=self.repetition_penalty, **synced)
 
 
 @torch.no_grad()

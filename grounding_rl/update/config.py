@@ -15,6 +15,15 @@ from transformers import TrainingArguments
 from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 
+DIFFICULTY_SAMPLING = ("none", "timelens")
+# what validation during training logs (with the prefix eval_): the standard scoring, then the reward's clamped one
+EVAL_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate",
+                "clamped_R1@0.3", "clamped_R1@0.5", "clamped_R1@0.7", "clamped_mIoU")
+# the fields that change which samples a run trains on (in its run fingerprint: a resume must keep them)
+DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "difficulty_gaussian_std",
+                       "difficulty_num_bins", "difficulty_subset_size", "difficulty_duration_edges",
+                       "difficulty_range", "online_difficulty_range")
+
 
 @dataclass
 class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
@@ -334,7 +343,63 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
         metadata={"help": "Reward functions: registered names (iou, format, tiou, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function."},
     )
 
+    # --- difficulty-aware data and validation during training (ours; each field names its source) --------------
+    # Scores come from `grounding-rl difficulty` (each train_file line's "difficulty": {"iou", ...}); the math is in
+    # grounding_rl/data/difficulty.py. Validation runs the greedy evaluation of `grounding-rl eval` on eval_file.
+    difficulty_sampling: str = field(
+        default="none",
+        metadata={"help": "'timelens': train on TimeLens's difficulty-weighted subset (TencentARC/TimeLens "
+                          "training/data/grounding.py): difficulty_subset_size samples drawn once, without "
+                          "replacement, seeded by `seed`, with weight exp(-0.5((iou - mean)/std)^2) / (count of its "
+                          "IoU bin + 1e-6). 'none': every sample. Needs the train_file's difficulty scores."},
+    )
+    difficulty_gaussian_mean: float = field(
+        default=0.05, metadata={"help": "Centre of TimeLens's IoU Gaussian (its train_scripts/run_grpo_qwen3_8b.sh: "
+                                        "--gaussian_filter_mean 0.05, favouring hard samples)."})
+    difficulty_gaussian_std: float = field(
+        default=0.2, metadata={"help": "Width of TimeLens's IoU Gaussian (its script: --gaussian_filter_std 0.2)."})
+    difficulty_num_bins: int = field(
+        default=20, metadata={"help": "Inverse-density IoU bins on [0, 1] (TimeLens's fixed_gaussian_sampling: 20, "
+                                      "set by its script); 0 = the Gaussian weight alone."})
+    difficulty_subset_size: int = field(
+        default=2500, metadata={"help": "Samples TimeLens's draw keeps (its script: --target_size 2500); at least "
+                                        "the training set's size keeps every sample (a warning says so)."})
+    difficulty_duration_edges: list[float] | None = field(
+        default=None,
+        metadata={"help": "Duration strata of the draw in seconds, the subset split evenly over [0, e1], [e1, e2], "
+                          "..., [ek, inf) (TimeLens's training/data/hybrid.py: 30 60 90 120 150 180 210 240). None = "
+                          "one stratum."},
+    )
+    difficulty_range: list[float] | None = field(
+        default=None,
+        metadata={"help": "Offline range filter [low, high]: train only on samples whose scored IoU is in (low, high] "
+                          "(xiaomi-research/time-r1 src/utils/process_data.py keeps (0, 0.7]: [0.0, 0.7]). Applied "
+                          "before difficulty_sampling. None = off."},
+    )
+    online_difficulty_range: list[float] | None = field(
+        default=None,
+        metadata={"help": "Online range filter [low, high]: after each epoch, drop the samples whose mean IoU reward "
+                          "(the 'iou' reward, else 'tiou') over that epoch's completions is outside (low, high] "
+                          "(Time-R1's per-epoch filtering, scripts/posttrain/train_rl_SF.sh: [0.0, 0.7]). Epochs keep "
+                          "their length, cycling the kept samples. No scores needed. None = off."},
+    )
+    eval_file: str | None = field(
+        default=None,
+        metadata={"help": "Canonical JSONL evaluated greedily during training (the code of `grounding-rl eval`) with "
+                          "eval_strategy steps/epoch; logs eval_R1@0.3/0.5/0.7, eval_mIoU (standard scoring), "
+                          "eval_clamped_* and the parse-failure and format rates; metric_for_best_model (default mIoU "
+                          "with load_best_model_at_end) picks the best checkpoint. Relative videos resolve against "
+                          "video_root."},
+    )
+    eval_max_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate only the first N samples of eval_file; None = all."})
+
     def __post_init__(self):
+        if self.load_best_model_at_end and self.metric_for_best_model is None:
+            self.metric_for_best_model = "mIoU"  # before TrainingArguments sets its "loss", which GRPO has none of
+        if self.metric_for_best_model in ("parse_failure_rate", "eval_parse_failure_rate") and \
+                self.greater_is_better is None:
+            self.greater_is_better = False
         super().__post_init__()
         key = self.scale_rewards.lower() if isinstance(self.scale_rewards, str) else self.scale_rewards
         self.scale_rewards = {True: "group", False: "none", "true": "group", "false": "none"}.get(
@@ -360,8 +425,7 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
                             f"{self.epsilon_high})")
         if self.num_iterations < 1:
             problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
-        if str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no":
-            problems.append("eval_strategy must be 'no': evaluate checkpoints with `grounding-rl eval` instead")
+        problems += self.difficulty_problems()
         if self.auto_find_batch_size:
             problems.append("auto_find_batch_size is not supported: the generation batch must hold whole groups")
         try:
@@ -455,6 +519,36 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
 
         micro = self.steps_per_generation * self.num_iterations
         return micro // math.gcd(micro, self.gradient_accumulation_steps)
+
+    def difficulty_problems(self) -> list[str]:
+        """What is wrong with the difficulty and validation fields (one message each)."""
+        problems = []
+        if self.difficulty_sampling not in DIFFICULTY_SAMPLING:
+            problems.append(f"difficulty_sampling {self.difficulty_sampling!r} is not one of {DIFFICULTY_SAMPLING}")
+        if self.difficulty_gaussian_std <= 0 or self.difficulty_num_bins < 0 or self.difficulty_subset_size < 1:
+            problems.append(f"difficulty_gaussian_std > 0, difficulty_num_bins ≥ 0 and difficulty_subset_size ≥ 1 "
+                            f"required (got {self.difficulty_gaussian_std}, {self.difficulty_num_bins}, "
+                            f"{self.difficulty_subset_size})")
+        edges = self.difficulty_duration_edges
+        if edges and (any(e <= 0 for e in edges) or list(edges) != sorted(set(edges))):
+            problems.append(f"difficulty_duration_edges must be increasing seconds > 0 (got {edges})")
+        for key in ("difficulty_range", "online_difficulty_range"):
+            value = getattr(self, key)
+            if value is not None and (len(value) != 2 or not 0.0 <= value[0] < value[1] <= 1.0):
+                problems.append(f"{key} must be [low, high] with 0 ≤ low < high ≤ 1 (got {value})")
+        evaluating = str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no" or self.eval_on_start
+        if evaluating and not self.eval_file:
+            problems.append(f"eval_strategy {str(getattr(self.eval_strategy, 'value', self.eval_strategy))!r} needs "
+                            "eval_file (a canonical JSONL to evaluate greedily during training)")
+        if self.eval_file and not evaluating:
+            problems.append("eval_file is set but eval_strategy is 'no': set eval_strategy: steps and eval_steps")
+        if self.eval_max_samples is not None and self.eval_max_samples < 1:
+            problems.append(f"eval_max_samples must be ≥ 1 (got {self.eval_max_samples})")
+        metric = self.metric_for_best_model
+        if metric is not None and metric.removeprefix("eval_") not in EVAL_METRICS:
+            problems.append(f"metric_for_best_model {metric!r} is not an evaluation metric of GRPO training; one of "
+                            f"{list(EVAL_METRICS)}")
+        return problems
 
     def grounding_config(self) -> GroundingConfig:
         """What evaluation and inference must reuse, saved as ``grounding_config.json`` with every checkpoint."""

@@ -91,7 +91,8 @@ def checkpoint_global_step(folder: str | os.PathLike) -> int | None:
 
 class ExactResumeMixin:
     """Mixed into a ``transformers.Trainer``: strict checkpoint weights (:func:`load_full_weights`,
-    :func:`load_adapter_weights`) and no training past ``max_steps`` after a resume."""
+    :func:`load_adapter_weights`) on resume and for ``load_best_model_at_end``, and no training past ``max_steps``
+    after a resume."""
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         if self.is_fsdp_enabled:
@@ -102,6 +103,15 @@ class ExactResumeMixin:
             load_adapter_weights(model, resume_from_checkpoint)
         else:
             load_full_weights(model, resume_from_checkpoint)
+
+    def _load_best_model(self):
+        """``load_best_model_at_end``: the best checkpoint's weights, loaded as strictly as a resume (Trainer's own
+        loader has the same key-mapping hole as its ``_load_from_checkpoint``)."""
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return super()._load_best_model()
+        logger.info("loading the best model from %s (score %s)", self.state.best_model_checkpoint,
+                    self.state.best_metric)
+        return self._load_from_checkpoint(self.state.best_model_checkpoint)
 
     def _run_epoch(self, *args, **kwargs):
         if self.state.max_steps > 0 and self.state.global_step >= self.state.max_steps:

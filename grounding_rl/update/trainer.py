@@ -26,7 +26,7 @@ from accelerate.utils import gather_object, is_peft_model, set_seed
 from transformers import Trainer
 from trl.trainer.utils import nanstd
 
-from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
+from grounding_rl.data.dataset import GroundingDataset, VideoCollator, filtered_repeat_sampler, resumable_repeat_sampler
 from grounding_rl.data.missing import check_fraction
 from grounding_rl.family import family_of
 from grounding_rl.prompts.templates import answer_text
@@ -36,12 +36,14 @@ from grounding_rl.reward.shaping import tempsamp_shaping
 from grounding_rl.models.vision import placeholder_token_ids
 from grounding_rl.rollout.generation import SamplingParams, completion_mask, cut_at_tokens, make_rollout_engine
 from grounding_rl.update import batching, grpo
-from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.config import EVAL_METRICS, GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
 from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
 logger = logging.getLogger(__name__)
+
+ONLINE_FILTER_FILE = "online_filter.json"  # the online difficulty filter's state, in every checkpoint
 
 
 class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
@@ -63,13 +65,20 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         callbacks: extra ``TrainerCallback`` objects.
         max_missing_fraction: stop (``UserError``) once more than this share of the distinct videos turned out
             unreadable (:func:`grounding_rl.data.missing.check_fraction`); 1.0 = never, substitutes only.
+        eval_dataset: :class:`grounding_rl.data.samples.Sample` objects that :meth:`evaluate` scores greedily
+            (``eval_file``; needed when ``eval_strategy`` is not ``"no"``).
+        eval_dropped: lines of the eval file the validation policy dropped (the ``standard`` scoring counts them).
+
+    Difficulty-aware data (:mod:`grounding_rl.data.difficulty`): ``difficulty_range`` / ``difficulty_sampling``
+    select the training samples once, here (:attr:`data_selection` holds the counts); ``online_difficulty_range``
+    drops samples after each epoch (:attr:`online_filter`, saved in every checkpoint as ``online_filter.json``).
     """
 
     loss_is_scaled_for_ga = True  # compute_loss scales for gradient accumulation itself, as TRL's GRPOTrainer
 
     def __init__(self, model, args: GroundingGRPOConfig, train_dataset: GroundingDataset, processing_class,
                  reward_funcs=None, ref_model=None, rollout_engine=None, frame_cache=None, callbacks=None,
-                 max_missing_fraction: float = 1.0):
+                 max_missing_fraction: float = 1.0, eval_dataset=None, eval_dropped: int = 0):
         if args.disable_dropout:
             from trl.trainer.utils import disable_dropout_in_model
 
@@ -85,10 +94,11 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         self.num_generations = args.num_generations
         self.sampling = SamplingParams(args.max_completion_length, args.temperature, args.top_p, args.top_k,
                                        args.repetition_penalty)
+        train_dataset = self._select_training_data(train_dataset, args)
         # frames sized for the model's vision tower (its family's pixel factor)
         collator = VideoCollator(train_dataset, family_of(model).video_settings(args.video_settings), cache=frame_cache)
         super().__init__(model=model, args=args, train_dataset=train_dataset, data_collator=collator,
-                         processing_class=processing_class, callbacks=callbacks)
+                         eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks)
         self.model_accepts_loss_kwargs = False
         # Trainer seeded every rank alike; sampling must differ between ranks, or the rows of a group that sit on
         # different ranks would draw identical completions (TRL does the same)
@@ -112,6 +122,17 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         self._num_videos = len({sample["video"] for sample in train_dataset.samples})
         self.max_missing_fraction = max_missing_fraction
         self._completions = None  # the last generation batch, for log_completions
+        self.eval_dropped = eval_dropped
+        self.online_filter, self._filter_column = None, None
+        if args.online_difficulty_range is not None:
+            from grounding_rl.data.difficulty import OnlineRangeFilter
+
+            names = [n for n in ("iou", "tiou") if n in self.reward_func_names]
+            if not names:
+                raise ValueError(f"online_difficulty_range filters on the 'iou' (or 'tiou') reward, which reward_funcs "
+                                 f"{self.reward_func_names} do not have")
+            self._filter_column = self.reward_func_names.index(names[0])
+            self.online_filter = OnlineRangeFilter(len(self.train_dataset), *args.online_difficulty_range)
 
     # ------------------------------------------------------------------------------------------------ models
     def _build_ref_model(self, ref_model):
@@ -160,6 +181,13 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         Raises:
             UserError: ``resume_from_checkpoint`` is inside a generation window of this run's settings.
         """
+        if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir" (it raises for none)
+            import os
+
+            from transformers.trainer_utils import get_last_checkpoint
+
+            found = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
+            resume_from_checkpoint = found or True
         if isinstance(resume_from_checkpoint, str):
             from grounding_rl.errors import UserError
             from grounding_rl.update.resume import checkpoint_global_step
@@ -170,6 +198,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                     f"{resume_from_checkpoint}: step {step} is inside a generation window of {window} optimizer steps "
                     "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a checkpoint "
                     f"at a multiple of {window}, or with the settings that wrote it")
+            self._load_online_filter(resume_from_checkpoint)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ data
@@ -182,7 +211,16 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler: each clip G times in a row, the same order on every rank (seeded), the generation batch
         repeated ``num_iterations × steps_per_generation`` times so buffered generations line up with the data; each
-        epoch's order is the same when resumed (:func:`grounding_rl.data.dataset.resumable_repeat_sampler`)."""
+        epoch's order is the same when resumed (:func:`grounding_rl.data.dataset.resumable_repeat_sampler`). With
+        ``online_difficulty_range``, over the samples the filter keeps
+        (:func:`grounding_rl.data.dataset.filtered_repeat_sampler`)."""
+        if self.online_filter is not None:
+            return filtered_repeat_sampler(
+                data_source=dataset if dataset is not None else self.train_dataset, selection=self.online_filter,
+                mini_repeat_count=self.num_generations,
+                batch_size=self.args.generation_batch_size // self.num_generations,
+                repeat_count=self.args.num_iterations * self.args.steps_per_generation, seed=self.args.seed,
+                on_advance=self._log_online_filter)
         return resumable_repeat_sampler(
             data_source=dataset if dataset is not None else self.train_dataset,
             mini_repeat_count=self.num_generations,
@@ -191,6 +229,163 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
             shuffle=self.args.shuffle_dataset,
             seed=self.args.seed,
         )
+
+    # ------------------------------------------------------------------------------------------------ difficulty
+    def _select_training_data(self, dataset: GroundingDataset, args) -> GroundingDataset:
+        """The samples to train on after the offline ``difficulty_range`` / ``difficulty_sampling`` selection
+        (:func:`grounding_rl.data.difficulty.select_samples`, seeded by ``seed``: the same on every rank); the
+        counts are logged and kept as :attr:`data_selection`."""
+        from grounding_rl.data.difficulty import select_samples
+
+        indices, counts = select_samples(
+            dataset.samples, sampling=args.difficulty_sampling, score_range=args.difficulty_range,
+            mean=args.difficulty_gaussian_mean, std=args.difficulty_gaussian_std, num_bins=args.difficulty_num_bins,
+            subset_size=args.difficulty_subset_size, duration_edges=args.difficulty_duration_edges, seed=args.seed)
+        self.data_selection = counts
+        if len(indices) == len(dataset):
+            if args.difficulty_sampling == "timelens":
+                logger.warning("difficulty_sampling timelens: difficulty_subset_size %d keeps all %d samples, so the "
+                               "weighting changes nothing; lower difficulty_subset_size", args.difficulty_subset_size,
+                               len(dataset))
+            return dataset
+        logger.info("difficulty selection: kept %(kept)d of %(samples)d samples (range filter dropped "
+                    "%(range_dropped_low)d at or below its low end and %(range_dropped_high)d above its high end; "
+                    "TimeLens's draw reweighted %(reweighted)d and drew %(drawn)d)", counts)
+        return GroundingDataset([dataset.samples[i] for i in indices])
+
+    def _observe_difficulty(self, items, rewards_per_func, is_gt) -> None:
+        """Feed the online filter this draw's IoU rewards (all ranks' rows, in gather order); an injected
+        ground-truth row (``use_gt_injection``) is not the policy's and is left out."""
+        if self.online_filter is None:
+            return
+        device = rewards_per_func.device
+        indices = self.accelerator.gather(torch.tensor([it["index"] for it in items], device=device))
+        sampled = ~self.accelerator.gather(is_gt.to(device))
+        self.online_filter.observe(indices[sampled].tolist(), rewards_per_func[sampled, self._filter_column].tolist())
+
+    def _log_online_filter(self, counts: dict) -> None:
+        if self.accelerator.is_main_process:
+            logger.info("online difficulty filter after epoch %(epoch)d: kept %(kept)d, dropped %(dropped)d "
+                        "(%(dropped_low)d at or below the range, %(dropped_high)d above it), %(unscored)d unscored "
+                        "and kept", counts)
+        for key in ("kept", "dropped", "dropped_low", "dropped_high", "unscored"):
+            self._metrics[f"data/online_{key}"].append(float(counts[key]))
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.online_filter is not None and self.args.should_save:
+            import json
+            import os
+
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            with open(os.path.join(folder, ONLINE_FILTER_FILE), "w", encoding="utf-8") as handle:
+                json.dump(self.online_filter.state_dict(), handle)
+
+    def _load_online_filter(self, checkpoint: str) -> None:
+        """Restore the online filter's state from ``checkpoint`` (no-op without ``online_difficulty_range``).
+
+        Raises:
+            UserError: the checkpoint has no ``online_filter.json`` or one for another training set or range.
+        """
+        if self.online_filter is None:
+            return
+        import json
+        import os
+
+        from grounding_rl.errors import UserError
+
+        path = os.path.join(checkpoint, ONLINE_FILTER_FILE)
+        if not os.path.isfile(path):
+            raise UserError(f"{checkpoint}: no {ONLINE_FILTER_FILE}; it was written without online_difficulty_range, "
+                            "so it cannot resume a run with it")
+        with open(path, encoding="utf-8") as handle:
+            try:
+                self.online_filter.load_state_dict(json.load(handle))
+            except ValueError as err:
+                raise UserError(f"{path}: {err}") from None
+
+    # ------------------------------------------------------------------------------------------------ validation
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Greedy evaluation of the policy on ``eval_dataset`` (default: the trainer's, from ``eval_file``), with the
+        code of ``grounding-rl eval`` (:func:`grounding_rl.rollout.runner.greedy_answer_batches`, records and both
+        scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos. Replaces
+        ``Trainer.evaluate``, which would run a loss forward.
+
+        Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
+        ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
+        Python) are restored afterwards, so a run with validation trains exactly as
+        one without. Generation budget: ``max_completion_length``; batch: ``per_device_eval_batch_size``; decoding
+        workers: ``dataloader_num_workers``.
+
+        Returns:
+            ``{prefix_R1@0.3, …, prefix_mIoU, prefix_parse_failure_rate, prefix_format_rate`` (standard scoring)
+            ``, prefix_clamped_R1@0.3, …, prefix_clamped_mIoU, prefix_n}``, also logged; ``metric_for_best_model``
+            names one of them.
+
+        Raises:
+            ValueError: no evaluation samples, or ZeRO-3 without ``ds3_gather_for_generation`` (shards of different
+                sizes would leave ranks waiting on each other's parameter gathers).
+        """
+        samples = list((self.eval_dataset if eval_dataset is None else eval_dataset) or [])
+        if not samples:
+            raise ValueError("evaluate: no evaluation samples (eval_file)")
+        if (self.is_deepspeed_enabled and not self.args.ds3_gather_for_generation
+                and self.accelerator.state.deepspeed_plugin.zero_stage == 3):
+            raise ValueError("validation during training under ZeRO-3 needs ds3_gather_for_generation: true")
+        from grounding_rl.reward.records import metrics_from_records
+
+        records = self._greedy_records(samples)
+        metrics = metrics_from_records(records, self.args.prompt_template, self.eval_dropped)
+        out = {f"{metric_key_prefix}_{key}": float(metrics[key]) for key in ("n", *EVAL_METRICS[:6])}
+        clamped = metrics["by_scoring"]["clamped"]
+        out.update({f"{metric_key_prefix}_clamped_{key}": float(clamped[key])
+                    for key in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")})
+        self.log(out)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, out)
+        return out
+
+    def _greedy_records(self, samples) -> list:
+        """Prediction records of ``samples`` in their order, every rank's shard gathered (the policy in eval mode,
+        unwrapped as for generation; random states kept)."""
+        import random
+
+        import numpy as np
+        from trl.models import unwrap_model_for_generation
+
+        from grounding_rl.reward.records import prediction_record
+        from grounding_rl.rollout.runner import greedy_answer_batches, group_by_video, shard_by_video
+
+        acc, args = self.accelerator, self.args
+        groups = shard_by_video(group_by_video([s.video for s in samples]), acc.process_index, acc.num_processes)
+        mine = [p for _, positions in groups for p in positions]
+        cache = self.data_collator.cache
+        cache_root = str(cache.root) if getattr(cache, "root", None) is not None else None
+        python_state, numpy_state = random.getstate(), np.random.get_state()
+        devices = [acc.device] if acc.device.type == "cuda" else []
+        training = self.model.training
+        local = []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                self.model.eval()
+                with unwrap_model_for_generation(self.model_wrapped, acc,
+                                                 gather_deepspeed3_params=args.ds3_gather_for_generation,
+                                                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
+                                                 ) as unwrapped:
+                    for batch in greedy_answer_batches(
+                            unwrapped, self.processing_class, [samples[p].video for p in mine],
+                            [samples[p].query for p in mine], self.data_collator.settings, args.prompt_template,
+                            args.max_completion_length, args.per_device_eval_batch_size, args.dataloader_num_workers,
+                            cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False):
+                        local += [(mine[k], prediction_record(samples[mine[k]], answer, error))
+                                  for k, answer, error in batch]
+        finally:
+            self.model.train(training)
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+        return [record for _, record in sorted(gather_object(local), key=lambda pair: pair[0])]
 
     # ------------------------------------------------------------------------------------------------ rollout
     def _prepare_inputs(self, generation_batch):
@@ -293,6 +488,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
             [ids[:n] for ids, n in zip(completion_ids.tolist(), lengths.tolist())], skip_special_tokens=True)
 
         rewards_per_func = self.accelerator.gather(self._score(items, texts).to(device))
+        self._observe_difficulty(items, rewards_per_func, is_gt)  # the IoU rewards as scored, before any shaping
         if args.reward_shaping == "tempsamp":
             rewards_per_func = rewards_per_func.clone()
             for j, name in enumerate(self.reward_func_names):
@@ -400,12 +596,14 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         """This process's share of the ``draw``-th extra generation batch of this step: generation_batch_size / G
         clips drawn without replacement (with replacement from a smaller set), G rows each, the same on every
         process (seeded by the run's seed, the global step and ``draw``, so a resumed run draws the same)."""
-        G, size = self.num_generations, len(self.train_dataset)
+        # with online_difficulty_range, from the samples the filter keeps
+        pool = list(range(len(self.train_dataset))) if self.online_filter is None else self.online_filter.active
+        G, size = self.num_generations, len(pool)
         groups = self.args.generation_batch_size // G
         generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self.state.global_step * 1_009 + draw)
         picks = (torch.randperm(size, generator=generator)[:groups] if size >= groups
                  else torch.randint(size, (groups,), generator=generator))
-        rows = picks.repeat_interleave(G).tolist()
+        rows = [pool[i] for i in picks.repeat_interleave(G).tolist()]
         local = len(rows) // self.accelerator.num_processes
         mine = rows[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]
         return self.data_collator([self.train_dataset[i] for i in mine])

@@ -1,0 +1,305 @@
+"""Difficulty-aware training data: which samples GRPO trains on, given each sample's IoU under a model.
+
+The scores come from ``grounding-rl difficulty`` (the greedy evaluation of a starting model; each JSONL line gets
+``"difficulty": {"iou", "reward", "pred"}``) or, online, from the training rewards themselves. Two recipes:
+
+* **TimeLens** (TencentARC/TimeLens ``training/data/grounding.py``, ``GroundingDataset._filter_annos``): weight each
+  sample by a Gaussian of its IoU, ``w = exp(-0.5 ((iou - mean) / std)^2)``, optionally times the inverse density of
+  its IoU bin, ``1 / (count of its bin + 1e-6)`` over ``num_bins`` equal bins on [0, 1]; then draw a subset *without
+  replacement* with probabilities ``w / sum(w)`` (``np.random.default_rng(seed).choice``), per duration stratum.
+  Its script (``train_scripts/run_grpo_qwen3_8b.sh``) sets mean 0.05, std 0.2, ``fixed_gaussian_sampling`` (the 20
+  inverse-density bins) and ``target_size`` 2500; ``training/data/hybrid.py`` splits the target evenly over the
+  duration ranges [0, 30], [30, 60], …, [210, 240], [240, ∞) seconds.
+* **Time-R1** (xiaomi-research/time-r1 ``src/utils/process_data.py``, task ``0070_all``; run per epoch by
+  ``scripts/posttrain/train_rl_SF.sh``): keep the samples whose IoU lies in (0, 0.7].
+
+Everything here is a pure function of the scores and a seed (never of the rank), so every process selects the same
+samples. :class:`OnlineRangeFilter` is the per-epoch state of Time-R1's filter applied to the IoU rewards of training.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from grounding_rl.errors import UserError, reading
+
+FIELD = "difficulty"  # the JSONL field grounding-rl difficulty writes: {"iou", "reward", "pred"}
+TIMELENS_MEAN, TIMELENS_STD, TIMELENS_NUM_BINS, TIMELENS_SUBSET_SIZE = 0.05, 0.2, 20, 2500
+TIMELENS_DURATION_EDGES = (30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 210.0, 240.0)
+TIME_R1_RANGE = (0.0, 0.7)
+DENSITY_EPS = 1e-6  # TimeLens: 1.0 / (counts + 1e-6)
+
+
+def timelens_weights(ious: Sequence[float], mean: float = TIMELENS_MEAN, std: float = TIMELENS_STD,
+                     num_bins: int = TIMELENS_NUM_BINS) -> np.ndarray:
+    """TimeLens's sampling probabilities of a pool of samples from their IoUs.
+
+    ``w_i = exp(-0.5 ((iou_i - mean) / std)^2)``; with ``num_bins > 0`` also ``w_i /= count(bin_i) + 1e-6``, the bins
+    being ``np.histogram(ious, bins=num_bins, range=(0, 1))``'s (an IoU of 1.0 falls in the last bin); then
+    ``w / sum(w)``.
+
+    Args:
+        ious: (N,) IoUs in [0, 1].
+        mean, std: the Gaussian's centre and width (IoU units).
+        num_bins: inverse-density bins; 0 = the Gaussian alone (TimeLens without ``fixed_gaussian_sampling``).
+
+    Returns:
+        (N,) float64 probabilities summing to 1.
+
+    Raises:
+        ValueError: no IoUs, ``std`` ≤ 0, or every weight underflows to 0 (a far too narrow Gaussian).
+    """
+    values = np.asarray(ious, dtype=np.float64)
+    if values.size == 0 or std <= 0:
+        raise ValueError(f"timelens_weights needs IoUs and std > 0 (got {values.size} IoUs, std {std})")
+    weights = np.exp(-0.5 * ((values - mean) / std) ** 2)
+    if num_bins:
+        counts, edges = np.histogram(values, bins=num_bins, range=(0, 1))
+        bins = np.clip(np.digitize(values, bins=edges), 1, num_bins) - 1
+        weights = weights / (counts + DENSITY_EPS)[bins]
+    total = weights.sum()
+    if not total > 0:
+        raise ValueError(f"every TimeLens weight is 0 (std {std} around mean {mean}): widen the Gaussian")
+    return weights / total
+
+
+def duration_strata(durations: Sequence[float], edges: Sequence[float] | None) -> list[list[int]]:
+    """Indices per duration range, TimeLens's buckets: with edges ``e_1 < … < e_k`` the ranges are ``[0, e_1]``,
+    ``[e_1, e_2]``, …, ``[e_k, ∞)`` (seconds, both ends inclusive, the first matching range wins, as in
+    ``_filter_annos``). None or empty edges: one stratum of everything. Empty strata are kept (they draw nothing)."""
+    if not edges:
+        return [list(range(len(durations)))]
+    bounds = [0.0, *[float(e) for e in edges], math.inf]
+    strata: list[list[int]] = [[] for _ in range(len(bounds) - 1)]
+    for index, duration in enumerate(durations):
+        for k in range(len(strata)):
+            if bounds[k] <= duration <= bounds[k + 1]:
+                strata[k].append(index)
+                break
+    return strata
+
+
+def timelens_subset(ious: Sequence[float], durations: Sequence[float], size: int, *, mean: float = TIMELENS_MEAN,
+                    std: float = TIMELENS_STD, num_bins: int = TIMELENS_NUM_BINS,
+                    duration_edges: Sequence[float] | None = None, seed: int = 0) -> list[int]:
+    """TimeLens's difficulty-weighted subset draw: the indices (ascending) of the samples to train on.
+
+    The target is split evenly over the duration strata (:func:`duration_strata`; ``int(size / strata)`` each, as
+    ``hybrid.py``); each stratum draws ``min(its share, its size)`` samples without replacement with the
+    :func:`timelens_weights` of its own IoUs, from one ``np.random.default_rng(seed)`` used stratum after stratum.
+    A stratum that has fewer samples than its share keeps them all, so the subset may be smaller than ``size``.
+
+    Args:
+        ious, durations: (N,) IoU in [0, 1] and clip duration in seconds of each sample.
+        size: how many samples to draw in all.
+        mean, std, num_bins: see :func:`timelens_weights`.
+        duration_edges: stratum edges in seconds (TimeLens: :data:`TIMELENS_DURATION_EDGES`); None = one stratum.
+        seed: the draw's seed (the training seed: the same subset on every rank).
+
+    Raises:
+        ValueError: ``size`` < 0, lengths differ, or a stratum has fewer non-zero weights than its share.
+    """
+    if size < 0 or len(ious) != len(durations):
+        raise ValueError(f"timelens_subset: size {size} must be ≥ 0 and {len(ious)} IoUs match {len(durations)} "
+                         "durations")
+    strata = duration_strata(durations, duration_edges)
+    share = int(size / len(strata))
+    rng = np.random.default_rng(seed)
+    chosen: list[int] = []
+    for indices in strata:
+        if not indices:
+            continue
+        take = min(share, len(indices))
+        weights = timelens_weights([ious[i] for i in indices], mean, std, num_bins)
+        chosen += [int(i) for i in rng.choice(indices, size=take, replace=False, p=weights)]
+    return sorted(chosen)
+
+
+def in_range(value: float, low: float, high: float) -> bool:
+    """Time-R1's range test ``low < value ≤ high`` (its ``0 < p <= 0.7``): a sample the model already solves (IoU
+    above ``high``) or cannot touch at all (IoU ``low`` = 0) is dropped."""
+    return low < value <= high
+
+
+def range_filter(ious: Sequence[float], low: float = TIME_R1_RANGE[0], high: float = TIME_R1_RANGE[1]) -> list[int]:
+    """Indices (ascending) of the samples whose IoU passes :func:`in_range`."""
+    return [i for i, iou in enumerate(ious) if in_range(float(iou), low, high)]
+
+
+def read_scores(path: str | os.PathLike) -> dict[str, dict]:
+    """``{qid: difficulty}`` of every line of a canonical JSONL that carries a ``difficulty`` object.
+
+    The qid is the line's ``qid``, else its 0-based line number, as :func:`grounding_rl.data.samples.iter_jsonl`
+    numbers lines. Lines without the field are left out.
+
+    Raises:
+        UserError: a ``difficulty`` that is not an object with a finite number ``iou`` in [0, 1] (file and line), or
+            two lines with the same qid and different scores.
+    """
+    scores: dict[str, dict] = {}
+    path = str(path)
+    with reading(path), open(path, encoding="utf-8-sig") as handle:
+        for index, line in enumerate(handle):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the sample reader reports it
+            if not isinstance(row, dict) or FIELD not in row:
+                continue
+            score, where = row[FIELD], f"{path}:{index + 1}"
+            iou = score.get("iou") if isinstance(score, dict) else None
+            if isinstance(iou, bool) or not isinstance(iou, (int, float)) or not 0.0 <= iou <= 1.0:
+                raise UserError(f"{where}: {FIELD} must be an object with an 'iou' in [0, 1] (written by "
+                                f"grounding-rl difficulty), got {str(score)[:80]}")
+            qid = str(row["qid"]) if row.get("qid") is not None else str(index)
+            if qid in scores and scores[qid] != score:
+                raise UserError(f"{where}: qid {qid!r} is scored twice with different {FIELD}")
+            scores[qid] = score
+    return scores
+
+
+def select_samples(samples: Sequence[dict], *, sampling: str = "none", score_range: Sequence[float] | None = None,
+                   mean: float = TIMELENS_MEAN, std: float = TIMELENS_STD, num_bins: int = TIMELENS_NUM_BINS,
+                   subset_size: int = TIMELENS_SUBSET_SIZE, duration_edges: Sequence[float] | None = None,
+                   seed: int = 0) -> tuple[list[int], dict]:
+    """The offline selection of a training set from its difficulty scores: Time-R1's range filter
+    (:func:`range_filter`, when ``score_range``), then TimeLens's draw (:func:`timelens_subset`, when ``sampling`` is
+    ``"timelens"``) among what the range kept.
+
+    Why TimeLens's subset draw and not a weighted sampler over the whole set: the draw is what TimeLens trains on; it
+    keeps each sample at most once per epoch, so a generation batch never holds the same clip twice and the epoch,
+    checkpoint and exact-resume logic of the ordinary sampler stays as it is; and being one seeded function of the
+    scores, it is the same on every rank. A weighted sampler with replacement would need its own resumable state and
+    would repeat the hardest clips within an epoch.
+
+    Args:
+        samples: training items with ``difficulty`` (``{"iou", ...}``, :func:`read_scores`) and ``duration`` (s).
+        sampling: ``"none"`` or ``"timelens"``.
+        score_range: ``(low, high)`` of the range filter, or None.
+        mean, std, num_bins, subset_size, duration_edges, seed: TimeLens's draw (:func:`timelens_subset`).
+
+    Returns:
+        (kept indices ascending, counts ``{"samples", "kept", "range_dropped_low", "range_dropped_high",
+        "reweighted", "drawn"}``): ``reweighted`` is the pool the draw weighted (0 without it).
+
+    Raises:
+        UserError: a selection is asked for and samples have no score (how many; run ``grounding-rl difficulty``), or
+            nothing is left to train on.
+    """
+    counts = {"samples": len(samples), "kept": len(samples), "range_dropped_low": 0, "range_dropped_high": 0,
+              "reweighted": 0, "drawn": 0}
+    indices = list(range(len(samples)))
+    if sampling == "none" and score_range is None:
+        return indices, counts
+    unscored = [s.get("qid") for s in samples if not isinstance(s.get(FIELD), dict)]
+    if unscored:
+        raise UserError(f"train_file: {len(unscored)} of {len(samples)} samples have no {FIELD} score (e.g. qid "
+                        f"{unscored[0]!r}), which difficulty_sampling / difficulty_range need: score the file with "
+                        "grounding-rl difficulty --model START_MODEL --data TRAIN.jsonl --out TRAIN_scored.jsonl")
+    ious = [float(s[FIELD]["iou"]) for s in samples]
+    if score_range is not None:
+        low, high = float(score_range[0]), float(score_range[1])
+        indices = range_filter(ious, low, high)
+        counts["range_dropped_low"] = sum(iou <= low for iou in ious)
+        counts["range_dropped_high"] = sum(iou > high for iou in ious)
+    if sampling == "timelens" and indices:
+        counts["reweighted"] = len(indices)
+        drawn = timelens_subset([ious[i] for i in indices], [float(samples[i]["duration"]) for i in indices],
+                                subset_size, mean=mean, std=std, num_bins=num_bins, duration_edges=duration_edges,
+                                seed=seed)
+        indices = [indices[k] for k in drawn]
+        counts["drawn"] = len(indices)
+    counts["kept"] = len(indices)
+    if not indices:
+        raise UserError(f"train_file: the difficulty selection keeps none of the {len(samples)} samples ({counts}); "
+                        "widen difficulty_range")
+    return indices, counts
+
+
+class OnlineRangeFilter:
+    """Time-R1's per-epoch range filter on the training rewards: after each epoch, keep the samples whose mean IoU
+    reward over their completions of that epoch lies in (low, high] (:func:`in_range`).
+
+    Time-R1 (``scripts/posttrain/train_rl_SF.sh``) re-evaluates the trained model greedily after each epoch and
+    filters with :func:`range_filter`; here the G sampled completions the epoch scored anyway stand in for that
+    evaluation. A sample the epoch did not score (the sampler drops the last incomplete generation batch) is kept.
+    When nothing would be kept, the previous set stays (and is counted as ``kept``).
+
+    State (all of it in :meth:`state_dict`, so a checkpoint resumes exactly): ``active`` (sorted indices the current
+    ``epoch`` trains on), this epoch's per-sample ``sums`` and ``counts`` of rewards, and ``history`` (one count
+    dict per completed transition). Observations are global (gathered over ranks), so every rank holds the same state.
+
+    Args:
+        num_samples: the training set's size (indices 0 … N-1).
+        low, high: the kept range (low, high].
+    """
+
+    def __init__(self, num_samples: int, low: float = TIME_R1_RANGE[0], high: float = TIME_R1_RANGE[1]):
+        self.num_samples, self.low, self.high = int(num_samples), float(low), float(high)
+        self.active = list(range(self.num_samples))
+        self.epoch = 0
+        self.sums = [0.0] * self.num_samples
+        self.counts = [0] * self.num_samples
+        self.history: list[dict] = []
+
+    def observe(self, indices: Sequence[int], rewards: Sequence[float]) -> None:
+        """Add one reward per completion (``indices[k]``'s completion earned ``rewards[k]``); NaN is skipped."""
+        for index, reward in zip(indices, rewards):
+            reward = float(reward)
+            if not math.isnan(reward):
+                self.sums[int(index)] += reward
+                self.counts[int(index)] += 1
+
+    def advance_to(self, epoch: int) -> dict | None:
+        """Apply the filter once per epoch completed since :attr:`epoch` and return the last transition's counts
+        ``{"epoch", "kept", "dropped", "dropped_low", "dropped_high", "unscored"}`` (None when ``epoch`` is not
+        later). Idempotent for the same ``epoch``."""
+        counts = None
+        while self.epoch < epoch:
+            kept, low, high, unscored = [], 0, 0, 0
+            for index in self.active:
+                if not self.counts[index]:
+                    unscored += 1
+                    kept.append(index)
+                    continue
+                mean = self.sums[index] / self.counts[index]
+                if in_range(mean, self.low, self.high):
+                    kept.append(index)
+                elif mean <= self.low:
+                    low += 1
+                else:
+                    high += 1
+            if len(kept) == unscored:  # nothing scored in range: keep training on the previous set
+                kept, low, high = list(self.active), 0, 0
+            counts = {"epoch": self.epoch + 1, "kept": len(kept), "dropped": low + high, "dropped_low": low,
+                      "dropped_high": high, "unscored": unscored}
+            self.history.append(counts)
+            self.active = kept
+            self.epoch += 1
+            self.sums = [0.0] * self.num_samples
+            self.counts = [0] * self.num_samples
+        return counts
+
+    def state_dict(self) -> dict:
+        return {"num_samples": self.num_samples, "low": self.low, "high": self.high, "active": list(self.active),
+                "epoch": self.epoch, "sums": list(self.sums), "counts": list(self.counts),
+                "history": list(self.history)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` in place.
+
+        Raises:
+            ValueError: the state was made for another training set size or range.
+        """
+        if (state["num_samples"], state["low"], state["high"]) != (self.num_samples, self.low, self.high):
+            raise ValueError(f"the online filter state is for {state['num_samples']} samples in ({state['low']}, "
+                             f"{state['high']}], this run has {self.num_samples} in ({self.low}, {self.high}]")
+        self.active, self.epoch = [int(i) for i in state["active"]], int(state["epoch"])
+        self.sums, self.counts = [float(x) for x in state["sums"]], [int(x) for x in state["counts"]]
+        self.history = [dict(h) for h in state["history"]]

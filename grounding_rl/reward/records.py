@@ -1,0 +1,56 @@
+"""One query's scored record and the metrics over such records: what ``eval`` writes to ``predictions.jsonl``, what
+``difficulty`` turns into a sample's score and what validation during GRPO training logs.
+
+Pure functions of the sample and the decoded answer (:func:`prediction_record`: the ``iou`` reward's rule,
+:func:`grounding_rl.reward.rewards.query_iou`) and of the records (:func:`metrics_from_records`: both scorings of
+:mod:`grounding_rl.reward.metrics`).
+"""
+from __future__ import annotations
+
+from grounding_rl.data.samples import Sample
+from grounding_rl.reward.metrics import metrics_by_scoring
+from grounding_rl.reward.parsing import extract_think, parse_answer
+from grounding_rl.reward.rewards import query_iou
+
+
+def prediction_record(sample: Sample, answer: str | None, error: str | None = None) -> dict:
+    """One line of ``predictions.jsonl`` for ``sample``.
+
+    Args:
+        sample: the annotated query (ground truth in seconds).
+        answer: the decoded completion, or None when there is none (the clip failed to load).
+        error: why there is no answer (recorded as ``error``).
+
+    Returns:
+        ``{"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer",
+        "reasoning", "start", "end", "iou"}`` (+ ``error``): ``gt_start``/``gt_end`` clamped into the clip,
+        ``gt_raw_*`` as annotated, ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
+        :func:`grounding_rl.reward.rewards.query_iou` (prediction clamped to [0, duration]; reversed or none → 0).
+    """
+    parsed = parse_answer(answer) if answer is not None else None
+    record = {
+        "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
+        "gt_start": sample.start, "gt_end": sample.end,
+        "gt_raw_start": sample.start if sample.raw_start is None else sample.raw_start,
+        "gt_raw_end": sample.end if sample.raw_end is None else sample.raw_end, "answer": answer,
+        "reasoning": extract_think(answer) if answer is not None else None,
+        "start": parsed[0] if parsed else None, "end": parsed[1] if parsed else None,
+        "iou": query_iou(parsed, (sample.start, sample.end), sample.duration),
+    }
+    if error is not None:
+        record["error"] = error
+    return record
+
+
+def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0) -> dict:
+    """Both scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard`` and
+    ``clamped``) over prediction records (one per query), plus ``video_load_failures`` (records with an ``error``).
+    A record without ``gt_raw_*`` (written before they existed) scores its clamped ground truth under ``standard``.
+    ``dropped_annotations``: lines of the data file that the validation policy dropped (``standard`` counts them).
+    Raises ValueError when ``records`` is empty."""
+    rows = [{"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
+             "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
+             "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")} for r in records]
+    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations)
+    metrics["video_load_failures"] = sum(1 for r in records if r.get("error"))
+    return metrics

@@ -1,0 +1,180 @@
+"""Greedy answers over a set of queries, as ``eval``, ``difficulty`` and validation during GRPO training run them:
+queries grouped by video, videos sharded across processes, clips decoded in background workers while the model
+generates.
+
+Benchmarks ask several questions about each video (Charades-STA test: 3,720 queries on 1,334 videos; ActivityNet
+Captions val_2: 17,031 on 4,885). Here each video is decoded once for all its pending queries, its rows in a batch share
+one vision encoding (:func:`grounding_rl.rollout.generation.generate_answers` shares rows that pass the same clip
+object), and a ``torch.utils.data.DataLoader`` over videos decodes the next clips while the current batch generates.
+At most ``batch_size + num_workers · prefetch_factor`` decoded clips are held at once. A clip that fails to load is a
+recorded failure for each of its queries, never dropped and never a crash. :func:`greedy_answer_batches` is the loop
+every caller shares; turning its answers into scored records is the reward stage's
+(:func:`grounding_rl.reward.records.prediction_record`).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from grounding_rl.data.video import VideoLoadError, VideoSettings, sample_frames
+from grounding_rl.rollout.generation import SamplingParams, generate_answers
+
+PREFETCH_FACTOR = 2
+
+
+def group_by_video(videos: Sequence[str]) -> list[tuple[str, list[int]]]:
+    """``[(video, [positions of its queries])]`` in order of first appearance; positions index ``videos``."""
+    groups: dict[str, list[int]] = {}
+    for position, video in enumerate(videos):
+        groups.setdefault(video, []).append(position)
+    return list(groups.items())
+
+
+def shard_by_video(groups: list, rank: int, world_size: int) -> list:
+    """The contiguous run of whole videos that process ``rank`` of ``world_size`` evaluates.
+
+    Videos stay whole (their queries share one decode and encoding); the split balances query counts: video i goes to
+    rank ⌊world_size · (queries before it + half of its own) / total⌋. Every video belongs to exactly one rank.
+    """
+    total = sum(len(positions) for _, positions in groups)
+    if world_size == 1 or total == 0:
+        return list(groups)
+    out, before = [], 0
+    for group in groups:
+        size = len(group[1])
+        if min(world_size - 1, int(world_size * (before + size / 2) / total)) == rank:
+            out.append(group)
+        before += size
+    return out
+
+
+class VideoClips(torch.utils.data.Dataset):
+    """Item i = ``(i, SampledVideo | None, error | None)`` for the i-th video; decoded in DataLoader workers.
+
+    Args:
+        videos: video paths.
+        settings: frame sampling settings.
+        frame_cache, frame_cache_bytes: optional on-disk :class:`grounding_rl.data.cache.FrameCache` (folder, bound).
+    """
+
+    def __init__(self, videos: Sequence[str], settings: VideoSettings, frame_cache: str | None = None,
+                 frame_cache_bytes: int = 0):
+        self.videos, self.settings = list(videos), settings
+        self.frame_cache, self.frame_cache_bytes = frame_cache, frame_cache_bytes
+        self._cache = None
+
+    def __len__(self) -> int:
+        return len(self.videos)
+
+    def __getitem__(self, index: int):
+        if self.frame_cache and self._cache is None:
+            from grounding_rl.data.cache import FrameCache
+
+            self._cache = FrameCache(self.frame_cache, self.frame_cache_bytes)
+        try:
+            return index, sample_frames(self.videos[index], self.settings, cache=self._cache), None
+        except VideoLoadError as err:
+            return index, None, str(err)
+
+
+def _identity(item):
+    return item
+
+
+def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, batch_size: int,
+                 num_workers: int = 2, frame_cache: str | None = None, frame_cache_bytes: int = 0
+                 ) -> Iterator[list[tuple[int, object, str | None]]]:
+    """Batches of ``(position, SampledVideo | None, error | None)`` rows, at most ``batch_size`` each, in order.
+
+    The rows of one video share the decoded clip object (so they share its vision encoding); a video with more
+    queries than ``batch_size`` continues into the next batch with the same clip. Clips are decoded by
+    ``num_workers`` background processes (0 = in this process), ``PREFETCH_FACTOR`` videos ahead each.
+    """
+    dataset = VideoClips([video for video, _ in groups], settings, frame_cache, frame_cache_bytes)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=None, shuffle=False, num_workers=max(0, num_workers), collate_fn=_identity,
+        prefetch_factor=PREFETCH_FACTOR if num_workers > 0 else None)
+    batch: list = []
+    for index, video, error in loader:
+        for position in groups[index][1]:
+            batch.append((position, video, error))
+            if len(batch) == batch_size:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], queries: Sequence[str],
+                 template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None
+                 ) -> list[tuple[int, str | None, str | None]]:
+    """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None)``.
+
+    A row whose clip did not load keeps its load error. On out-of-memory with more than one clip the clips are retried
+    one at a time; a single clip that still does not fit gets the error ``"out of memory: …"``, like a clip that does
+    not load.
+
+    Args:
+        model: a Qwen-VL model in eval mode (unwrapped).
+        processor: its processor.
+        batch: rows of :func:`clip_batches`.
+        queries: the query of each position (``queries[position]``).
+        template: prompt template name.
+        max_new_tokens: greedy generation budget.
+        synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams`.
+        engine: a rollout engine for ``generate_answers`` (``--engine vllm``); None = transformers' ``generate``.
+    """
+    results: dict[int, tuple[int, str | None, str | None]] = {}
+    ok = []
+    for position, video, error in batch:
+        if video is None:
+            results[position] = (position, None, error)
+        else:
+            ok.append((position, video))
+    groups = [ok] if ok else []
+    while groups:
+        group = groups.pop(0)
+        try:
+            answers = generate_answers(model, processor, [queries[p] for p, _ in group], [v for _, v in group],
+                                       template, SamplingParams.greedy(max_new_tokens, synced_gpus),
+                                       **({"engine": engine} if engine is not None else {}))
+        except torch.OutOfMemoryError as err:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            if len(group) > 1:
+                groups = [[item] for item in group] + groups
+                continue
+            position = group[0][0]
+            results[position] = (position, None, f"out of memory: {err}"[:300])
+            continue
+        for (position, _), answer in zip(group, answers):
+            results[position] = (position, answer, None)
+    return [results[position] for position, _, _ in batch]
+
+
+def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
+                          template: str, max_new_tokens: int, batch_size: int, num_workers: int = 2,
+                          frame_cache: str | None = None, frame_cache_bytes: int = 0,
+                          synced_gpus: bool | None = None, engine=None
+                          ) -> Iterator[list[tuple[int, str | None, str | None]]]:
+    """Greedy answers to the queries ``(videos[i], queries[i])``, grouped by video, one list per batch of at most
+    ``batch_size`` rows: ``(position, answer | None, error | None)`` (:func:`answer_batch`); every position appears
+    exactly once over all batches. What ``grounding-rl eval`` runs on its shard and the GRPO trainer's evaluation
+    runs on its own (:func:`shard_by_video` chooses a rank's videos).
+
+    Args:
+        model, processor: a Qwen-VL model in eval mode and its processor.
+        videos, queries: one entry per query, same length.
+        settings: frame sampling settings (the model family's pixel factor applied).
+        template: prompt template name.
+        max_new_tokens: greedy generation budget.
+        batch_size: rows per ``generate`` call.
+        num_workers: background decoding processes (0 = in this process).
+        frame_cache, frame_cache_bytes: optional on-disk frame cache (folder, bound in bytes).
+        synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams` (False: this rank decodes alone).
+        engine: see :func:`answer_batch`.
+    """
+    for batch in clip_batches(group_by_video(videos), settings, max(1, batch_size), num_workers, frame_cache,
+                              frame_cache_bytes):
+        yield answer_batch(model, processor, batch, queries, template, max_new_tokens, synced_gpus, engine)
