@@ -5,6 +5,9 @@
 #
 #   bash scripts/demo_ablation.sh [variant ...]       (default: all; names below)
 #
+# Variants: plain, no_think (its own SFT too), dynamic_sampling, gt_injection, gt_injection_shaped, difficulty_timelens
+# (TimeLens's draw of 500 of the 1,000 clips on the SFT checkpoint's scores), range_offline (Time-R1's (0, 0.7] on
+# those scores), range_online (the same range on each epoch's rewards).
 # Variables: DEMO_DIR (default data/demo), OUT (default outputs/demo, which holds sft/), ABL (default
 # outputs/ablation), SEED (GRPO seed, default 0), JOBS (variants run at once, default 1: one CPU thread each).
 # A variant whose eval/metrics.json exists is not re-run (delete its folder to redo it).
@@ -27,8 +30,11 @@ declare -A ARGS=(
   [dynamic_sampling]="--dynamic_sampling true"
   [gt_injection]="--use_gt_injection true"
   [gt_injection_shaped]="--use_gt_injection true --reward_shaping tempsamp"
+  [difficulty_timelens]="--train_file $ABL/train_scored.jsonl --difficulty_sampling timelens --difficulty_subset_size 500"
+  [range_offline]="--train_file $ABL/train_scored.jsonl --difficulty_range 0.0 0.7"
+  [range_online]="--online_difficulty_range 0.0 0.7"
 )
-ORDER=(plain no_think dynamic_sampling gt_injection gt_injection_shaped)
+ORDER=(plain no_think dynamic_sampling gt_injection gt_injection_shaped difficulty_timelens range_offline range_online)
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=("${ORDER[@]}")
 for v in "${variants[@]}"; do
@@ -51,6 +57,14 @@ run() {  # one variant: (its own SFT when the template differs) → GRPO → eva
   "${GRL[@]}" eval --model "$dir/grpo" --data "$DEMO_DIR/test.jsonl" --out "$dir/eval" --batch-size 16 \
     --max-new-tokens 48 --seed 0 > "$dir/eval.log" 2>&1
 }
+
+# difficulty scores of the training clips by the SFT checkpoint (what difficulty_timelens and range_offline select on)
+if [[ " ${variants[*]} " == *" difficulty_timelens "* || " ${variants[*]} " == *" range_offline "* ]] \
+    && [ ! -f "$ABL/train_scored.jsonl" ]; then
+  mkdir -p "$ABL"
+  "${GRL[@]}" difficulty --model "$OUT/sft" --data "$DEMO_DIR/train.jsonl" --out "$ABL/train_scored.jsonl" \
+    --batch-size 16 --max-new-tokens 48 --seed 0 > "$ABL/difficulty.log" 2>&1
+fi
 
 pids=()
 for v in "${variants[@]}"; do

@@ -540,6 +540,10 @@ class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
         if evaluating and not self.eval_file:
             problems.append(f"eval_strategy {str(getattr(self.eval_strategy, 'value', self.eval_strategy))!r} needs "
                             "eval_file (a canonical JSONL to evaluate greedily during training)")
+        if evaluating and self.world_size > 1:
+            problems.append(f"validation during training (eval_strategy) runs on one process only, not "
+                            f"{self.world_size}: a 2-process ZeRO-3 run stalled at its first evaluation; evaluate the "
+                            "checkpoints with `grounding-rl eval` (multi-process, resumable) instead")
         if self.eval_file and not evaluating:
             problems.append("eval_file is set but eval_strategy is 'no': set eval_strategy: steps and eval_steps")
         if self.eval_max_samples is not None and self.eval_max_samples < 1:
