@@ -149,7 +149,11 @@ def test_difficulty_command_scores_each_line_and_records_its_settings(tiny_model
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     source = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
     assert len(lines) == len(source) == 15
-    assert all({k: v for k, v in row.items() if k != "difficulty"} == src for row, src in zip(lines, source))
+    same = lambda row: {k: v for k, v in row.items() if k not in ("difficulty", "video")}  # noqa: E731
+    assert all(same(row) == same(src) for row, src in zip(lines, source))
+    # the videos are found from the scored file's folder
+    assert all((out.parent / row["video"]).resolve() == (videos_dir / src["video"]).resolve()
+               for row, src in zip(lines, source))
     predictions = {p["qid"]: p for p in map(json.loads, (tmp_path / "scored.jsonl.eval" / "predictions.jsonl")
                                             .read_text().splitlines())}
     scored = [row for row in lines if "difficulty" in row]
@@ -192,3 +196,22 @@ def test_trainer_trains_on_the_offline_selection(tiny_model_dir, videos_dir, tmp
                                       "reweighted": 2, "drawn": 1}
     assert trainer.data_collator.dataset is trainer.train_dataset
     assert math.isclose(trainer.train_dataset.samples[0]["difficulty"]["iou"], 0.1)
+
+
+def test_scored_file_written_elsewhere_still_finds_the_videos(tmp_path):
+    """A relative video path is rewritten relative to the scored file's folder (an absolute one is kept)."""
+    import json
+
+    from grounding_rl.eval.difficulty import write_scored
+
+    data_dir, out_dir = tmp_path / "data", tmp_path / "runs" / "scored"
+    data_dir.mkdir()
+    rows = [{"video": "clips/a.mp4", "query": "q", "start": 1.0, "end": 2.0, "duration": 5.0, "qid": "a"},
+            {"video": "/abs/b.mp4", "query": "q", "start": 1.0, "end": 2.0, "duration": 5.0, "qid": "b"}]
+    (data_dir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    counts = write_scored(data_dir / "train.jsonl", out_dir / "train_scored.jsonl", {"a": {"iou": 0.5}})
+    written = [json.loads(line) for line in (out_dir / "train_scored.jsonl").read_text().splitlines()]
+    assert [w["video"] for w in written] == ["../../data/clips/a.mp4", "/abs/b.mp4"]
+    assert (out_dir / written[0]["video"]).resolve() == (data_dir / "clips" / "a.mp4").resolve()
+    assert written[0]["difficulty"] == {"iou": 0.5} and "difficulty" not in written[1]
+    assert counts == {"lines": 2, "scored": 1, "unscored": 1}

@@ -65,15 +65,19 @@ def score_record(record: dict, reward_funcs, weights, prompt_template: str) -> d
     return {"iou": float(record["iou"]), "reward": reward, "pred": pred}
 
 
-def write_scored(data: str | os.PathLike, out: str | os.PathLike, scores: dict[str, dict]) -> dict[str, int]:
+def write_scored(data: str | os.PathLike, out: str | os.PathLike, scores: dict[str, dict],
+                 video_root: str | os.PathLike | None = None) -> dict[str, int]:
     """Copy ``data`` to ``out`` line by line, adding ``difficulty`` to each line whose qid (its ``qid``, else its
-    0-based line number) is in ``scores``; atomic (temporary file, then ``os.replace``).
+    0-based line number) is in ``scores``; atomic (temporary file, then ``os.replace``). A relative ``video`` is
+    rewritten relative to ``out``'s folder (it was relative to ``video_root``, else to ``data``'s folder), so the
+    scored file finds the same videos wherever it is written.
 
     Returns:
         ``{"lines", "scored", "unscored"}``.
     """
     out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
+    base = os.path.abspath(video_root) if video_root is not None else os.path.dirname(os.path.abspath(data))
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     counts = {"lines": 0, "scored": 0, "unscored": 0}
     try:
@@ -83,6 +87,8 @@ def write_scored(data: str | os.PathLike, out: str | os.PathLike, scores: dict[s
                 if not line.strip():
                     continue
                 row = json.loads(line)
+                if isinstance(row.get("video"), str) and not os.path.isabs(row["video"]):
+                    row["video"] = os.path.relpath(os.path.join(base, row["video"]), out.parent)
                 qid = str(row["qid"]) if row.get("qid") is not None else str(index)
                 counts["lines"] += 1
                 if qid in scores:
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     run = json.loads((work / RUN_FILE).read_text())
     template = run["prompt_template"]
     scores = {str(r["qid"]): score_record(r, funcs, weights, template) for r in records}
-    counts = write_scored(args.data, out, scores)
+    counts = write_scored(args.data, out, scores, args.video_root)
     ious = [s["iou"] for s in scores.values()]
     sidecar = {
         "scored_file": str(out.resolve()), "data": run["data"], "data_sha256": run["data_sha256"],
