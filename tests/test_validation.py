@@ -8,8 +8,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import MAKEUP, POOL, varied_reward
+from test_resume import dataset as train_set, grpo_args
 
-from grounding_rl.data.dataset import GroundingDataset
 from grounding_rl.data.samples import Sample
 from grounding_rl.models.loading import load_policy, load_processor
 from grounding_rl.rollout import runner
@@ -20,17 +20,8 @@ torch.set_num_threads(1)
 
 
 def args_for(out, **overrides):
-    values = dict(output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, max_steps=2,
-                  max_completion_length=8, logging_steps=1, report_to=[], save_strategy="steps", save_steps=1,
-                  seed=0, learning_rate=1e-3, video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16,
-                  dataloader_num_workers=0)
-    values.update(overrides)
-    return GroundingGRPOConfig(**values)
-
-
-def train_set(videos_dir):
-    return GroundingDataset([{"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0,
-                              "end": 4.0, "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
+    """test_resume's GRPO settings, 2 steps with a checkpoint after each."""
+    return grpo_args(out, **{"max_steps": 2, "save_steps": 1, **overrides})
 
 
 def eval_set(videos_dir):
