@@ -88,6 +88,34 @@ def test_prompt_batch_shares_pixels(family_model_dir, videos_dir):
     assert torch.equal(expanded, per_row["pixel_values_videos"])
 
 
+def test_build_inputs_preprocesses_each_distinct_clip_once(family_model_dir, videos_dir):
+    """Several queries about a clip (evaluation): the video processor sees each distinct clip once, and every
+    per-row input (token ids with Qwen3-VL's timestamps, grids, Qwen2.5-VL's second_per_grid_ts) equals the per-row
+    processing."""
+    from grounding_rl.prompts.preprocessing import build_inputs
+
+    processor = load_processor(str(family_model_dir))
+    clips = [item["clip"] for item in _items(videos_dir, UNEVEN, processor)]
+    queries = ["one", "two two", "three", "four", "five five five"]
+    seen = []
+    original = type(processor.video_processor).__call__
+    type(processor.video_processor).__call__ = lambda self, videos, **kw: seen.append(len(videos)) or original(
+        self, videos, **kw)
+    try:
+        shared = build_inputs(processor, queries, clips, "default", share_videos=True)
+        per_row = build_inputs(processor, queries, clips, "default")
+    finally:
+        type(processor.video_processor).__call__ = original
+    assert seen == [2, 5]
+    assert shared["video_index"].tolist() == UNEVEN
+    assert sorted(shared) == sorted(per_row) + ["video_index"]
+    for key in per_row:
+        if key != "pixel_values_videos":
+            assert torch.equal(shared[key], per_row[key]), key
+    # rows 0 and 1 are the first uses of clips 0 and 1: the shared patches are theirs, in that order
+    assert torch.equal(shared["pixel_values_videos"], per_row["pixel_values_videos"][:_patches(per_row, [0, 1])])
+
+
 # ------------------------------------------------------------------------------------------------------ generation
 @pytest.mark.parametrize("prefill_once", [True, False])
 def test_generation_is_identical_and_encodes_each_clip_once(family_model_dir, videos_dir, prefill_once):
@@ -246,8 +274,8 @@ def test_encode_videos_matches_per_row_features(family_model_dir, videos_dir):
 
 @pytest.mark.parametrize("fps", [1.0, 4.0])
 def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, family_model_dir, videos_dir, fps):
-    """3D RoPE ids with sharing on: the shared prefill (one row per distinct clip, all but the last prompt token)
-    followed by the continued decoding give every row the ids the policy and reference forwards use."""
+    """3D RoPE ids with sharing on: the shared prefill (one row per distinct clip, each clip's prompt but its last
+    token, clip by clip) followed by the continued decoding give every row the ids the policy and reference forwards use."""
     trainer = _trainer(tmp_path, family_model_dir, videos_dir, True, video_fps=fps, share_prompt_prefix=False)
     policy_calls, ref_calls = [], []
     for model, sink in ((trainer.model, policy_calls), (trainer.ref_model, ref_calls)):
@@ -261,10 +289,16 @@ def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, 
     (policy,) = [pos[-3:] for grad_on, pos in policy_calls if grad_on]
     (reference,) = [pos[-3:] for _, pos in ref_calls]
     assert torch.equal(policy, reference)
-    prefill, *steps = [pos for grad_on, pos in policy_calls if not grad_on]
+    no_grad = [pos for grad_on, pos in policy_calls if not grad_on]
+    prefills, steps = no_grad[:2], no_grad[2:]
     rows = batch["video_index"]
-    assert prefill.shape[1] == 2 and prefill.shape[2] == batch["prompt_ids"].shape[1] - 1  # one row per clip
-    generated = torch.cat([prefill[-3:][:, rows]] + [pos[-3:].expand(3, -1, -1) for pos in steps], dim=2)
+    width = batch["prompt_ids"].shape[1] - 1
+    # one forward of one row per clip, as wide as that clip's prompt; the longer clip's spans all columns but the last
+    assert [p.shape[1] for p in prefills] == [1, 1] and max(p.shape[2] for p in prefills) == width
+    prefill = torch.zeros(3, 2, width, dtype=prefills[0].dtype)
+    for clip, positions in enumerate(prefills):
+        prefill[:, clip, width - positions.shape[2]:] = positions[-3:, 0]
+    generated = torch.cat([prefill[:, rows]] + [pos[-3:].expand(3, -1, -1) for pos in steps], dim=2)
     length = generated.shape[2]
     assert length == batch["prompt_ids"].shape[1] + batch["completion_ids"].shape[1] - 1
     valid = batching.forward_inputs(batch)["attention_mask"].bool()[:, :length]
@@ -354,6 +388,45 @@ def test_prefix_sharing_falls_back_with_one_warning(tmp_path, tiny_model_dir, vi
     trainer.model.config._attn_implementation = "flash_attention_2"
     assert supports_prefix_sharing(trainer.model) == (False, "attention implementation 'flash_attention_2' takes "
                                                              "no 4-D mask (supported: ('sdpa', 'eager'))")
+
+
+def test_text_first_queries_are_prefilled_clip_by_clip(family_model_dir, videos_dir):
+    """Different queries before the video (ours, TimeZero's order) on two clips of different lengths: each clip is
+    encoded once and its rows are prefilled in a forward of their own, only as wide as its longest row; the stacked
+    caches decode the same tokens with the same logits as ``generate`` on the left-padded per-row batch."""
+    from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, build_inputs
+
+    processor = load_processor(str(family_model_dir))
+    model = load_policy(str(family_model_dir)).eval()
+    items = _items(videos_dir, UNEVEN, processor)
+    queries = ["a person cleans the pool.", "eye makeup is applied", "the net goes in",
+               "someone walks away from the water.", "the brush stops"]
+    clips = [item["clip"] for item in items]
+    shared = dict(build_inputs(processor, queries, clips, "default", share_videos=True))
+    per_row = {k: v for k, v in build_inputs(processor, queries, clips, "default").items() if k in MODEL_INPUT_KEYS}
+    gen = dict(do_sample=True, max_new_tokens=6, top_k=None, top_p=1.0, min_p=None, output_logits=True,
+               return_dict_in_generate=True)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        reference = model.generate(**per_row, **gen)
+
+    forwards = []
+    model.model.language_model.register_forward_pre_hook(
+        lambda m, args, kwargs: forwards.append(tuple(kwargs["inputs_embeds"].shape[:2])), with_kwargs=True)
+    calls = VisionCalls(model)
+    torch.manual_seed(5)
+    video_index = shared.pop("video_index")
+    out, width = generate_shared(model, shared, video_index, **gen)
+    lengths = per_row["attention_mask"].sum(dim=-1)
+    clip_width = [int(lengths[video_index == u].max()) - 1 for u in (0, 1)]
+    assert forwards[:2] == [(3, clip_width[0]), (2, clip_width[1])]  # one prefill per clip, its own width
+    assert min(clip_width) < per_row["input_ids"].shape[1] - 1  # the shorter clip is not padded to the longer
+    assert calls.calls == [(False, _patches(per_row, [0, 1]))]  # each distinct clip encoded once
+    assert width == per_row["input_ids"].shape[1]
+    assert torch.equal(out.sequences, reference.sequences)
+    for step, (a, b) in enumerate(zip(out.logits, reference.logits)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"decoding step {step}")
+    assert (out.logits[0][0] - out.logits[0][2]).abs().max() > 1e-4  # different queries, different answers
 
 
 def test_video_first_queries_on_one_clip_share_one_prefill(noisy_tiny_model_dir, videos_dir):

@@ -76,9 +76,15 @@ def encode_videos(model, pixel_values_videos: torch.Tensor, video_grid_thw: torc
         Qwen2.5-VL's ``second_per_grid_ts``) per row: they give the 3D position ids.
     """
     inner = unwrap(model)
-    features = inner.get_video_features(pixel_values_videos, video_grid_thw, return_dict=True)
+    return rows_features(inner, inner.get_video_features(pixel_values_videos, video_grid_thw, return_dict=True), rows)
+
+
+def rows_features(model, features, rows) -> dict:
+    """``mm_encoder_outputs`` giving each of the rows ``rows`` (clip indices, repeats and any order allowed) its
+    clip's share of ``features`` (``get_video_features(..., return_dict=True)`` on the distinct clips, computed once):
+    what :func:`encode_videos` returns, for any subset of rows without encoding again."""
     rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
-    return {"video": family_of(inner).select_features(features, rows)}
+    return {"video": family_of(unwrap(model)).select_features(features, rows)}
 
 
 def rope_position_ids(model, inputs: dict) -> torch.Tensor:

