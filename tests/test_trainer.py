@@ -389,7 +389,8 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
 DELIBERATE_DIFFERENCES = {
     "num_generations": (4, 8),  # the design's G
     "bf16": (False, None),  # TrainingArguments' default: CPU runs work as they are; the GPU recipes set bf16: true
-    "gradient_checkpointing": (None, True),  # TrainingArguments' default (off); the GPU recipes turn it on
+    # TrainingArguments' default (off: None in transformers 5.24, False in 5.19); the GPU recipes turn it on
+    "gradient_checkpointing": ("TrainingArguments", True),
 }
 
 
@@ -408,9 +409,11 @@ def test_trl_named_fields_keep_trl_defaults():
     trl_fields = {f.name: f for f in dataclasses.fields(trl.GRPOConfig)}
     differ = {name: (default(ours[name]), default(trl_fields[name])) for name in ours
               if name in trl_fields and default(ours[name]) != default(trl_fields[name])}
-    assert differ == DELIBERATE_DIFFERENCES
-    base = {f.name for f in dataclasses.fields(TrainingArguments)}
-    assert sorted(n for n in ours if n not in trl_fields and n not in base) == [
+    base_fields = {f.name: f for f in dataclasses.fields(TrainingArguments)}
+    expected = {name: (default(base_fields[name]) if ours_default == "TrainingArguments" else ours_default, trl_default)
+                for name, (ours_default, trl_default) in DELIBERATE_DIFFERENCES.items()}
+    assert differ == expected
+    assert sorted(n for n in ours if n not in trl_fields and n not in base_fields) == [
         "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_num_bins",
         "difficulty_range", "difficulty_sampling", "difficulty_subset_size",
         "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "max_num_gen_batches",
