@@ -116,7 +116,7 @@ def test_recipe_parses_with_promised_values(name):
             assert got == pytest.approx(expected), (name, key, got)
         else:
             assert got == expected, (name, key, got)
-    assert args.bf16 is True and args.gradient_checkpointing is True, name
+    assert args.bf16 is True and args.gradient_checkpointing is True and args.activation_checkpointing is True, name
     assert args.temperature == 1.0
     assert model_args.dtype == "bfloat16"
     assert model_args.use_peft is want["use_peft"]

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transformers import TrainingArguments
-
 from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
+from grounding_rl.update.arguments import BaseTrainingArguments
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 
 DIFFICULTY_SAMPLING = ("none", "timelens")
@@ -26,7 +25,7 @@ DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "diffi
 
 
 @dataclass
-class GroundingGRPOConfig(TrainingArguments, PreprocessingArguments):
+class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
     """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
 
     Unknown keys fail in the parser; contradictory values fail in ``__post_init__`` with a message naming the keys.

@@ -15,13 +15,14 @@ import logging
 from dataclasses import dataclass, field
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from grounding_rl.data.dataset import VideoCollator
 from grounding_rl.data.video import VideoSettings
 from grounding_rl.family import family_of
 from grounding_rl.prompts.preprocessing import VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
+from grounding_rl.update.arguments import BaseTrainingArguments
 from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
@@ -31,7 +32,7 @@ IGNORE_INDEX = -100
 
 
 @dataclass
-class GroundingSFTConfig(TrainingArguments, PreprocessingArguments):
+class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
     """Configuration of ``grounding-rl sft``: ``transformers.TrainingArguments`` plus the prompt and video settings
     (the field names of :class:`grounding_rl.update.config.GroundingGRPOConfig`, so one YAML block serves both stages)
     and the target's think text. Data and model come from the shared script arguments

