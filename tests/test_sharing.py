@@ -390,7 +390,7 @@ def test_prefix_sharing_falls_back_with_one_warning(tmp_path, tiny_model_dir, vi
                                                              "no 4-D mask (supported: ('sdpa', 'eager'))")
 
 
-def test_text_first_queries_are_prefilled_clip_by_clip(family_model_dir, videos_dir):
+def test_text_first_queries_are_prefilled_clip_by_clip(family_model_dir, videos_dir, monkeypatch):
     """Different queries before the video (ours, TimeZero's order) on two clips of different lengths: each clip is
     encoded once and its rows are prefilled in a forward of their own, only as wide as its longest row; the stacked
     caches decode the same tokens with the same logits as ``generate`` on the left-padded per-row batch."""
@@ -427,6 +427,16 @@ def test_text_first_queries_are_prefilled_clip_by_clip(family_model_dir, videos_
     for step, (a, b) in enumerate(zip(out.logits, reference.logits)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"decoding step {step}")
     assert (out.logits[0][0] - out.logits[0][2]).abs().max() > 1e-4  # different queries, different answers
+
+    # ZeRO-3 with partitioned parameters: one forward for all rows (every rank runs as many as the others)
+    from grounding_rl.rollout import shared as shared_module
+
+    monkeypatch.setattr(shared_module, "_partitioned", lambda model: True)
+    forwards.clear()
+    torch.manual_seed(5)
+    together, _ = generate_shared(model, shared, video_index, **gen)
+    assert forwards[0] == (5, per_row["input_ids"].shape[1] - 1)
+    assert torch.equal(together.sequences, reference.sequences)
 
 
 def test_video_first_queries_on_one_clip_share_one_prefill(noisy_tiny_model_dir, videos_dir):

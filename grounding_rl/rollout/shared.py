@@ -143,6 +143,7 @@ def _prefill_by_clip(model, per_row: dict, features, groups: list[tuple[int, lis
     clip only, cut to the columns its rows use, so no row is padded to a longer clip's width (a batch mixing clips of
     600 and 3,200 tokens). The caches are left-padded back to ``width`` (padded positions stay masked by
     ``attention_mask``) and stacked, so ``generate`` continues exactly as after one prefill of the left-padded batch.
+    Under ZeRO-3 with partitioned parameters all groups go through one forward instead (:func:`_partitioned`).
 
     Args:
         model: the generation model.
@@ -161,13 +162,16 @@ def _prefill_by_clip(model, per_row: dict, features, groups: list[tuple[int, lis
     row_keys = family_of(unwrap(model)).row_video_keys
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
-    for clip, rows, targets in groups:
+    forwards = [([clip] * len(rows), rows, targets) for clip, rows, targets in groups]
+    if _partitioned(model):  # every forward all-gathers the layers: the same single forward on every rank
+        forwards = [tuple(sum((list(part) for part in column), []) for column in zip(*forwards))]
+    for clips, rows, targets in forwards:
         used = per_row["attention_mask"][rows, :width].ne(0).any(dim=0).nonzero()
         start = int(used[0]) if len(used) else width - 1
         out = model(
             **{k: per_row[k][rows, start:width] for k in TEXT_KEYS},
             **{k: per_row[k][rows] for k in row_keys},
-            mm_encoder_outputs=rows_features(model, features, [clip] * len(rows)),
+            mm_encoder_outputs=rows_features(model, features, clips),
             **{name: DynamicCache(config=unwrap(model).config)},
             use_cache=True,
             logits_to_keep=1,
@@ -182,6 +186,14 @@ def _prefill_by_clip(model, per_row: dict, features, groups: list[tuple[int, lis
     for layer, (k, v) in enumerate(zip(keys, values)):
         cache.update(k, v, layer)
     return cache
+
+
+def _partitioned(model) -> bool:
+    """Whether some parameter is a ZeRO-3 partition not gathered for generation (TRL's
+    ``ds3_gather_for_generation: false``): then each forward fetches the layers collectively, and every rank must run
+    as many forwards as the others, whatever number of clips it holds."""
+    return any(getattr(getattr(p, "ds_status", None), "name", None) == "NOT_AVAILABLE"
+               for p in unwrap(model).parameters())
 
 
 def cache_kwarg(model) -> str:
