@@ -366,9 +366,14 @@ def test_timelens_bench_definitions(tmp_path):
     assert cells["activitynet_timelens"]["Qwen3-VL-8B-Instruct"] == (62.1, 51.2, 34.4, 46.8)
     assert cells["qvhighlights_timelens"]["Qwen3-VL-8B-Instruct"] == (74.2, 64.6, 49.3, 59.4)
     assert cells["charades_timelens"]["TimeLens-7B (Qwen2.5-VL-7B)"] == (70.5, 55.6, 28.4, 48.8)
+    # arXiv:2512.14698v2 Table 1 (not in the README)
+    assert cells["charades_timelens"]["Time-R1-7B (Qwen2.5-VL-7B)"] == (57.9, 32.0, 16.9, 36.6)
+    assert cells["qvhighlights_timelens"]["Time-R1-7B (Qwen2.5-VL-7B)"] == (65.8, 51.5, 36.1, 49.2)
     # TempSamp-R1's ablation on Charades-STA, next to the plain benchmark's anchors
     charades = load_benchmark(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
     ablation = {a["method"]: (a["R1@0.3"], a["R1@0.5"], a["R1@0.7"]) for a in charades.anchors}
+    tempsamp = next(a for a in charades.anchors if a["method"] == "TempSamp-R1 (Qwen2.5-VL-7B)")
+    assert tuple(tempsamp[k] for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")) == (83.6, 74.1, 52.9, 62.1)  # Table 1
     assert ablation["GRPO (TempSamp-R1's ablation)"] == (81.2, 68.9, 46.0)
     assert ablation["GRPO + GT injection (TempSamp-R1's ablation)"] == (77.8, 63.0, 41.3)
     assert ablation["GRPO + GT injection + shaping (TempSamp-R1's ablation)"] == (82.9, 72.1, 49.6)
