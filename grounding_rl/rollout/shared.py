@@ -19,14 +19,14 @@ per-row computation (``tests/test_sharing.py``).
 from __future__ import annotations
 
 import inspect
+from itertools import chain
 
 import torch
 from transformers import DynamicCache
 
 from grounding_rl.family import family_of
 from grounding_rl.models.vision import core_model, first_rows, rope_position_ids, rows_features, unwrap
-from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS
-from grounding_rl.prompts.preprocessing import TEXT_KEYS
+from grounding_rl.prompts.preprocessing import PER_ROW_VIDEO_KEYS, TEXT_KEYS
 
 
 def shared_prefix_layout(inputs: dict, video_index: torch.Tensor) -> tuple[dict, list[int], int] | None:
@@ -164,7 +164,7 @@ def _prefill_by_clip(model, per_row: dict, features, groups: list[tuple[int, lis
     values: list[torch.Tensor] = []
     forwards = [([clip] * len(rows), rows, targets) for clip, rows, targets in groups]
     if _partitioned(model):  # every forward all-gathers the layers: the same single forward on every rank
-        forwards = [tuple(sum((list(part) for part in column), []) for column in zip(*forwards))]
+        forwards = [tuple(list(chain.from_iterable(column)) for column in zip(*forwards))]
     for clips, rows, targets in forwards:
         used = per_row["attention_mask"][rows, :width].ne(0).any(dim=0).nonzero()
         start = int(used[0]) if len(used) else width - 1
