@@ -211,6 +211,8 @@ CASES = {
     "prepare: duplicate qids": (
         lambda d: ["prepare", "--format", "jsonl", "--annotations", str(d / "dup_qids.jsonl"), "--out",
                    str(d / "o.jsonl")], ["dup_qids.jsonl: qid 'a' of query 3 repeats query 1's"]),
+    "fits: --gpu-memory 0": (lambda d: ["fits", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--gpu-memory", "0"],
+                             ["--gpu-memory must be > 0"]),
     "merge-lora: not an adapter": (
         lambda d: ["merge-lora", "--adapter", str(d / "folder"), "--out", str(d / "merged")],
         ["folder: no adapter_config.json"]),
