@@ -25,13 +25,13 @@ if [ -x "$VENV/bin/python" ]; then PY="$(cd "$VENV" && pwd)/bin/python"; else PY
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's package, wherever the script is run from
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
-DEMO_CONFIG="$ROOT/configs/demo_grpo.yaml"
+DEMO_CONFIG="$(cd "$ROOT/configs" && pwd -P)/demo_grpo.yaml"
 CONFIG="$DEMO_CONFIG"
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then CONFIG="$1"; shift; fi
 [ -f "$CONFIG" ] || { echo "train.sh: no such config: $CONFIG (relative paths start in $PWD)" >&2; exit 2; }
 
 "$PY" -m grounding_rl.cli tiny-model --from-config "$CONFIG" "$@"
-if [ "$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")" = "$DEMO_CONFIG" ]; then
+if [ "$(cd "$(dirname "$CONFIG")" && pwd -P)/$(basename "$CONFIG")" = "$DEMO_CONFIG" ]; then
   # the demo's GRPO starts from its SFT warm start: make what is missing (its paths, like the config's, start here)
   [ -f data/demo/train.jsonl ] || "$PY" -m grounding_rl.cli demo-data --out data/demo
   if [ ! -f outputs/demo-sft/config.json ]; then

@@ -57,14 +57,12 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared, fa
 
 def test_scripts_keep_the_callers_folder(tmp_path):
     """A relative config means the caller's folder (a name that exists only under the repository root is refused,
-    exit 2); the default config is the checkout's, found beside the script."""
+    exit 2); only the scripts that work on the checkout itself (setup, tests, wheels) change folder."""
     env = {**os.environ, "PYTHON": sys.executable}
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "train.sh"), "configs/demo_grpo.yaml"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "train.sh: no such config: configs/demo_grpo.yaml" in proc.stderr, proc.stderr
     assert f"relative paths start in {tmp_path}" in proc.stderr
-    text = (REPO_ROOT / "scripts" / "train.sh").read_text()
-    assert 'DEMO_CONFIG="$ROOT/configs/demo_grpo.yaml"' in text
     for script in sorted((REPO_ROOT / "scripts").glob("*.sh")):
         lines = [line for line in script.read_text().splitlines() if line.lstrip().startswith("cd ")]
         if script.name in ("setup.sh", "test.sh", "setup_vllm_cpu.sh", "fetch_gpu_wheels.sh"):  # work on the checkout
