@@ -423,9 +423,10 @@ def _load_engine(args, device):
     engine on the checkpoint (:func:`grounding_rl.rollout.vllm.engine_for_inference`)."""
     if getattr(args, "engine", "hf") != "vllm":
         return (*load_for_inference(args.model, device, args.dtype, args.attn_implementation), None)
-    from grounding_rl.models.loading import load_processor
+    from grounding_rl.models.loading import check_weight_files, load_processor
     from grounding_rl.rollout.vllm import engine_for_inference
 
+    check_weight_files(args.model)  # a missing shard or a truncated file: one line, as with the hf engine
     processor = load_processor(args.model)
     return None, processor, engine_for_inference(args.model, processor, args.dtype)
 

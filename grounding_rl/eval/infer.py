@@ -167,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     engine = None
     if args.engine == "vllm":
-        from grounding_rl.models.loading import load_processor
+        from grounding_rl.models.loading import check_weight_files, load_processor
         from grounding_rl.rollout.vllm import engine_for_inference
 
+        check_weight_files(args.model)
         model, processor = None, load_processor(args.model)
         engine = engine_for_inference(args.model, processor, args.dtype)
     else:
