@@ -46,6 +46,29 @@ def reading(path: str | os.PathLike):
         raise not_utf8(path) from None
 
 
+def check_number(flag: str, value, *, minimum=None, maximum=None, above=None, bound: str = "") -> None:
+    """Refuse a numeric flag or config value outside its range; None passes (an unset optional value).
+
+    Args:
+        flag: the name the user wrote, e.g. ``--max-new-tokens`` or ``max_completion_length``.
+        value: the parsed number.
+        minimum, maximum: inclusive bounds (None = unbounded).
+        above: an exclusive lower bound (``> above``), e.g. 0 for fps and pixels.
+        bound: where ``maximum`` comes from, appended to the message (e.g. "the model's context, ...").
+
+    Raises:
+        UserError: one line, ``"--batch-size must be ≥ 1 (got 0)"``.
+    """
+    if value is None:
+        return
+    if above is not None and not value > above:
+        raise UserError(f"{flag} must be > {above} (got {value})")
+    if minimum is not None and not value >= minimum:
+        raise UserError(f"{flag} must be ≥ {minimum} (got {value})")
+    if maximum is not None and not value <= maximum:
+        raise UserError(f"{flag} must be ≤ {maximum}{f' ({bound})' if bound else ''} (got {value})")
+
+
 def _one_line(message: str) -> str:
     line = " ".join(str(message).split())
     if len(line) > MAX_LINE:

@@ -10,11 +10,13 @@
 # (a prompt template passed as --prompt_template to both SFT and GRPO, which must share it; e.g. default_no_think for
 # thinking-free training; unset = the configs' own, default). Evaluation reads it from the checkpoints.
 # Runs scripts/setup.sh first when .venv is missing. Everything is rebuilt from scratch in OUT on each run.
+# DEMO_DIR and OUT are relative to the working directory (the README runs it from the repository root); the configs,
+# the package and .venv are found beside the script.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT"
-[ -x .venv/bin/python ] || bash scripts/setup.sh
+[ -x "$ROOT/.venv/bin/python" ] || bash "$ROOT/scripts/setup.sh"
 PY="$ROOT/.venv/bin/python"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # One BLAS/OpenMP thread per process: the tiny model's matrices gain little from a second thread, a second thread on
 # a busy core slows torch down many times, and a fixed thread count keeps the run reproducible.
@@ -23,8 +25,8 @@ DEMO_DIR="${DEMO_DIR:-data/demo}"
 OUT="${OUT:-outputs/demo}"
 SEED="${SEED:-0}"
 case "${DEMO_FAMILY:-qwen2_5_vl}" in
-  qwen2_5_vl) SFT_CONFIG=configs/demo_sft.yaml GRPO_CONFIG=configs/demo_grpo.yaml ;;
-  qwen3_vl) SFT_CONFIG=configs/demo_sft_qwen3_vl.yaml GRPO_CONFIG=configs/demo_grpo_qwen3_vl.yaml ;;
+  qwen2_5_vl) SFT_CONFIG=$ROOT/configs/demo_sft.yaml GRPO_CONFIG=$ROOT/configs/demo_grpo.yaml ;;
+  qwen3_vl) SFT_CONFIG=$ROOT/configs/demo_sft_qwen3_vl.yaml GRPO_CONFIG=$ROOT/configs/demo_grpo_qwen3_vl.yaml ;;
   *) echo "DEMO_FAMILY must be qwen2_5_vl or qwen3_vl (got ${DEMO_FAMILY})" >&2; exit 2 ;;
 esac
 GRL=("$PY" -m grounding_rl.cli)

@@ -12,9 +12,9 @@
 # outputs/ablation), SEED (GRPO seed, default 0), JOBS (variants run at once, default 1: one CPU thread each).
 # A variant whose eval/metrics.json exists is not re-run (delete its folder to redo it).
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"  # DEMO_DIR, OUT and ABL are relative to the working directory
 PY="$ROOT/.venv/bin/python"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS=1
 DEMO_DIR="${DEMO_DIR:-data/demo}"
 OUT="${OUT:-outputs/demo}"
@@ -48,11 +48,11 @@ run() {  # one variant: (its own SFT when the template differs) → GRPO → eva
   # shellcheck disable=SC2086
   if [[ " ${ARGS[$v]} " == *" --prompt_template "* ]]; then
     sft="$dir/sft"
-    "${GRL[@]}" sft --config configs/demo_sft.yaml --train_file "$DEMO_DIR/train.jsonl" --seed 0 \
+    "${GRL[@]}" sft --config "$ROOT/configs/demo_sft.yaml" --train_file "$DEMO_DIR/train.jsonl" --seed 0 \
       --model_name_or_path "$OUT/tiny-model" --output_dir "$sft" ${ARGS[$v]} > "$dir/sft.log" 2>&1
   fi
   # shellcheck disable=SC2086
-  "${GRL[@]}" train --config configs/demo_grpo.yaml --train_file "$DEMO_DIR/train.jsonl" --seed "$SEED" \
+  "${GRL[@]}" train --config "$ROOT/configs/demo_grpo.yaml" --train_file "$DEMO_DIR/train.jsonl" --seed "$SEED" \
     --model_name_or_path "$sft" --output_dir "$dir/grpo" ${ARGS[$v]} > "$dir/grpo.log" 2>&1
   "${GRL[@]}" eval --model "$dir/grpo" --data "$DEMO_DIR/test.jsonl" --out "$dir/eval" --batch-size 16 \
     --max-new-tokens 48 --seed 0 > "$dir/eval.log" 2>&1

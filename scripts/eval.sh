@@ -9,10 +9,13 @@
 # report.md). A YAML names its annotation files relative to --data-root DIR or $GROUNDING_RL_DATA (data/README.md).
 # OUTDIR defaults to outputs/eval/<YAML or JSONL file name>/<model folder name>; rerunning resumes.
 # NUM_GPUS=N (N > 1) shards the evaluation over N processes with `accelerate launch`.
+# Relative paths (the spec, MODEL, OUTDIR, the video root) start in the working directory; the package and .venv are
+# found beside the script.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"  # VENV=.venv-vllm for --engine vllm on CPU
 if [ -x "$VENV/bin/python" ]; then PY="$(cd "$VENV" && pwd)/bin/python"; else PY="${PYTHON:-python}"; fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
 if [ $# -lt 2 ]; then

@@ -11,7 +11,7 @@
 # compiled ops: DS_BUILD_OPS=0, DeepSpeed's default, JIT-builds ops where used). PyAV is left out (decord reads the
 # clips; PyAV is only a fallback).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.."  # fills the checkout's .gpu/: runs in the repository root (GPU_DIR relative to it)
 PYTHON=${PYTHON:-.venv/bin/python}
 GPU_DIR=${GPU_DIR:-.gpu}
 LIMIT_MIB=${LIMIT_MIB:-64}

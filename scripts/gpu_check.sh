@@ -7,15 +7,16 @@
 #   bash scripts/gpu_check.sh                            # there: installs .gpu/wheels, reads .gpu/shared, ≤ 5 min
 #   bash scripts/gpu_check.sh --dry-run                  # any machine, CPU, tiny shapes, seconds (tests run this)
 #
-# Variables: PYTHON (GPU: python3; dry run: .venv/bin/python when present), GPU_DIR (.gpu), GPU_CHECK_TIMEOUT
-# (300 s: the whole run; the Python side starts no stage after --budget-s 285). Other arguments go to gpu_check.py.
+# Variables: PYTHON (GPU: python3; dry run: the checkout's .venv/bin/python when present), GPU_DIR (the checkout's
+# .gpu), GPU_CHECK_TIMEOUT (300 s: the whole run; the Python side starts no stage after --budget-s 285). Other
+# arguments go to gpu_check.py.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"  # a relative --out starts in the working directory
 DRY=0
 for arg in "$@"; do [ "$arg" = --dry-run ] && DRY=1; done
-GPU_DIR=${GPU_DIR:-.gpu}
+GPU_DIR=${GPU_DIR:-$ROOT/.gpu}
 if [ "$DRY" = 1 ]; then
-  if [ -z "${PYTHON:-}" ]; then PYTHON=python3; [ -x .venv/bin/python ] && PYTHON=.venv/bin/python; fi
+  if [ -z "${PYTHON:-}" ]; then PYTHON=python3; [ -x "$ROOT/.venv/bin/python" ] && PYTHON="$ROOT/.venv/bin/python"; fi
 else
   PYTHON=${PYTHON:-python3}
   if ls "$GPU_DIR"/wheels/*.whl >/dev/null 2>&1; then
@@ -24,8 +25,10 @@ else
       "$GPU_DIR"/wheels/*.whl || { echo "gpu_check: installing $GPU_DIR/wheels failed" >&2; exit 1; }
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   fi
-  if [ -z "${GROUNDING_RL_SHARED:-}" ] && [ -d "$GPU_DIR/shared" ]; then export GROUNDING_RL_SHARED="$PWD/$GPU_DIR/shared"; fi
+  if [ -z "${GROUNDING_RL_SHARED:-}" ] && [ -d "$GPU_DIR/shared" ]; then
+    GROUNDING_RL_SHARED="$(cd "$GPU_DIR/shared" && pwd)"; export GROUNDING_RL_SHARED
+  fi
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-timeout "${GPU_CHECK_TIMEOUT:-300}" "$PYTHON" scripts/gpu_check.py "$@"
+timeout "${GPU_CHECK_TIMEOUT:-300}" "$PYTHON" "$ROOT/scripts/gpu_check.py" "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv idempotently: torch/torchvision first (pinned CPU-local wheels), then the project with its dev extra.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.."  # it installs into the checkout: runs in the repository root (no path arguments)
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

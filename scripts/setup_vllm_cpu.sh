@@ -11,7 +11,7 @@
 # vLLM's own video decoding, which this project does not use (it passes decoded frames).
 # On GPUs use `pip install -e ".[vllm]"` in the main environment instead.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.."  # it installs into the checkout: runs in the repository root (no path arguments)
 PY=${PYTHON:-python3}
 V=.venv-vllm
 if [ ! -x "$V/bin/python" ]; then

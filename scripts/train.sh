@@ -3,33 +3,40 @@
 #
 #   scripts/train.sh [CONFIG] [--key value ...]
 #
-# CONFIG defaults to configs/demo_grpo.yaml (the CPU demo's GRPO stage; its demo data and SFT warm start are made
-# first when missing). Overrides go to `grounding-rl train` (TrlParser).
+# CONFIG defaults to the checkout's configs/demo_grpo.yaml (the CPU demo's GRPO stage; its demo data and SFT warm
+# start are made first when missing). Overrides go to `grounding-rl train` (TrlParser).
 # Variables:
 #   NUM_GPUS=N             processes to launch (default: all visible GPUs, or 1 without a GPU)
-#   ACCELERATE_CONFIG=F    accelerate config, e.g. configs/accelerate/zero3.yaml (default: configs/accelerate/ddp.yaml
-#                          when N > 1; none for one process)
+#   ACCELERATE_CONFIG=F    accelerate config, e.g. configs/accelerate/zero3.yaml (default: the checkout's
+#                          configs/accelerate/ddp.yaml when N > 1; none for one process)
 #   NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT   several nodes (same command on each)
-#   VENV=DIR               the virtual environment to run in (default .venv; .venv-vllm for vLLM on CPU)
+#   VENV=DIR               the virtual environment to run in (default: the checkout's .venv; .venv-vllm for vLLM on
+#                          CPU)
 # A config that names `tiny_model:` (tokenizer folder and sizes) gets its model built by `grounding-rl tiny-model`
-# when model_name_or_path is missing. Paths in configs are relative to the repository root.
+# when model_name_or_path is missing.
+# The script stays in the caller's folder: CONFIG and the paths inside it (train_file, model_name_or_path, output_dir)
+# are relative to the working directory, as for `grounding-rl train`. The recipes in configs/ name theirs relative to
+# the repository root, so run them from there (or override the paths); the package and .venv are found beside the
+# script.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT"
-VENV="${VENV:-.venv}"
+VENV="${VENV:-$ROOT/.venv}"
 if [ -x "$VENV/bin/python" ]; then PY="$(cd "$VENV" && pwd)/bin/python"; else PY="${PYTHON:-python}"; fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's package, wherever the script is run from
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 
-CONFIG="configs/demo_grpo.yaml"
+DEMO_CONFIG="$(cd "$ROOT/configs" && pwd -P)/demo_grpo.yaml"
+CONFIG="$DEMO_CONFIG"
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then CONFIG="$1"; shift; fi
-[ -f "$CONFIG" ] || { echo "train.sh: no such config: $CONFIG" >&2; exit 2; }
+[ -f "$CONFIG" ] || { echo "train.sh: no such config: $CONFIG (relative paths start in $PWD)" >&2; exit 2; }
 
 "$PY" -m grounding_rl.cli tiny-model --from-config "$CONFIG" "$@"
-if [ "$CONFIG" = "configs/demo_grpo.yaml" ]; then  # the demo's GRPO starts from its SFT warm start: make what is missing
+if [ "$(cd "$(dirname "$CONFIG")" && pwd -P)/$(basename "$CONFIG")" = "$DEMO_CONFIG" ]; then
+  # the demo's GRPO starts from its SFT warm start: make what is missing (its paths, like the config's, start here)
   [ -f data/demo/train.jsonl ] || "$PY" -m grounding_rl.cli demo-data --out data/demo
   if [ ! -f outputs/demo-sft/config.json ]; then
-    "$PY" -m grounding_rl.cli tiny-model --from-config configs/demo_sft.yaml
-    "$PY" -m grounding_rl.cli sft --config configs/demo_sft.yaml --output_dir outputs/demo-sft
+    "$PY" -m grounding_rl.cli tiny-model --from-config "$ROOT/configs/demo_sft.yaml"
+    "$PY" -m grounding_rl.cli sft --config "$ROOT/configs/demo_sft.yaml" --output_dir outputs/demo-sft
   fi
 fi
 
@@ -40,7 +47,7 @@ NUM_MACHINES="${NUM_MACHINES:-1}"
 if [ "$NUM_GPUS" -le 1 ] && [ "$NUM_MACHINES" -le 1 ] && [ -z "${ACCELERATE_CONFIG:-}" ]; then
   exec "$PY" -m grounding_rl.cli train --config "$CONFIG" "$@"
 fi
-LAUNCH=("$PY" -m accelerate.commands.launch --config_file "${ACCELERATE_CONFIG:-configs/accelerate/ddp.yaml}"
+LAUNCH=("$PY" -m accelerate.commands.launch --config_file "${ACCELERATE_CONFIG:-$ROOT/configs/accelerate/ddp.yaml}"
         --num_processes "$NUM_GPUS" --num_machines "$NUM_MACHINES")
 if [ "$NUM_MACHINES" -gt 1 ]; then
   LAUNCH+=(--machine_rank "${MACHINE_RANK:?set MACHINE_RANK}" --main_process_ip "${MAIN_PROCESS_IP:?set MAIN_PROCESS_IP}"

@@ -13,9 +13,45 @@ from grounding_rl.errors import UserError
 from grounding_rl.paths import REPO_ROOT, shared_dir
 
 
+def broken_checkpoints(d: Path, model: Path) -> None:
+    """Copies of the tiny model in ``d``: ``ckpt_missing_shard`` (its weights split into two shards with an index,
+    the second shard deleted), ``ckpt_truncated`` (model.safetensors cut short) and ``ckpt_shapes`` (config.json
+    asks for a wider MLP than the weights hold)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    for name in ("ckpt_missing_shard", "ckpt_truncated", "ckpt_shapes"):
+        shutil.copytree(model, d / name)
+    sharded = d / "ckpt_missing_shard"
+    weights = load_file(sharded / "model.safetensors")
+    (sharded / "model.safetensors").unlink()
+    keys = sorted(weights)
+    halves = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2],
+              "model-00002-of-00002.safetensors": keys[len(keys) // 2:]}
+    for shard, names in halves.items():
+        save_file({k: weights[k] for k in names}, sharded / shard, metadata={"format": "pt"})
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: shard for shard, names in halves.items() for k in names}}))
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    truncated = d / "ckpt_truncated" / "model.safetensors"
+    truncated.write_bytes(truncated.read_bytes()[:-1000])
+    config = json.loads((d / "ckpt_shapes" / "config.json").read_text())
+    config["text_config"]["intermediate_size"] *= 2
+    (d / "ckpt_shapes" / "config.json").write_text(json.dumps(config))
+
+
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def files(tmp_path_factory, tiny_model_dir):
     d = tmp_path_factory.mktemp("bad")
+    (d / "tiny").symlink_to(tiny_model_dir)
+    broken_checkpoints(d, tiny_model_dir)
+    (d / "dup.yaml").write_text("train_file: t.jsonl\nmodel_name_or_path: m\nlearning_rate: 1.0e-5\nseed: 1\n"
+                                "learning_rate: 2.0e-5\n")
+    (d / "dup_bench.yaml").write_text((REPO_ROOT / "evaluation" / "charades_sta_test.yaml").read_text()
+                                      + "\nformat: charades_sta\n")
+    (d / "dup_qids.jsonl").write_text("".join(json.dumps({"video": "v.mp4", "query": "q", "start": 1, "end": 2,
+                                                          "duration": 5, "qid": q}) + "\n" for q in "aba"))
     (d / "typo.yaml").write_text("train_file: t.jsonl\nmodel_name_or_path: m\nlearnig_rate: 1.0e-5\n")
     (d / "list.yaml").write_text("- a\n- b\n")
     (d / "broken.yaml").write_text("train_file: [unclosed\n")
@@ -36,6 +72,20 @@ def shared(*parts):
     if root is None:
         pytest.skip("../shared is not available")
     return str(root.joinpath(*parts))
+
+
+TRAIN = ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml")]
+SFT = ["sft", "--config", str(REPO_ROOT / "configs" / "demo_sft.yaml")]
+
+
+def EVAL(d, model=None):  # noqa: N802 - reads as the command it builds
+    return ["eval", "--model", str(d / model if model else d), "--data", shared("data", "videos", "annotations.jsonl"),
+            "--out", str(d / f"ev_{model}")]
+
+
+def INFER(d, model=None):  # noqa: N802
+    return ["infer", "--model", str(d / model if model else d), "--video",
+            shared("data", "videos", "mmaction2_eye_makeup.avi"), "--query", "someone", "--max-frames", "4"]
 
 
 CASES = {
@@ -89,6 +139,80 @@ CASES = {
     "eval: --out under a file (before the model loads)": (
         lambda d: ["eval", "--model", str(d), "--data", shared("data", "videos", "annotations.jsonl"), "--out",
                    str(d / "a_file" / "ev")], ["a_file"]),
+    # numeric flags: one line before any model loads (the upper bound once the model's config.json is read)
+    "eval: --max-new-tokens 0 (was run with 256)": (
+        lambda d: [*EVAL(d), "--max-new-tokens", "0"], ["--max-new-tokens must be ≥ 1 (got 0)"]),
+    "eval: --max-new-tokens -5": (lambda d: [*EVAL(d), "--max-new-tokens", "-5"], ["--max-new-tokens must be ≥ 1"]),
+    "eval: --max-new-tokens past the model's context": (
+        lambda d: [*EVAL(d, "tiny"), "--max-new-tokens", "1000000000"],
+        ["--max-new-tokens must be ≤ 32768 (the context of", "max_position_embeddings", "(got 1000000000)"]),
+    "eval: --batch-size 0": (lambda d: [*EVAL(d), "--batch-size", "0"], ["--batch-size must be ≥ 1 (got 0)"]),
+    "eval: --fps 0": (lambda d: [*EVAL(d), "--fps", "0"], ["--fps must be > 0 (got 0.0)"]),
+    "eval: --max-pixels -1": (lambda d: [*EVAL(d), "--max-pixels", "-1"], ["--max-pixels must be > 0"]),
+    "eval: --max-missing-fraction 2": (lambda d: [*EVAL(d), "--max-missing-fraction", "2"],
+                                       ["--max-missing-fraction must be ≤ 1.0 (got 2.0)"]),
+    "eval: --seed -1": (lambda d: [*EVAL(d), "--seed", "-1"], ["--seed must be ≥ 0"]),
+    "difficulty: --batch-size 0": (
+        lambda d: ["difficulty", "--model", str(d), "--data", shared("data", "videos", "annotations.jsonl"),
+                   "--out", str(d / "scored.jsonl"), "--batch-size", "0"], ["--batch-size must be ≥ 1"]),
+    "infer: --max-new-tokens 0": (lambda d: [*INFER(d), "--max-new-tokens", "0"],
+                                  ["--max-new-tokens must be ≥ 1 (got 0)"]),
+    "infer: --max-new-tokens -5": (lambda d: [*INFER(d), "--max-new-tokens", "-5"], ["--max-new-tokens must be ≥ 1"]),
+    "infer: --max-new-tokens past the model's context": (
+        lambda d: [*INFER(d, "tiny"), "--max-new-tokens", "1000000000"], ["--max-new-tokens must be ≤ 32768"]),
+    "infer: --batch-size 0": (lambda d: [*INFER(d), "--batch-size", "0"], ["--batch-size must be ≥ 1"]),
+    "infer: --max-frames 0": (lambda d: [*INFER(d), "--max-frames", "0"], ["--max-frames must be > 0"]),
+    "infer: empty --query": (lambda d: ["infer", "--model", str(d), "--video", str(d / "a_file"), "--query", ""],
+                             ["--query 1 of 1 is empty"]),
+    "infer: whitespace --query": (
+        lambda d: [*INFER(d), "--query", " \t"], ["--query 2 of 2 is only whitespace"]),
+    "train: per_device_train_batch_size 0": (
+        lambda d: [*TRAIN, "--per_device_train_batch_size", "0"], ["per_device_train_batch_size must be ≥ 1"]),
+    "train: max_completion_length 0": (lambda d: [*TRAIN, "--max_completion_length", "0"],
+                                       ["max_completion_length must be ≥ 1 (got 0)"]),
+    "train: max_completion_length past the model's context": (
+        lambda d: [*TRAIN, "--model_name_or_path", str(d / "tiny"), "--max_completion_length", "1000000000"],
+        ["demo_grpo.yaml: max_completion_length must be ≤ 31744", "32768 tokens", "max_prompt_length 1024"]),
+    "train: video_fps 0": (lambda d: [*TRAIN, "--video_fps", "0"], ["video_fps must be > 0"]),
+    "train: max_missing_fraction 2": (lambda d: [*TRAIN, "--max_missing_fraction", "2"],
+                                      ["demo_grpo.yaml: max_missing_fraction must be ≤ 1.0"]),
+    "sft: video_min_pixels 0": (lambda d: [*SFT, "--video_min_pixels", "0"], ["video_min_pixels must be ≥ 1"]),
+    "sft: gradient_accumulation_steps 0": (lambda d: [*SFT, "--gradient_accumulation_steps", "0"],
+                                           ["gradient_accumulation_steps must be ≥ 1"]),
+    "sft: seed -1": (lambda d: [*SFT, "--seed", "-1"], ["seed must be in [0, 2**32 - 1]"]),
+    "prepare: --max-missing-fraction -1": (
+        lambda d: ["prepare", "--format", "jsonl", "--annotations", str(d / "gt.jsonl"), "--out", str(d / "o.jsonl"),
+                   "--max-missing-fraction", "-1"], ["--max-missing-fraction must be ≥ 0.0"]),
+    # a key written twice in a YAML: the file, the key and both lines
+    "train: YAML key written twice": (lambda d: ["train", "--config", str(d / "dup.yaml")],
+                                      ["dup.yaml: key 'learning_rate' is written twice (lines 3 and 5)"]),
+    "eval: benchmark YAML key written twice": (
+        lambda d: [*EVAL(d), "--benchmark", str(d / "dup_bench.yaml")], ["dup_bench.yaml: key 'format' is written"]),
+    # broken checkpoints: the file, no traceback (a missing shard and a truncated file before transformers reads them)
+    "eval: checkpoint missing a shard": (
+        lambda d: [*EVAL(d, "ckpt_missing_shard"), "--limit", "1"],
+        ["ckpt_missing_shard/model-00002-of-00002.safetensors: no such shard", "model.safetensors.index.json"]),
+    "infer: truncated safetensors file": (
+        lambda d: INFER(d, "ckpt_truncated"),
+        ["ckpt_truncated/model.safetensors: not a readable safetensors file", "truncated"]),
+    "eval: weights of the wrong shapes": (
+        lambda d: [*EVAL(d, "ckpt_shapes"), "--limit", "1"],
+        ["ckpt_shapes/model.safetensors: the weights do not fit the shapes of its config.json", ".mlp.",
+         "_proj.weight: ckpt: torch.Size(", "vs model:torch.Size("]),
+    # the other entry points
+    "compare: missing path": (lambda d: ["compare", f"a={d / 'nope.json'}"], ["nope.json: no metrics.json"]),
+    "compare: not NAME=PATH": (lambda d: ["compare", str(d / "gt.jsonl")], ["expected NAME=PATH"]),
+    "baseline: empty train file": (
+        lambda d: ["baseline", "--train", str(d / "pred_empty.jsonl"), "--data", str(d / "gt.jsonl"), "--out",
+                   str(d / "b.jsonl")], ["pred_empty.jsonl: no samples"]),
+    "baseline: missing data file": (
+        lambda d: ["baseline", "--train", str(d / "gt.jsonl"), "--data", str(d / "nope.jsonl"), "--out",
+                   str(d / "b.jsonl")], ["nope.jsonl"]),
+    "prepare: duplicate qids": (
+        lambda d: ["prepare", "--format", "jsonl", "--annotations", str(d / "dup_qids.jsonl"), "--out",
+                   str(d / "o.jsonl")], ["dup_qids.jsonl: qid 'a' of query 3 repeats query 1's"]),
+    "fits: --gpu-memory 0": (lambda d: ["fits", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--gpu-memory", "0"],
+                             ["--gpu-memory must be > 0"]),
     "merge-lora: not an adapter": (
         lambda d: ["merge-lora", "--adapter", str(d / "folder"), "--out", str(d / "merged")],
         ["folder: no adapter_config.json"]),
@@ -101,12 +225,15 @@ def test_a_user_mistake_is_one_line_and_exit_2(name, files, capsys):
     argv = make_argv(files)
     assert cli(argv) == 2
     err = capsys.readouterr().err
-    lines = err.strip().splitlines()
+    # transformers' own progress bar of a model that began to load is not an error line
+    lines = [line for line in err.strip().splitlines() if not line.startswith("Loading weights")]
     assert len(lines) == 1, err
     assert lines[0].startswith(f"grounding-rl {argv[0]}: error: ") and "Traceback" not in err
     for text in expected:
         assert text in lines[0], lines[0]
     assert len(lines[0]) < 400
+    if argv[0] == "eval" and "--model" in argv and "ckpt_" not in argv[argv.index("--model") + 1]:
+        assert not (files / f"ev_{Path(argv[argv.index('--model') + 1]).name}" / "predictions.jsonl").exists()
 
 
 def test_debug_shows_the_traceback(files, monkeypatch):
@@ -199,3 +326,27 @@ def test_script_usage_texts_are_clean():
         assert proc.returncode == 2, script
         assert proc.stderr.lstrip().startswith("Evaluate a checkpoint" if script == "eval.sh" else "Ask when")
         assert "set -euo" not in proc.stderr and "#" not in proc.stderr.splitlines()[0], proc.stderr
+
+
+def test_yaml_keys_written_twice_and_merge_keys(tmp_path):
+    """A repeated key is refused at any depth, naming both lines; a key brought in by a merge may be overridden."""
+    from grounding_rl.yaml_files import DuplicateKeyError, load_yaml_text
+
+    assert load_yaml_text("base: &b {k: 1, j: 2}\nrun:\n  <<: *b\n  k: 3\n") == {"base": {"k": 1, "j": 2},
+                                                                                "run": {"k": 3, "j": 2}}
+    assert load_yaml_text("a: 1\n'1': x\n1: y\n") == {"a": 1, "1": "x", 1: "y"}  # a string and an int differ
+    with pytest.raises(DuplicateKeyError, match=r"f.yaml: key 'lr' is written twice \(lines 3 and 4\)"):
+        load_yaml_text("top:\n  a: 1\n  lr: 1\n  lr: 2\n", "f.yaml")
+
+
+def test_context_length_comes_from_config_json(tmp_path, qwen_processor_dir, qwen3_processor_dir):
+    """Qwen2.5-VL names its context at the top level, Qwen3-VL in text_config; a LoRA folder reads its base's; a
+    folder without a config gets the stated constant."""
+    from grounding_rl.models.loading import DEFAULT_CONTEXT_TOKENS, context_length
+
+    assert context_length(str(qwen_processor_dir))[0] == 128000
+    assert context_length(str(qwen3_processor_dir))[0] == 262144
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(qwen3_processor_dir)}))
+    assert context_length(str(tmp_path))[0] == 262144
+    tokens, source = context_length(str(tmp_path / "absent"))
+    assert tokens == DEFAULT_CONTEXT_TOKENS == 32768 and "has no readable config.json" in source

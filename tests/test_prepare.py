@@ -14,7 +14,8 @@ def test_prepare_shared_clips_keeps_durations(tmp_path, videos_dir, capsys):
     source = videos_dir / "annotations.jsonl"
     assert cli_main(["prepare", "--format", "jsonl", "--annotations", str(source), "--video-root", str(videos_dir),
                      "--out", str(out)]) == 0
-    assert _last_json(capsys) == {"kept": 15, "dropped": 0, "clamped": 0, "missing_videos": 0}
+    assert _last_json(capsys) == {"kept": 15, "dropped": 0, "clamped": 0, "missing_videos": 0,
+                                 "unreadable_videos": 0}
     given = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [w["duration"] for w in written] == [g["duration"] for g in given]  # kept, not re-probed
@@ -30,7 +31,10 @@ def test_prepare_charades_test_counts(tmp_path, benchmarks_dir, capsys):
     txt = benchmarks_dir / "charades_sta/charades_sta_test.txt"
     assert main(["--format", "charades_sta", "--annotations", str(txt),
                  "--durations", str(benchmarks_dir / "charades_sta/charades.json"), "--out", str(out)]) == 0
-    assert _last_json(capsys) == {"kept": 3720, "dropped": 0, "clamped": 562, "missing_videos": 0}
+    out_err = capsys.readouterr()
+    assert json.loads(out_err.out.strip().splitlines()[-1]) == {"kept": 3720, "dropped": 0, "clamped": 562,
+                                                               "missing_videos": None, "unreadable_videos": None}
+    assert "videos not checked (give --video-root" in out_err.err
     lines = out.read_text().splitlines()
     assert len(lines) == 3720
     assert json.loads(lines[0])["qid"] == "charades_sta:3MSZA#0"
@@ -47,8 +51,9 @@ def test_prepare_counts_missing_videos_and_writes_relative_paths(tmp_path, capsy
     out = root / "prepared.jsonl"
     assert main(["--format", "charades_sta", "--annotations", str(ann), "--durations", str(durations),
                  "--video-root", str(root), "--out", str(out), "--max-missing-fraction", "1.0"]) == 0
-    # BBB and CCC are missing (distinct videos of kept samples); BBB's end 2.0 is clamped to 1.5
-    assert _last_json(capsys) == {"kept": 4, "dropped": 1, "clamped": 1, "missing_videos": 2}
+    # BBB and CCC are missing (distinct videos of kept samples), AAA (0 bytes) unreadable; BBB's end 2.0 is clamped
+    # to 1.5
+    assert _last_json(capsys) == {"kept": 4, "dropped": 1, "clamped": 1, "missing_videos": 2, "unreadable_videos": 1}
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [w["video"] for w in written] == ["AAA.mp4", "AAA.mp4", "BBB.mp4", "CCC.mp4"]  # inside the out folder
     assert written[2]["end"] == 1.5
@@ -73,9 +78,57 @@ def test_prepare_on_its_own_output_keeps_every_line(tmp_path, capsys):
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     assert main(["--format", "charades_sta", "--annotations", str(ann), "--durations", str(durations), "--out",
                  str(first)]) == 0
-    assert _last_json(capsys) == {"kept": 4, "dropped": 0, "clamped": 3, "missing_videos": 0}
+    assert _last_json(capsys) == {"kept": 4, "dropped": 0, "clamped": 3, "missing_videos": None,
+                                  "unreadable_videos": None}
     assert main(["--format", "jsonl", "--annotations", str(first), "--out", str(second)]) == 0
-    assert _last_json(capsys) == {"kept": 4, "dropped": 0, "clamped": 0, "missing_videos": 0}
+    assert _last_json(capsys) == {"kept": 4, "dropped": 0, "clamped": 0, "missing_videos": None,
+                                  "unreadable_videos": None}
     assert second.read_text() == first.read_text()
     rows = [json.loads(line) for line in first.read_text().splitlines()]
     assert [(r["start"], r["end"]) for r in rows] == [(1.0, 2.0), (10.0, 10.0), (0.0, 0.0), (8.0, 10.0)]
+
+
+def test_prepare_opens_each_video_once_and_counts_unreadable_apart(tmp_path, videos_dir, capsys, caplog,
+                                                                   monkeypatch):
+    """--video-root: a real clip reads, a file of garbage is unreadable (counted apart from the missing one, listed
+    on stderr), each distinct video is opened once; above --max-missing-fraction the two together stop prepare."""
+    import shutil
+
+    import grounding_rl.data.probe as probe
+
+    root = tmp_path / "videos"
+    root.mkdir()
+    shutil.copy(videos_dir / "mmaction2_eye_makeup.avi", root / "good.avi")
+    (root / "broken.mp4").write_bytes(b"not a video" * 100)
+    rows = [{"video": name, "query": "q", "start": 1.0, "end": 2.0, "duration": 5.0, "qid": f"{name}{i}"}
+            for name in ("good.avi", "broken.mp4", "absent.mp4") for i in range(2)]
+    ann = tmp_path / "ann.jsonl"
+    ann.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    opened = []
+    real = probe._probe_decord
+    monkeypatch.setattr(probe, "_probe_decord", lambda path: opened.append(path) or real(path))
+    probe._probe.cache_clear()
+    base = ["prepare", "--format", "jsonl", "--annotations", str(ann), "--video-root", str(root), "--out",
+            str(tmp_path / "o.jsonl")]
+    assert cli_main([*base, "--max-missing-fraction", "1.0"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1]) == {"kept": 6, "dropped": 0, "clamped": 0,
+                                                                 "missing_videos": 1, "unreadable_videos": 1}
+    assert sorted(opened) == [str(root / "broken.mp4"), str(root / "good.avi")]  # once each, the absent one never
+    assert "1 of 3 videos are unreadable under" in caplog.text and "broken.mp4" in caplog.text
+    # missing alone (1 of 3) passes 0.4; missing or unreadable (2 of 3) does not
+    assert cli_main([*base, "--max-missing-fraction", "0.4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "missing or unreadable under" in err and "2 of 3 videos" in err
+
+
+def test_prepare_refuses_a_repeated_qid(tmp_path, capsys):
+    rows = [{"video": "v.mp4", "query": q, "start": 1.0, "end": 2.0, "duration": 5.0, "qid": qid}
+            for q, qid in (("a", "x"), ("b", "y"), ("c", "x"))]
+    ann = tmp_path / "ann.jsonl"
+    ann.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o.jsonl"
+    assert cli_main(["prepare", "--format", "jsonl", "--annotations", str(ann), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "qid 'x' of query 3 repeats query 1's" in err and "ann.jsonl" in err
+    assert not out.exists()

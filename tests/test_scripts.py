@@ -26,9 +26,11 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared, fa
     model_dir, out = tmp_path / "tiny", tmp_path / "run"
     env = {**os.environ, "PYTHON": sys.executable, "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1",
            "GROUNDING_RL_SHARED": str(shared)}
+    # the config and the output folder relative to the caller's folder: the script does not change folder
+    (tmp_path / "recipe.yaml").write_text((REPO_ROOT / config_file).read_text())
     proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "train.sh"), config_file, "--max_steps", "2",
-         "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--logging_steps", "1",
+        ["bash", str(REPO_ROOT / "scripts" / "train.sh"), "recipe.yaml", "--max_steps", "2",
+         "--model_name_or_path", str(model_dir), "--output_dir", "run", "--logging_steps", "1",
          "--frame_cache_dir", str(tmp_path / "cache")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -51,6 +53,22 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared, fa
                             str(REPO_ROOT / config_file), "--model_name_or_path",
                             str(model_dir)], capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 0 and "building" not in again.stdout
+
+
+def test_scripts_keep_the_callers_folder(tmp_path):
+    """A relative config means the caller's folder (a name that exists only under the repository root is refused,
+    exit 2); only the scripts that work on the checkout itself (setup, tests, wheels) change folder."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "train.sh"), "configs/demo_grpo.yaml"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "train.sh: no such config: configs/demo_grpo.yaml" in proc.stderr, proc.stderr
+    assert f"relative paths start in {tmp_path}" in proc.stderr
+    for script in sorted((REPO_ROOT / "scripts").glob("*.sh")):
+        lines = [line for line in script.read_text().splitlines() if line.lstrip().startswith("cd ")]
+        if script.name in ("setup.sh", "test.sh", "setup_vllm_cpu.sh", "fetch_gpu_wheels.sh"):  # work on the checkout
+            assert lines and "repository root" in lines[0], script.name
+        else:
+            assert not lines, f"{script.name} changes folder: {lines}"
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grounding_rl.errors import UserError, reading
+from grounding_rl.errors import UserError
 from grounding_rl.paths import resolve_config_path, resolve_model_path
 
 logger = logging.getLogger("grounding_rl.cli")
@@ -86,18 +86,14 @@ def _read_config(path: str) -> tuple[dict, list[str]]:
     """The YAML mapping of a config file and its lines (for naming a key's line).
 
     Raises:
-        UserError: the file is not UTF-8, not valid YAML (with the line) or not a mapping.
+        UserError: the file is not UTF-8, not valid YAML (with the line), repeats a key (the key and both lines,
+            :func:`grounding_rl.yaml_files.load_yaml`) or is not a mapping.
     """
-    import yaml
+    from grounding_rl.yaml_files import load_yaml
 
-    with reading(path), open(path, encoding="utf-8-sig") as handle:
+    data = load_yaml(path)
+    with open(path, encoding="utf-8-sig") as handle:
         text = handle.read()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else path
-        raise UserError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -156,8 +152,9 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         prog: program name for ``--help``.
 
     Raises:
-        UserError: a missing ``--config`` path or file, a config that is not a YAML mapping, an unknown key (file,
-            line and the closest known key), an invalid value (the config's own validation, naming the file), no
+        UserError: a missing ``--config`` path or file, a config that is not a YAML mapping, a key written twice
+            (file, key and both lines), an unknown key (file, line and the closest known key), an invalid value (the
+            config's own validation, naming the file; numbers out of range, :func:`_check_numbers`), no
             ``train_file`` or no ``model_name_or_path``.
     """
     from trl import ModelConfig, TrlParser
@@ -188,7 +185,38 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
     model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
+    _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
+
+
+def _check_numbers(script_args, training_args, model_args, where: str) -> None:
+    """The numbers the dataclasses' own validation leaves: the script arguments' (``max_train_samples`` ≥ 1,
+    ``frame_cache_gb`` > 0, ``max_missing_fraction`` in [0, 1]) and the generation length against the model's
+    context (:func:`grounding_rl.models.loading.context_length`, from ``config.json``, before any weights load):
+    ``max_prompt_length`` + ``max_completion_length`` ≤ ``max_position_embeddings``.
+
+    Raises:
+        UserError: one line naming ``where`` (the config file), the key and the value.
+    """
+    from grounding_rl.errors import check_number
+
+    def check(key, value, **bounds):
+        try:
+            check_number(key, value, **bounds)
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
+
+    check("max_train_samples", script_args.max_train_samples, minimum=1)
+    check("frame_cache_gb", script_args.frame_cache_gb, above=0)
+    check("max_missing_fraction", script_args.max_missing_fraction, minimum=0.0, maximum=1.0)
+    completion = getattr(training_args, "max_completion_length", None)
+    if completion is not None:
+        from grounding_rl.models.loading import context_length
+
+        tokens, source = context_length(model_args.model_name_or_path, model_args.model_revision)
+        prompt = training_args.max_prompt_length or 0
+        check("max_completion_length", completion, maximum=tokens - prompt,
+              bound=f"{tokens} tokens, {source}, less max_prompt_length {prompt}")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

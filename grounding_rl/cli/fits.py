@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from grounding_rl.errors import UserError
+from grounding_rl.errors import UserError, check_number
 from grounding_rl.paths import REPO_ROOT, shared_dir
 
 GIB = 2**30
@@ -147,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.gpus < 1 or args.nodes < 1 or args.gpus % args.nodes:
         raise UserError(f"--gpus {args.gpus} must be a positive multiple of --nodes {args.nodes}")
+    check_number("--gpu-memory", args.gpu_memory, above=0)
+    check_number("--video-seconds", args.video_seconds, above=0)
+    if min(args.frame_size) < 1:
+        raise UserError(f"--frame-size must be positive (got {args.frame_size[0]}x{args.frame_size[1]})")
     configs = [Path(p) for p in args.accelerate_config] if args.accelerate_config else sorted(
         (REPO_ROOT / "configs" / "accelerate").glob("*.yaml"))
     for path in configs:

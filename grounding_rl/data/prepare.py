@@ -4,9 +4,16 @@
 
 Reads with the reader ``NAME`` of :data:`grounding_rl.data.readers.READERS`, applies the one validation policy
 (:func:`grounding_rl.data.samples.validate`), writes ``OUT.jsonl`` atomically and prints, as the last stdout line,
-``{"kept", "dropped", "clamped", "missing_videos"}``. ``missing_videos`` is the number of distinct video files of the
-kept samples that do not exist; it is checked only with ``--video-root`` (else 0). Video paths are written relative
-to the output's folder when the video lies inside it, else absolute.
+``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos"}``. With ``--video-root`` the distinct videos
+of the kept samples are checked: ``missing_videos`` counts those that are not files, ``unreadable_videos`` those that
+exist but whose duration cannot be read (each opened once with :func:`grounding_rl.data.probe.probe_duration`, a tqdm
+bar on a terminal); both are listed on stderr (the first few) and held against ``--max-missing-fraction``. Without
+``--video-root`` nothing is checked: both are ``null`` and stderr says "not checked". Video paths are written
+relative to the output's folder when the video lies inside it, else absolute.
+
+Every qid must be unique (``eval`` resumes and merges predictions by qid): the readers make them unique
+(``<format>:<video id>#<index>``) except where the file gives its own (``jsonl``, ``time_r1``), and a repeated one is
+refused, naming the qid and both queries.
 """
 from __future__ import annotations
 
@@ -19,10 +26,10 @@ import sys
 from tqdm import tqdm
 
 from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION, check_fraction, missing_videos
-from grounding_rl.data.probe import VideoProbeError
+from grounding_rl.data.probe import VideoProbeError, probe_duration
 from grounding_rl.data.readers import READERS, count_several_spans, read_annotations
 from grounding_rl.data.samples import Sample, validate, write_jsonl
-from grounding_rl.errors import UserError
+from grounding_rl.errors import UserError, check_number
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "'length' columns; used where the annotations have none")
     parser.add_argument("--video-root", default=None,
                         help="folder of the videos (relative video paths resolve here; default: the annotation "
-                             "file's folder); also turns on the missing-video check")
+                             "file's folder); also turns on the check for missing and unreadable videos")
     parser.add_argument("--out", required=True, help="output canonical JSONL (written atomically)")
     parser.add_argument("--max-missing-fraction", type=float, default=DEFAULT_MAX_MISSING_FRACTION,
-                        help="with --video-root: fail when more than this share of the videos is missing (1.0: never)")
+                        help="with --video-root: fail when more than this share of the videos is missing or unreadable "
+                             "(1.0: never)")
     return parser
 
 
@@ -51,6 +59,35 @@ def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
     if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
         return sample
     return Sample(rel, sample.query, sample.start, sample.end, sample.duration, sample.qid, sample.source)
+
+
+def _unique_qids(samples, annotations: str):
+    """``samples`` as they come, refusing a qid seen before.
+
+    Raises:
+        UserError: ``"FILE: qid 'x' of query 7 repeats query 3's (queries counted in file order) ..."``.
+    """
+    first: dict[str, int] = {}
+    for number, sample in enumerate(samples, 1):
+        earlier = first.setdefault(sample.qid, number)
+        if earlier != number:
+            raise UserError(f"{annotations}: qid {sample.qid!r} of query {number} repeats query {earlier}'s (queries "
+                            "counted in file order); give each query its own qid (eval resumes and merges by qid)")
+        yield sample
+
+
+def unreadable_videos(videos: list[str], progress: bool = True) -> list[str]:
+    """The videos of ``videos`` (existing files) whose duration cannot be read: each is opened once with
+    :func:`grounding_rl.data.probe.probe_duration` (decord, then PyAV), the check training's clips also pass.
+    Returns them in the given order."""
+    broken = []
+    for video in tqdm(videos, desc="prepare: opening videos", unit=" videos", disable=None if progress else True,
+                      file=sys.stderr):
+        try:
+            probe_duration(video)
+        except VideoProbeError:
+            broken.append(video)
+    return broken
 
 
 def prepare(format_name: str, annotations: str, out: str, *, durations: str | None = None,
@@ -63,40 +100,45 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
         annotations: annotation file.
         out: output JSONL path.
         durations: optional durations file (Charades json or csv).
-        video_root: optional video folder; when given, missing videos are counted.
+        video_root: optional video folder; when given, missing and unreadable videos are counted.
         progress: show a tqdm bar (stderr).
-        max_missing_fraction: with ``video_root``, fail when a larger share of the distinct videos is missing
-            (:func:`grounding_rl.data.missing.check_fraction`).
+        max_missing_fraction: with ``video_root``, fail when a larger share of the distinct videos is missing, or
+            missing or unreadable (:func:`grounding_rl.data.missing.check_fraction`).
     Returns:
-        ``{"kept", "dropped", "clamped", "missing_videos"}``; for ``timelens`` also ``"several_spans"``, the queries
+        ``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos"}`` (the last two None without
+        ``video_root``: not checked); for ``timelens`` also ``"several_spans"``, the queries
         listing more than one span (scored against the first:
         :func:`grounding_rl.data.readers.read_timelens`).
     Raises:
         KeyError, FileNotFoundError, AnnotationError, VideoProbeError: see
         :func:`grounding_rl.data.readers.read_annotations`.
-        UserError: no line of the input is usable, or more than ``max_missing_fraction`` of the videos are missing
-            (nothing is written).
+        UserError: no line of the input is usable, a qid repeats (naming it and both queries), or more than
+            ``max_missing_fraction`` of the videos are missing or unreadable (nothing is written).
     """
     stream = read_annotations(format_name, annotations, video_root=video_root, durations=durations)
     # no bar when stderr is not a terminal (disable=None), so a log or a test sees only messages
-    bar = tqdm(stream, desc=f"prepare {format_name}", unit=" queries", disable=None if progress else True,
-               file=sys.stderr)
+    bar = tqdm(_unique_qids(stream, annotations), desc=f"prepare {format_name}", unit=" queries",
+               disable=None if progress else True, file=sys.stderr)
     kept, counts = validate(bar)
     if not kept:
         raise UserError(f"{annotations}: no usable line ({counts['dropped']} dropped by the validation policy, "
                         f"{format_name} format); nothing written to {out}")
-    missing = 0
+    missing = unreadable = None
     if video_root is not None:
         absent, total = missing_videos(sample.video for sample in kept)
         check_fraction(absent, total, max_missing_fraction, f"{annotations}: missing under {video_root}:",
                        "check --video-root")
-        missing = len(absent)
-        if absent:
-            logger.warning("%d of %d videos are missing under %s, e.g. %s", missing, total, video_root,
-                           ", ".join(absent[:3]))
+        broken = unreadable_videos(sorted({s.video for s in kept} - set(absent)), progress)
+        check_fraction(absent + broken, total, max_missing_fraction,
+                       f"{annotations}: missing or unreadable under {video_root}:", "check the videos")
+        missing, unreadable = len(absent), len(broken)
+        for what, videos in (("missing", absent), ("unreadable", broken)):
+            if videos:
+                logger.warning("%d of %d videos are %s under %s, e.g. %s", len(videos), total, what, video_root,
+                               ", ".join(videos[:3]))
     out_dir = os.path.dirname(os.path.abspath(out))
     write_jsonl(out, (_relative_to_out(sample, out_dir) for sample in kept))
-    counts = {**counts, "missing_videos": missing}
+    counts = {**counts, "missing_videos": missing, "unreadable_videos": unreadable}
     if format_name == "timelens":
         counts["several_spans"] = count_several_spans(annotations)["several_spans"]
     return counts
@@ -112,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    check_number("--max-missing-fraction", args.max_missing_fraction, minimum=0.0, maximum=1.0)
     if os.path.isdir(args.out):
         raise UserError(f"{args.out}: --out is a folder; give the path of the .jsonl file to write")
     try:
@@ -119,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                          video_root=args.video_root, max_missing_fraction=args.max_missing_fraction)
     except (KeyError, VideoProbeError) as err:
         raise UserError(err.args[0] if err.args else str(err)) from None
+    if counts["missing_videos"] is None:
+        print("prepare: missing and unreadable videos not checked (give --video-root to check them)", file=sys.stderr)
     print(json.dumps(counts))
     return 0
 

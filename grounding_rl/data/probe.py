@@ -5,6 +5,7 @@ first decoded frame), so a probed duration and the sampler's duration agree on t
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -44,7 +45,8 @@ def _probe_pyav(path: str) -> float:
 def probe_duration(path: str | os.PathLike) -> float:
     """Duration of a video in seconds: number of frames / average frame rate.
 
-    Tries decord first, then PyAV (which counts demuxed packets when the stream has no frame count, and falls back to
+    Each version of a file is probed once per process (cached by path, modification time and size). Tries decord
+    first, then PyAV (which counts demuxed packets when the stream has no frame count, and falls back to
     the container duration).
 
     Args:
@@ -58,6 +60,14 @@ def probe_duration(path: str | os.PathLike) -> float:
     path = str(Path(path))
     if not os.path.isfile(path):
         raise VideoProbeError(f"{path}: video file not found")
+    stat = os.stat(path)
+    return _probe(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(path: str, mtime_ns: int, size: int) -> float:
+    """:func:`probe_duration` of one version of a file (its modification time and size are the cache key, so a
+    reader and ``prepare --video-root`` probe each video once per process; a failure is not cached)."""
     errors = []
     for name, probe in (("decord", _probe_decord), ("pyav", _probe_pyav)):
         try:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from grounding_rl.data.samples import read_jsonl, validate
+from grounding_rl.errors import UserError
 
 
 def mean_normalized_interval(train_file: str | Path) -> tuple[float, float]:
@@ -43,9 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         predictions = baseline_predictions(args.train, args.data)
-    except (OSError, ValueError) as err:
-        print(f"grounding-rl baseline: error: {err}", file=sys.stderr)
-        return 1
+    except ValueError as err:  # a file without a usable sample; a missing file is an OSError naming it
+        raise UserError(str(err)) from None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(p) + "\n" for p in predictions), encoding="utf-8")
     if args.metrics is not None:

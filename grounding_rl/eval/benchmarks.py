@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from grounding_rl.errors import UserError, user_message
 from grounding_rl.paths import DATA_ENV, data_root, resolve_config_path
 
@@ -96,7 +94,7 @@ def _data_file(value, root: Path | None, path: Path) -> str | None:
 
 
 def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_dir: str | None = None) -> Benchmark:
-    """Read a benchmark YAML (``yaml.safe_load``).
+    """Read a benchmark YAML (``yaml.safe_load``, a repeated key refused: :func:`grounding_rl.yaml_files.load_yaml`).
 
     Args:
         path: the YAML file. Its ``annotations`` and ``durations`` are absolute, or relative to the benchmark data
@@ -109,13 +107,16 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_d
         FileNotFoundError: no such file.
         BenchmarkError: missing field, unknown reader format, unknown template/video setting, or a malformed anchor
             (the message names the file).
+        UserError: a key written twice, a file that is not UTF-8 or not valid YAML.
     """
     from grounding_rl.data.readers import READERS  # light: no torch / transformers
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(errno.ENOENT, "benchmark definition not found", str(path))
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    from grounding_rl.yaml_files import load_yaml
+
+    data = load_yaml(path)
     if not isinstance(data, dict):
         raise BenchmarkError(f"{path}: expected a mapping at the top level")
     missing = [key for key in _REQUIRED if data.get(key) is None]
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench = load_benchmark(args.yaml, build_protocol=False, data_root_dir=args.data_root)
         print("\n".join(prepare_args(bench, args.out, args.video_root)))
-    except (FileNotFoundError, BenchmarkError) as err:
+    except (FileNotFoundError, UserError) as err:  # BenchmarkError, a repeated key, a file not UTF-8
         print(f"error: {user_message(err)}", file=sys.stderr)
         return 2
     return 0

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from grounding_rl.errors import UserError
 
 COLUMNS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "format_rate", "n")
 
@@ -20,13 +21,17 @@ def load_metrics(path: str | Path) -> dict:
 
     Raises:
         FileNotFoundError: neither exists (names the path).
+        ValueError: the file is not JSON (names the path).
     """
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no metrics.json")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise ValueError(f"{path}: not a metrics.json ({err})") from None
 
 
 def comparison_table(runs: dict[str, dict]) -> str:
@@ -55,9 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             if not sep:
                 raise ValueError(f"expected NAME=PATH, got {spec!r}")
             runs[name] = load_metrics(path)
-    except (OSError, ValueError) as err:
-        print(f"grounding-rl compare: error: {err}", file=sys.stderr)
-        return 1
+    except (OSError, ValueError) as err:  # a missing path, a file that is not JSON, a run not written NAME=PATH
+        raise UserError(str(err)) from None
     print(comparison_table(runs))
     if args.json_key:
         summary = {}

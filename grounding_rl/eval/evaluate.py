@@ -46,8 +46,9 @@ import torch
 from tqdm import tqdm
 
 from grounding_rl.data.samples import Sample, load_samples
-from grounding_rl.errors import UserError
-from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, describe_config, resolve_config
+from grounding_rl.errors import UserError, check_number
+from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, check_generation_length,
+                                        check_video_flags, describe_config, resolve_config)
 from grounding_rl.models.loading import load_for_inference
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.reward.records import metrics_from_records, prediction_record
@@ -197,6 +198,24 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
     return parser
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The numeric flags of :func:`build_parser` are in range, before anything is read or loaded: ``--max-new-tokens``,
+    ``--batch-size``, ``--limit`` ≥ 1, ``--num-workers`` ≥ 0, ``--frame-cache-gb`` > 0, ``--max-missing-fraction`` in
+    [0, 1], ``--seed`` in [0, 2³² − 1] (numpy's range) and the frame-sampling overrides > 0
+    (:func:`grounding_rl.eval.settings.check_video_flags`). The upper bound of ``--max-new-tokens`` (the model's
+    context) is checked once the model's config is known.
+
+    Raises:
+        UserError: one line naming the flag and the value.
+    """
+    for flag, minimum in (("max_new_tokens", 1), ("batch_size", 1), ("limit", 1), ("num_workers", 0)):
+        check_number("--" + flag.replace("_", "-"), getattr(args, flag, None), minimum=minimum)
+    check_number("--frame-cache-gb", args.frame_cache_gb, above=0)
+    check_number("--max-missing-fraction", args.max_missing_fraction, minimum=0.0, maximum=1.0)
+    check_number("--seed", args.seed, minimum=0, maximum=2**32 - 1)
+    check_video_flags(args)
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -233,11 +252,13 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         on the main process, the ``metrics.json`` object; None on the other ranks.
 
     Raises:
-        ValueError: bad settings, duplicate qids, or an OUTDIR holding predictions made with other settings.
+        UserError: bad settings (a numeric flag out of range, :func:`check_flags`; ``max_new_tokens`` above the
+            model's context), duplicate qids, or an OUTDIR holding predictions made with other settings.
         AnnotationError: a bad data file (names file and line).
     """
     from accelerate import PartialState
 
+    check_flags(args)
     # Ranks wait for the slowest shard at the final barrier: a long timeout instead of NCCL's 10 minutes.
     state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(hours=BARRIER_TIMEOUT_H))
     main_process = state.is_main_process
@@ -286,7 +307,13 @@ def evaluate(args: argparse.Namespace) -> dict | None:
             max_frames=args.max_frames, sampler=args.video_sampler)
     except ValueError as err:  # an unknown template or video setting, a grounding_config.json that is not JSON
         raise UserError(f"{args.model}: {err}") from None
-    max_new_tokens = args.max_new_tokens or (bench.max_new_tokens if bench else None) or DEFAULT_MAX_NEW_TOKENS
+    if args.max_new_tokens is not None:
+        max_new_tokens, flag = args.max_new_tokens, "--max-new-tokens"
+    elif bench is not None and bench.max_new_tokens is not None:
+        max_new_tokens, flag = bench.max_new_tokens, f"{args.benchmark}: max_new_tokens"
+    else:
+        max_new_tokens, flag = DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens (default)"
+    check_generation_length(flag, max_new_tokens, args.model)
     model_id = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     from grounding_rl import __version__
     from grounding_rl.data.fingerprint import file_sha256, model_fingerprint
@@ -396,9 +423,10 @@ def _load_engine(args, device):
     engine on the checkpoint (:func:`grounding_rl.rollout.vllm.engine_for_inference`)."""
     if getattr(args, "engine", "hf") != "vllm":
         return (*load_for_inference(args.model, device, args.dtype, args.attn_implementation), None)
-    from grounding_rl.models.loading import load_processor
+    from grounding_rl.models.loading import check_weight_files, load_processor
     from grounding_rl.rollout.vllm import engine_for_inference
 
+    check_weight_files(args.model)  # a missing shard or a truncated file: one line, as with the hf engine
     processor = load_processor(args.model)
     return None, processor, engine_for_inference(args.model, processor, args.dtype)
 

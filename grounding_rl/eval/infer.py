@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 
 from grounding_rl.data.video import SampledVideo, VideoLoadError, sample_frames
-from grounding_rl.eval.settings import add_preprocessing_overrides, describe_config, resolve_config
+from grounding_rl.errors import UserError, check_number
+from grounding_rl.eval.settings import (add_preprocessing_overrides, check_generation_length, check_video_flags,
+                                        describe_config, resolve_config)
 from grounding_rl.models.loading import load_for_inference
 from grounding_rl.prompts.preprocessing import build_inputs, prompt_text
 from grounding_rl.reward.iou import clamp_interval
@@ -123,11 +125,20 @@ def format_text(results: list[dict], video: SampledVideo) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point. Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2
-    missing/unreadable video or bad arguments."""
+    missing/unreadable video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), ``--batch-size``
+    or ``--max-new-tokens`` below 1, ``--max-new-tokens`` above the model's context, a frame-sampling override ≤ 0
+    (a :class:`grounding_rl.errors.UserError`, one line, before the model loads)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.gt is not None and len(args.gt) != len(args.query):
         parser.error(f"--gt was given {len(args.gt)} time(s) for {len(args.query)} --query; give one per query")
+    for number, query in enumerate(args.query, 1):
+        if not query.strip():
+            raise UserError(f"--query {number} of {len(args.query)} is {'empty' if not query else 'only whitespace'}"
+                            "; give the event to find (prepare drops such queries too)")
+    check_number("--batch-size", args.batch_size, minimum=1)
+    check_number("--max-new-tokens", args.max_new_tokens, minimum=1)
+    check_video_flags(args)
     log = sys.stderr if args.json else sys.stdout
 
     try:
@@ -138,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"grounding-rl infer: error: {err}", file=sys.stderr)
         return EXIT_VIDEO
+    check_generation_length("--max-new-tokens", args.max_new_tokens, args.model)
     if not Path(args.video).is_file():
         print(f"grounding-rl infer: error: video not found: {args.video}", file=sys.stderr)
         return EXIT_VIDEO
@@ -155,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     engine = None
     if args.engine == "vllm":
-        from grounding_rl.models.loading import load_processor
+        from grounding_rl.models.loading import check_weight_files, load_processor
         from grounding_rl.rollout.vllm import engine_for_inference
 
+        check_weight_files(args.model)
         model, processor = None, load_processor(args.model)
         engine = engine_for_inference(args.model, processor, args.dtype)
     else:

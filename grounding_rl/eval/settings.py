@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from grounding_rl.errors import check_number
 from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
 
 # Greedy decoding budget for real checkpoints: TimeZero-style answers ("<think>…</think><answer>a to b</answer>") fit
@@ -88,6 +89,30 @@ def add_preprocessing_overrides(parser) -> None:
     parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
                         help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
                         "Time-R1 and VideoChat-R1 checkpoints were evaluated)")
+
+
+def check_video_flags(args) -> None:
+    """The frame-sampling overrides of :func:`add_preprocessing_overrides` that were given are > 0.
+
+    Raises:
+        UserError: one line naming the flag, e.g. ``--fps must be > 0 (got 0.0)``.
+    """
+    for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames"):
+        check_number("--" + name.replace("_", "-"), getattr(args, name, None), above=0)
+
+
+def check_generation_length(flag: str, max_new_tokens: int, model: str) -> None:
+    """``1 ≤ max_new_tokens ≤`` the model's context (:func:`grounding_rl.models.loading.context_length`, read from
+    ``config.json`` before the weights load), so a model that never writes EOS stops within its context.
+
+    Raises:
+        UserError: one line naming ``flag``, the bound and where it comes from.
+    """
+    from grounding_rl.models.loading import context_length
+
+    check_number(flag, max_new_tokens, minimum=1)
+    tokens, source = context_length(model)
+    check_number(flag, max_new_tokens, maximum=tokens, bound=source)
 
 
 def describe_config(config: GroundingConfig) -> str:

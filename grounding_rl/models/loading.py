@@ -5,9 +5,15 @@ that makes ``from_pretrained`` load the weights partitioned); :mod:`grounding_rl
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import re
+from pathlib import Path
 
 import torch
+
+from grounding_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +38,10 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
     """The trainable policy: ``AutoModelForImageTextToText.from_pretrained`` (any family of
     :mod:`grounding_rl.family`), remote code disabled.
 
+    A broken local checkpoint is refused in one line naming the file, before transformers reads it where it can be
+    (:func:`check_weight_files`: a shard missing, a truncated or unreadable safetensors file), else from the error
+    transformers raises (weights whose shapes do not match ``config.json``; its load report is then not printed).
+
     Args:
         path: local folder or hub id (offline runs need a local folder).
         dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, ``"auto"`` or None (transformers' default: the
@@ -46,7 +56,95 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
         kwargs["dtype"] = _dtype(dtype)
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    return AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+    check_weight_files(path)
+    with _load_report_held() as held:
+        try:
+            return AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+        except RuntimeError as err:
+            broken = _broken_weights(path, str(err), held)
+            if broken is None:
+                raise
+            held.clear()
+            raise broken from None
+
+
+WEIGHT_INDEX = "model.safetensors.index.json"
+WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+
+
+def check_weight_files(path) -> None:
+    """Check the safetensors files of a local checkpoint folder before anything loads them: every shard that
+    ``model.safetensors.index.json`` names exists, and the header of every weight file (``model.safetensors``, the
+    shards, ``adapter_model.safetensors``) reads with the ``safetensors`` library, which also checks that the file
+    holds all the bytes its header promises (a truncated copy fails here). A hub id, or a folder without these files
+    (transformers then says what it lacks), passes.
+
+    Raises:
+        UserError: one line naming the file: a missing shard (with the index naming it), an index that is not JSON,
+            a truncated or corrupt file (the ``safetensors`` error).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    files = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    index = folder / WEIGHT_INDEX
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise UserError(f"{index}: not a safetensors index (a JSON object with a 'weight_map': {err})") from None
+        missing = [name for name in shards if not (folder / name).is_file()]
+        if missing:
+            raise UserError(f"{folder / missing[0]}: no such shard ({len(missing)} of the {len(shards)} shards "
+                            f"{index.name} names are missing); copy the checkpoint again")
+        files += [folder / name for name in shards]
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            raise UserError(f"{file}: not a readable safetensors file ({err}); truncated or corrupt, copy the "
+                            "checkpoint again") from None
+
+
+@contextlib.contextmanager
+def _load_report_held():
+    """Hold back transformers' load report (``transformers.modeling_utils`` warnings naming a ``LOAD REPORT``) for
+    the block: yields the held records, which are logged after the block unless the caller cleared them."""
+    source = logging.getLogger("transformers.modeling_utils")
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" in str(record.msg):
+            held.append(record)
+            return False
+        return True
+
+    source.addFilter(hold)
+    try:
+        yield held
+    finally:
+        source.removeFilter(hold)
+        for record in held:
+            source.handle(record)
+
+
+def _broken_weights(path, message: str, held: list) -> UserError | None:
+    """The one-line error for transformers' refusal of weights that do not fit the model ``config.json`` builds
+    (shape mismatch, failed conversion), naming the first mismatched key of its held report; None for another
+    RuntimeError."""
+    if not any(text in message for text in ("ignore_mismatched_sizes", "size mismatch", "automatic conversion")):
+        return None
+    report = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(str(record.msg) for record in held))
+    rows = [[cell.strip() for cell in line.split("|")] for line in report.splitlines()
+            if "MISMATCH" in line or "CONVERSION" in line]
+    example = "" if not rows else f"{rows[0][0]}: {rows[0][-1].split(' - ')[-1]}" if len(rows[0]) >= 3 else rows[0][0]
+    folder = Path(path)
+    files = next((name for name in (WEIGHT_INDEX, *WEIGHT_FILES) if (folder / name).is_file()), "weights")
+    return UserError(f"{folder / files}: the weights do not fit the shapes of its config.json"
+                     + (f" ({example})" if example else "") + "; weights or config.json are another model's")
 
 
 def load_reference(path: str, dtype: str | None = None, attn_implementation: str | None = None,
@@ -141,3 +239,37 @@ def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None 
     has_processor = (adapter_dir / "processor_config.json").is_file() or (adapter_dir / "tokenizer_config.json").is_file()
     load_processor(str(adapter_dir) if has_processor else base).save_pretrained(out_dir)
     return out_dir
+
+
+# The bound on generation lengths when a checkpoint's config names no context: 32,768 tokens, the native context of
+# the Qwen2.5 language models (Qwen2.5 technical report, arXiv:2412.15115, section 2).
+DEFAULT_CONTEXT_TOKENS = 32768
+
+
+def context_length(path: str, revision: str | None = None) -> tuple[int, str]:
+    """The most tokens (prompt plus completion) the checkpoint's language model takes, read from its ``config.json``
+    before any weights load: ``max_position_embeddings`` of its text config (``PretrainedConfig.get_text_config``;
+    Qwen2.5-VL: 128,000 at the top level, Qwen3-VL: 262,144 in ``text_config``). A LoRA folder without ``config.json``
+    reads its base model's (``base_model_name_or_path`` of ``adapter_config.json``).
+
+    Returns:
+        ``(tokens, where the number comes from)`` for an error message; :data:`DEFAULT_CONTEXT_TOKENS` when no config
+        is readable here (the model load then reports why) or it names no ``max_position_embeddings``.
+    """
+    from transformers import AutoConfig
+
+    folder = Path(path)
+    if folder.is_dir() and not (folder / "config.json").is_file() and (folder / "adapter_config.json").is_file():
+        try:
+            path = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))["base_model_name_or_path"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    try:
+        config = AutoConfig.from_pretrained(str(path), revision=revision, trust_remote_code=False)
+        tokens = getattr(config.get_text_config(), "max_position_embeddings", None)
+    except (OSError, ValueError):
+        tokens = None
+    if isinstance(tokens, int) and tokens > 0:
+        return tokens, f"the context of {path}: max_position_embeddings in its config.json"
+    return DEFAULT_CONTEXT_TOKENS, (f"the Qwen2.5 native context; {path} has no readable config.json naming "
+                                    "max_position_embeddings")

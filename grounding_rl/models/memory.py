@@ -210,11 +210,10 @@ def strategy_from_accelerate_config(path: Path) -> Strategy:
     Raises:
         ValueError: a DeepSpeed config whose ZeRO stage is not 2 or 3.
     """
-    import yaml
-
     from grounding_rl.paths import REPO_ROOT
+    from grounding_rl.yaml_files import load_yaml
 
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = load_yaml(path) or {}
     if data.get("distributed_type") != "DEEPSPEED":
         return Strategy(Path(path).stem, 0)
     ds = data.get("deepspeed_config") or {}

@@ -126,11 +126,10 @@ def ensure_from_config(config_path: str | Path, overrides: list[str] | None = No
     Raises:
         ValueError: ``tiny_model`` is not a mapping or has unknown keys (names the config).
     """
-    import yaml
-
     from grounding_rl.paths import resolve_config_path
+    from grounding_rl.yaml_files import load_yaml
 
-    config = yaml.safe_load(Path(config_path).read_text()) or {}
+    config = load_yaml(config_path) or {}
     spec = config.get("tiny_model")
     if spec is None:
         return None

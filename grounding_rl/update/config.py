@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
-from grounding_rl.update.arguments import BaseTrainingArguments
+from grounding_rl.update.arguments import BaseTrainingArguments, count_problems
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 
 DIFFICULTY_SAMPLING = ("none", "timelens")
@@ -406,7 +406,7 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
         )
         if self.epsilon_high is None:
             self.epsilon_high = self.epsilon
-        problems = []
+        problems = count_problems(self)
         if self.loss_type not in LOSS_TYPES:
             problems.append(f"loss_type {self.loss_type!r} is not one of {LOSS_TYPES}")
         if self.scale_rewards not in SCALE_REWARDS:

@@ -22,7 +22,7 @@ from grounding_rl.data.video import VideoSettings
 from grounding_rl.family import family_of
 from grounding_rl.prompts.preprocessing import VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
-from grounding_rl.update.arguments import BaseTrainingArguments
+from grounding_rl.update.arguments import BaseTrainingArguments, count_problems
 from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
@@ -50,7 +50,7 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        problems = self.preprocessing_problems()
+        problems = count_problems(self) + self.preprocessing_problems()
         if problems:
             raise ValueError("invalid GroundingSFTConfig: " + "; ".join(problems))
 
