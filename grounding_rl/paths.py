@@ -1,4 +1,5 @@
-"""Where things live: the repository root, the shared data folder, and paths named inside configs."""
+"""Where things live: the repository root, the shared data folder, paths named inside configs, and the permissions of
+the files the package writes."""
 from __future__ import annotations
 
 import os
@@ -61,3 +62,30 @@ def data_root(flag: str | os.PathLike | None = None) -> Path | None:
         return Path(resolve_config_path(os.environ[DATA_ENV]))
     shared = shared_dir()
     return shared / "data" / "benchmarks" if shared is not None else None
+
+
+def file_mode() -> int:
+    """The mode ``open()`` gives a new file: ``0o666`` less the process umask (``0o644`` under umask 022).
+
+    Reading the umask means setting it (``os.umask`` returns the old value), so it is set back at once."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file), or every regular file under it (a folder, recursively), the mode ``open()`` would
+    (:func:`file_mode`).
+
+    ``tempfile.mkstemp`` creates files ``0o600``, and so does safetensors' ``save_file`` (0.8, hence transformers'
+    and PEFT's ``save_pretrained``): without this a checkpoint or report on a shared cluster is readable by its
+    writer alone. Files already at the mode, and links, are left as they are.
+    """
+    mode = file_mode()
+    path = Path(path)
+    files = [path] if not path.is_dir() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    for item in files:
+        if item.is_symlink():
+            continue
+        if item.stat().st_mode & 0o777 != mode:
+            os.chmod(item, mode)

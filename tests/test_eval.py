@@ -207,6 +207,46 @@ def test_rerun_with_other_settings_is_refused(tiny_model_dir, videos_dir, tmp_pa
     assert json.loads((out / "metrics.json").read_text())["sampling"]["prompt_template"] == "timezero"
 
 
+def test_a_failed_model_load_leaves_no_eval_config(tiny_model_dir, videos_dir, tmp_path, monkeypatch):
+    """``eval_config.json`` is written once the model has loaded, so a load that fails leaves no record; and a record
+    without predictions (left by an older version) does not refuse a rerun whose model fingerprint differs."""
+    data, out = videos_dir / "annotations.jsonl", tmp_path / "out"
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the checkpoint is missing a shard")
+
+    monkeypatch.setattr(ev, "_load_engine", broken)
+    with pytest.raises(RuntimeError, match="missing a shard"):
+        _eval(tiny_model_dir, data, out, "--limit", "2")
+    assert out.is_dir() and not (out / "eval_config.json").exists()
+    monkeypatch.undo()
+    (out / "eval_config.json").write_text(json.dumps({"model": str(tiny_model_dir.resolve()),
+                                                      "model_fingerprint": "0" * 16}))
+    assert _eval(tiny_model_dir, data, out, "--limit", "2") == 0
+    assert json.loads((out / "eval_config.json").read_text())["model_fingerprint"] != "0" * 16
+    assert len(_lines(out / "predictions.jsonl")) == 2
+
+
+def test_written_files_follow_the_umask(tmp_path):
+    """Files written through a temporary file (mkstemp creates 0600) get the mode ``open()`` would: 0640 under umask
+    027 (metrics.json and report files, a scored data file, canonical JSONL)."""
+    from grounding_rl.data.samples import write_jsonl
+    from grounding_rl.eval import report
+    from grounding_rl.eval.difficulty import write_scored
+
+    umask = os.umask(0o027)
+    try:
+        report.write_metrics_json(tmp_path / "metrics.json", {"n": 1}, {})
+        write_jsonl(tmp_path / "data.jsonl", [_sample()])
+        write_scored(tmp_path / "data.jsonl", tmp_path / "scored.jsonl", {})
+        with open(tmp_path / "plain.txt", "w") as handle:
+            handle.write("x")
+    finally:
+        os.umask(umask)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(["metrics.json", "data.jsonl", "scored.jsonl", "plain.txt"], "0o640")
+
+
 def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_path, capsys):
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"this is not a video")

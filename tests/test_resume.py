@@ -1,9 +1,11 @@
 """Resuming restores the run: killed at a checkpoint and resumed, ``train`` (GRPO) and ``sft`` end with the same
 weights as an uninterrupted run, bit for bit on CPU with a fixed seed (two uninterrupted runs are bit-identical, so the
-check is exact); a resume at the last checkpoint trains nothing; a checkpoint whose keys do not match is an error;
-GRPO checkpoints are written only at generation boundaries.
+check is exact); two fresh LoRA runs with one seed are bit-identical; one run per output folder; a resume at the last
+checkpoint trains nothing; a checkpoint whose keys do not match is an error; GRPO checkpoints are written only at
+generation boundaries.
 """
 import json
+import os
 import shutil
 
 import pytest
@@ -144,7 +146,7 @@ def test_sft_killed_and_resumed_ends_bit_identical(tmp_path, demo_dir, bpe_tiny_
                 "--learning_rate", "3e-3", "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "1",
                 "--disable_tqdm", "true", "--report_to", "none", *extra]
         if peft:
-            argv += ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+            argv += ["--use_peft", "--lora_r", "4", "--lora_alpha", "8"]  # the default targets (the LLM's projections)
         assert main(argv) == 0
 
     name = "adapter_model.safetensors" if peft else "model.safetensors"
@@ -194,6 +196,108 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path, demo_dir, bpe_tiny_mod
     (out / "checkpoint-1" / "run_fingerprint.json").unlink()
     assert sft("--resume_from_checkpoint", "true") == 2
     assert "holds no optimizer state" in capsys.readouterr().err
+
+
+def sft_argv(demo_dir, model_dir, out, *extra):
+    """A 1-step ``grounding-rl sft`` run of the demo recipe on 2 clips, checkpointed at step 1."""
+    return ["sft", "--config", "configs/demo_sft.yaml", "--model_name_or_path", str(model_dir),
+            "--train_file", str(demo_dir / "train.jsonl"), "--video_root", str(demo_dir), "--output_dir", str(out),
+            "--max_train_samples", "2", "--per_device_train_batch_size", "2", "--max_steps", "1",
+            "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true", "--report_to", "none", *extra]
+
+
+def saved_modes(folder):
+    return {str(p.relative_to(folder)): oct(p.stat().st_mode & 0o777) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_two_fresh_lora_runs_with_one_seed_are_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir):
+    """``sft --use_peft true`` without ``lora_target_modules``, twice from scratch with one seed: the same adapter, bit
+    for bit (the seed is set before PEFT draws ``lora_A``). The default targets are the language model's seven
+    projections, none of the vision tower's, and the model card says so; every saved file, safetensors included, has
+    the mode ``open()`` gives under the umask (027 here: 0640)."""
+    from grounding_rl.cli import main as cli
+
+    umask = os.umask(0o027)
+    try:
+        for name in ("a", "b"):
+            assert cli(sft_argv(demo_dir, bpe_tiny_model_dir, tmp_path / name, "--use_peft", "true", "--lora_r", "4",
+                                "--lora_alpha", "8")) == 0
+    finally:
+        os.umask(umask)
+    first, second = (load_file(str(tmp_path / name / "checkpoint-1" / "adapter_model.safetensors"))
+                     for name in ("a", "b"))
+    assert_identical(first, second)
+    modules = {key.split(".lora_")[0] for key in first}
+    assert all(".language_model.layers." in m and "visual" not in m for m in modules), sorted(modules)[:3]
+    assert {m.rsplit(".", 1)[1] for m in modules} == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                       "down_proj"}
+    card = (tmp_path / "a" / "README.md").read_text()
+    assert "| LoRA target modules |" in card and "vision tower and its merger are not adapted" in card
+    modes = saved_modes(tmp_path / "a")
+    assert {"checkpoint-1/adapter_model.safetensors", "checkpoint-1/optimizer.pt"} <= set(modes)
+    assert set(modes.values()) == {"0o640"}, modes
+
+
+def test_one_run_per_output_folder(tmp_path, demo_dir, bpe_tiny_model_dir, capsys):
+    """A second run into a folder holding a run is one line and exit 2; resuming that run there works;
+    ``--replace_output_dir true`` removes the old run's files first (none survive beside the new ones), but never a
+    folder that holds no run; ``eval`` and ``infer`` refuse a folder holding full weights and an adapter, and
+    ``merge-lora`` will not write one (its merged files follow the umask)."""
+    from grounding_rl.cli import main as cli
+
+    out = tmp_path / "run"
+    umask = os.umask(0o027)
+    try:
+        assert cli(sft_argv(demo_dir, bpe_tiny_model_dir, out)) == 0
+    finally:
+        os.umask(umask)
+    modes = saved_modes(out)
+    assert modes["model.safetensors"] == modes["checkpoint-1/model.safetensors"] == "0o640"  # safetensors says 0600
+
+    def refused_cli(argv):
+        capsys.readouterr()
+        assert cli(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        return err
+
+    def refused(*extra, folder=out):
+        return refused_cli(sft_argv(demo_dir, bpe_tiny_model_dir, folder, *extra))
+
+    err = refused()
+    assert f"output_dir: {out} already holds a run" in err and "--resume_from_checkpoint true" in err
+    assert "--replace_output_dir true" in err and "new --output_dir" in err
+    assert "would delete" in refused("--resume_from_checkpoint", "true", "--replace_output_dir", "true")
+    assert cli(sft_argv(demo_dir, bpe_tiny_model_dir, out, "--resume_from_checkpoint", "true")) == 0  # its own run
+    (out / "checkpoint-9").mkdir()  # a stale checkpoint of the old run
+    assert cli(sft_argv(demo_dir, bpe_tiny_model_dir, out, "--use_peft", "true", "--lora_r", "4",
+                        "--replace_output_dir", "true")) == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["checkpoint-1"]
+    assert not list(out.rglob("model*.safetensors")) and (out / "checkpoint-1" / "adapter_model.safetensors").is_file()
+    assert json.loads((out / "run_fingerprint.json").read_text())["lora"]["r"] == 4
+    umask = os.umask(0o027)
+    try:
+        assert cli(["merge-lora", "--adapter", str(out), "--out", str(tmp_path / "merged")]) == 0
+    finally:
+        os.umask(umask)
+    assert set(saved_modes(tmp_path / "merged").values()) == {"0o640"}
+    assert "holds a LoRA adapter" in refused_cli(["merge-lora", "--adapter", str(out), "--out", str(out)])
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "mine.txt").write_text("not a run")
+    assert "holds no training run" in refused("--replace_output_dir", "true", folder=notes)
+    assert (notes / "mine.txt").is_file()
+
+    mixed = tmp_path / "mixed"  # full weights with another run's adapter beside them
+    shutil.copytree(bpe_tiny_model_dir, mixed)
+    shutil.copy(out / "adapter_config.json", mixed)
+    video = str(demo_dir / json.loads((demo_dir / "test.jsonl").read_text().splitlines()[0])["video"])
+    for argv in (["eval", "--model", str(mixed), "--data", str(demo_dir / "test.jsonl"), "--out", str(tmp_path / "ev")],
+                 ["infer", "--model", str(mixed), "--video", video, "--query", "the red circle appears."]):
+        assert "holds both full weights (model.safetensors) and a LoRA adapter (adapter_config.json)" in \
+            refused_cli(argv)
+    assert not (tmp_path / "ev").exists()
 
 
 def test_an_adapter_checkpoint_with_an_unexpected_key_is_an_error(tmp_path, tiny_model_dir):

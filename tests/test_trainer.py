@@ -394,6 +394,15 @@ DELIBERATE_DIFFERENCES = {
 }
 
 
+def test_the_data_order_follows_data_seed(tmp_path, tiny_model_dir, videos_dir):
+    """GRPO's sampler is seeded by ``data_seed`` when set, else by ``seed`` (transformers' rule for its samplers; TRL's
+    GRPO sampler reads ``seed`` only), so a ``data_seed`` is never ignored."""
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir, (POOL, MAKEUP)), seed=3, data_seed=11)
+    assert trainer._get_train_sampler().seed == 11
+    trainer.args.data_seed = None
+    assert trainer._get_train_sampler().seed == 3
+
+
 def test_trl_named_fields_keep_trl_defaults():
     import dataclasses
 

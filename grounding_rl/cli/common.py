@@ -1,6 +1,7 @@
 """The entry layer that ``grounding-rl train`` (GRPO) and ``grounding-rl sft`` share, so they read top to bottom alike:
-parse (:func:`parse_training_args`) → data (:func:`load_dataset`) → model (:func:`load_training_model`) → trainer →
-resume (:func:`resolve_resume`) → train → save (:func:`finish_training`).
+parse (:func:`parse_training_args`) → resume (:func:`resolve_resume`) → output folder (:func:`claim_output_dir`) →
+data (:func:`load_dataset`) → model (:func:`load_training_model`, seeded) → trainer → train → save
+(:func:`finish_training`).
 
 The YAML and the command line are parsed together by ``trl.TrlParser`` into three dataclasses: the script arguments
 below (what to train on), the stage's training config (:class:`grounding_rl.update.config.GroundingGRPOConfig` or
@@ -37,6 +38,8 @@ class GroundingScriptArguments:
             (:mod:`grounding_rl.data.missing`).
         tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
             (:func:`grounding_rl.models.tiny.ensure_from_config`).
+        replace_output_dir: remove the run a non-empty ``output_dir`` holds before training (:func:`claim_output_dir`;
+            transformers 5 has no ``overwrite_output_dir``).
     """
 
     train_file: str = field(default=None, metadata={"help": "Canonical JSONL of training samples (required)."})
@@ -57,6 +60,12 @@ class GroundingScriptArguments:
         default=None,
         metadata={"help": "A tiny random-weight model for CPU runs: {tokenizer: DIR, hidden_size: N, ...}; "
                           "scripts/train.sh builds it at model_name_or_path when missing (grounding-rl tiny-model)."},
+    )
+    replace_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Delete the run already in output_dir (its weights, checkpoint-N folders, logs) before "
+                          "training; without it a non-empty output_dir is refused unless this run resumes the one in "
+                          "it (resume_from_checkpoint)."},
     )
 
 
@@ -283,24 +292,61 @@ def frame_cache(script_args):
     return FrameCache(script_args.frame_cache_dir, int(script_args.frame_cache_gb * 1e9))
 
 
-def load_training_model(script_args, model_args):
-    """``(model, processor)`` to train: :func:`grounding_rl.models.loading.load_policy` (remote code off), the vision
-    tower frozen when asked, and — the one place that does it — wrapped with PEFT when ``use_peft``
-    (``trl.get_peft_config``)."""
+def seed_everything(training_args) -> None:
+    """Seed Python's ``random``, NumPy and torch (every device) with ``training_args.seed``, as
+    ``transformers.Trainer.__init__`` does (``enable_full_determinism`` under ``full_determinism``, else
+    ``set_seed``), but before the model and its LoRA adapters are built: PEFT draws ``lora_A`` from torch's global
+    generator, so two runs with one seed start from the same adapter. The same seed on every rank (the adapters must
+    agree; the GRPO trainer reseeds per rank for sampling afterwards)."""
+    from transformers.trainer_utils import enable_full_determinism, set_seed
+
+    (enable_full_determinism if training_args.full_determinism else set_seed)(training_args.seed)
+
+
+def lora_settings(model_args) -> dict | None:
+    """The LoRA settings of a run (``trl.ModelConfig``'s ``lora_*`` fields), None without ``use_peft``.
+
+    Without ``lora_target_modules`` (and ``lora_target_parameters``) the target is the language model's attention
+    and MLP projections, vision tower and mergers excluded
+    (:data:`grounding_rl.models.loading.DEFAULT_LORA_TARGETS`), the modules every LoRA recipe here names; PEFT has no
+    default for the Qwen-VL model types."""
+    if not model_args.use_peft:
+        return None
+    from grounding_rl.models.loading import DEFAULT_LORA_TARGETS
+
+    targets = model_args.lora_target_modules
+    if targets is None and model_args.lora_target_parameters is None:
+        targets = DEFAULT_LORA_TARGETS
+    return {"r": model_args.lora_r, "alpha": model_args.lora_alpha, "dropout": model_args.lora_dropout,
+            "target_modules": targets, "target_parameters": model_args.lora_target_parameters,
+            "modules_to_save": model_args.lora_modules_to_save, "use_rslora": model_args.use_rslora,
+            "use_dora": model_args.use_dora}
+
+
+def load_training_model(script_args, model_args, training_args):
+    """``(model, processor)`` to train: seeded first (:func:`seed_everything`), then
+    :func:`grounding_rl.models.loading.load_policy` (remote code off), the vision tower frozen when asked, and — the
+    one place that does it — wrapped with PEFT when ``use_peft`` (``trl.get_peft_config``, the target modules of
+    :func:`lora_settings`)."""
+    import copy
+
     from trl import get_peft_config
 
     from grounding_rl.models.loading import freeze_vision_tower, load_policy, load_processor
 
+    seed_everything(training_args)
     model = load_policy(model_args.model_name_or_path, dtype=model_args.dtype,
                         attn_implementation=model_args.attn_implementation, revision=model_args.model_revision)
     processor = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
     if script_args.freeze_vision_tower:
         freeze_vision_tower(model)
-    peft_config = get_peft_config(model_args)
-    if peft_config is not None:
+    lora = lora_settings(model_args)
+    if lora is not None:
         from peft import get_peft_model
 
-        model = get_peft_model(model, peft_config)
+        model_args = copy.copy(model_args)
+        model_args.lora_target_modules = lora["target_modules"]
+        model = get_peft_model(model, get_peft_config(model_args))
     return model, processor
 
 
@@ -313,8 +359,8 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     """What produced a run's checkpoints, written into each as ``run_fingerprint.json``
     (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
     file and its content hash, the model and its fingerprint (:func:`grounding_rl.data.fingerprint.model_fingerprint`),
-    prompt template, video and sampling settings, the difficulty-aware data selection, seed and package version (not
-    the git commit). ``max_steps``,
+    prompt template, video and sampling settings, the difficulty-aware data selection, LoRA settings
+    (:func:`lora_settings`), seed, data seed and package version (not the git commit). ``max_steps``,
     learning rate and the like are not in it: a finished run may be continued with more steps."""
     from grounding_rl import __version__
     from grounding_rl.data.fingerprint import file_sha256, model_fingerprint
@@ -329,25 +375,99 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
         "data_selection": {key: getattr(training_args, key) for key in DATA_SELECTION_KEYS
                            if hasattr(training_args, key)},
-        "seed": training_args.seed, "version": __version__,
+        "lora": lora_settings(model_args), "seed": training_args.seed, "data_seed": training_args.data_seed,
+        "version": __version__,
     }
 
 
-def _check_fingerprint(folder: str, fingerprint: dict | None) -> None:
-    """Raises UserError when the checkpoint's ``run_fingerprint.json`` differs from ``fingerprint``."""
+def _fingerprint_changes(path: Path, fingerprint: dict) -> list[str]:
+    """What differs between the ``run_fingerprint.json`` at ``path`` and ``fingerprint`` (``"key: old → new"``);
+    where the train file and the model are may change, what they are may not."""
     import json
 
     from grounding_rl.data.fingerprint import changes
 
+    paths = ("train_file", "model")
+    return changes(json.loads(path.read_text(encoding="utf-8")), fingerprint,
+                   [k for k in fingerprint if k not in paths])
+
+
+def _check_fingerprint(folder: str, fingerprint: dict | None) -> None:
+    """Raises UserError when the checkpoint's ``run_fingerprint.json`` differs from ``fingerprint``."""
     path = Path(folder) / FINGERPRINT_FILE
     if fingerprint is None or not path.is_file():
         return
-    paths = ("train_file", "model")  # where they are may change; what they are may not
-    differ = changes(json.loads(path.read_text(encoding="utf-8")), fingerprint, [k for k in fingerprint
-                                                                                  if k not in paths])
+    differ = _fingerprint_changes(path, fingerprint)
     if differ:
         raise UserError(f"resume_from_checkpoint: {folder} was written by another run ({'; '.join(differ)}); resume "
                         "with the settings that wrote it, or start afresh with a new --output_dir")
+
+
+# What a training run leaves in its output_dir (besides checkpoint-N folders): only a folder holding one of them is
+# removed by replace_output_dir.
+RUN_FILES = (FINGERPRINT_FILE, "trainer_state.json", "training_args.bin", "config.json", "adapter_config.json",
+             "grounding_config.json")
+
+
+def claim_output_dir(script_args, training_args, fingerprint: dict | None, resume: str | None) -> None:
+    """One run per output folder: a non-empty ``output_dir`` is used only by a resume of the run in it, or after
+    ``replace_output_dir`` removed that run's files, so two runs' weights, adapters and ``checkpoint-N`` folders never
+    mix (``eval`` would load one run's weights with the other's adapter).
+
+    A resume of the run in it: ``resume`` (:func:`resolve_resume`) is a ``checkpoint-N`` of ``output_dir`` and every
+    ``run_fingerprint.json`` there (top level and checkpoints) matches ``fingerprint``. Every rank checks alike; then
+    the ranks that save (``should_save``: the main process, or each node's with ``save_on_each_node``) remove, between
+    two barriers, so no rank writes before the old files are gone.
+
+    Raises:
+        UserError: ``output_dir`` is a file; it is not empty and not resumed; a file there comes from another run (what
+            changed); ``replace_output_dir`` with a resume from that folder, or on a folder holding no training run
+            (nothing of another kind is deleted).
+    """
+    out = Path(training_args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output_dir: {out} is a file, not a folder")
+    entries = sorted(out.iterdir()) if out.is_dir() else []
+    if not entries:
+        return
+    names = ", ".join(p.name for p in entries[:3]) + (f", … ({len(entries)} entries)" if len(entries) > 3 else "")
+    checkpoints = [p for p in entries if p.is_dir() and p.name.startswith("checkpoint-")]
+    is_run = bool(checkpoints) or any((out / name).exists() for name in RUN_FILES)
+    inside = resume is not None and Path(resume).resolve().parent == out.resolve()
+    if inside:
+        if script_args.replace_output_dir:
+            raise UserError(f"replace_output_dir: true would delete {resume}, the checkpoint this run resumes from; "
+                            "drop one of the two")
+        for path in [out / FINGERPRINT_FILE, *(p / FINGERPRINT_FILE for p in checkpoints)]:
+            differ = _fingerprint_changes(path, fingerprint) if fingerprint and path.is_file() else []
+            if differ:
+                raise UserError(f"output_dir: {path} was written by another run ({'; '.join(differ)}); resume with "
+                                "the settings that wrote it, replace it with --replace_output_dir true, or give a new "
+                                "--output_dir")
+        return
+    if not is_run:
+        raise UserError(f"output_dir: {out} is not empty ({names}) and holds no training run; give an empty or new "
+                        "--output_dir (replace_output_dir removes only a training run's folder)")
+    if not script_args.replace_output_dir:
+        how = "resume it with --resume_from_checkpoint true, " if checkpoints else ""
+        raise UserError(f"output_dir: {out} already holds a run ({names}); {how}replace it with "
+                        "--replace_output_dir true, or give a new --output_dir")
+    from accelerate import PartialState  # the process group TrainingArguments set up (a no-op in one process)
+
+    several = training_args.world_size > 1
+    if several:
+        PartialState().wait_for_everyone()  # every rank has checked before anything is removed
+    if training_args.should_save:
+        import shutil
+
+        logger.info("replace_output_dir: removing the run in %s (%s)", out, names)
+        for path in entries:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    if several:
+        PartialState().wait_for_everyone()
 
 
 def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None:

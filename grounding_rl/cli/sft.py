@@ -18,9 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     common.setup_logging(args)
     fingerprint = common.run_fingerprint(script_args, args, model_args)
     resume = common.resolve_resume(args, fingerprint)  # before any loading: a wrong checkpoint fails at once
+    common.claim_output_dir(script_args, args, fingerprint, resume)  # one run per folder
     common.init_deepspeed_comm(args)
     dataset = common.load_dataset(script_args)
-    model, processor = common.load_training_model(script_args, model_args)
+    model, processor = common.load_training_model(script_args, model_args, args)
     collator = SFTCollator(processor, dataset, args.prompt_template, args.video_settings, args.think_text,
                            args.max_prompt_length, frame_cache=common.frame_cache(script_args))
     trainer = GroundingSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,

@@ -37,11 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     common.setup_logging(training_args)
     fingerprint = common.run_fingerprint(script_args, training_args, model_args)
     resume = common.resolve_resume(training_args, fingerprint)  # before any loading: a wrong checkpoint fails at once
+    common.claim_output_dir(script_args, training_args, fingerprint, resume)  # one run per folder
     common.init_deepspeed_comm(training_args)
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
     dataset = common.load_dataset(script_args)
-    model, processor = common.load_training_model(script_args, model_args)
+    model, processor = common.load_training_model(script_args, model_args, training_args)
     eval_samples, eval_dropped = load_eval_samples(training_args, script_args)
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
                                    frame_cache=common.frame_cache(script_args),

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.paths import follow_umask
 
 CACHE_VERSION = 2  # bump when decoding, resizing or frame times change
 
@@ -113,6 +114,7 @@ class FrameCache:
         try:
             with os.fdopen(fd, "wb") as f:
                 write(f)
+            follow_umask(tmp)  # mkstemp creates 0600
             os.replace(tmp, self.root / name)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

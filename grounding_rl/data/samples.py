@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator
 
 from grounding_rl.data.probe import VideoProbeError, probe_duration
 from grounding_rl.errors import UserError, excerpt, reading
+from grounding_rl.paths import follow_umask
 
 logger = logging.getLogger(__name__)
 
@@ -333,9 +334,7 @@ def write_jsonl(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
                 count += 1
             handle.flush()
             os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+        follow_umask(tmp)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from grounding_rl.data.difficulty import FIELD
 from grounding_rl.errors import UserError, reading
+from grounding_rl.paths import follow_umask
 
 DEFAULT_REWARD_FUNCS = ("iou", "format")  # GroundingGRPOConfig's default, for a checkpoint that records none
 
@@ -98,7 +99,7 @@ def write_scored(data: str | os.PathLike, out: str | os.PathLike, scores: dict[s
                     row.pop(FIELD, None)  # a score from another model must not survive
                     counts["unscored"] += 1
                 target.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.chmod(tmp, 0o644)
+        follow_umask(tmp)  # mkstemp creates 0600
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -49,7 +49,7 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, check_generation_length,
                                         check_video_flags, describe_config, resolve_config)
-from grounding_rl.models.loading import load_for_inference
+from grounding_rl.models.loading import check_model_folder, load_for_inference
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.reward.records import metrics_from_records, prediction_record
 from grounding_rl.rollout.runner import greedy_answer_batches, group_by_video, shard_by_video
@@ -225,7 +225,8 @@ def _seed_everything(seed: int) -> None:
 def _check_run(outdir: Path, run: dict) -> None:
     """Refuse to resume predictions made by something else: ``eval_config.json`` records the fingerprint of what
     produced them (:data:`RUN_KEYS`: model and its weights fingerprint, data path and content hash, video and sampling
-    settings, package version).
+    settings, package version). A folder without predictions holds nothing to resume, whatever its
+    ``eval_config.json`` says.
 
     Raises:
         UserError: one line naming what changed and the two ways on (``--overwrite``, or another ``--out``).
@@ -233,7 +234,7 @@ def _check_run(outdir: Path, run: dict) -> None:
     from grounding_rl.data.fingerprint import changes
 
     path = outdir / RUN_FILE
-    if not path.is_file():
+    if not path.is_file() or not existing_predictions(outdir):  # no predictions (e.g. a failed load): nothing to keep
         return
     try:
         previous = json.loads(path.read_text())
@@ -269,6 +270,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
         bench = load_benchmark(args.benchmark, data_root_dir=args.data_root)
 
+    check_model_folder(args.model)  # before any output: full weights beside an adapter are refused
     counts: dict[str, int] = {}
     samples = load_samples(args.data, video_root=args.video_root, counts=counts)
     total_in_file = len(samples)
@@ -341,8 +343,6 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     _check_run(outdir, run)
     done = existing_predictions(outdir)
     state.wait_for_everyone()
-    if main_process:
-        (outdir / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
     # a failed clip (recorded with an error) is tried again on a rerun
     pending = [s for s in samples if s.qid not in done or done[s.qid].get("error")]
     # shards of whole videos: each video is decoded and encoded once, on one rank, for all its pending queries
@@ -356,6 +356,11 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if shard:
         _seed_everything(args.seed)
         model, processor, engine = _load_engine(args, state.device)
+    # eval_config.json only once every rank that runs queries has its model: a failed load leaves no record
+    state.wait_for_everyone()
+    if main_process:
+        (outdir / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+    if shard:
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
         writer = _Writer(outdir / name)
         batches = greedy_answer_batches(model, processor, [s.video for s in shard], [s.query for s in shard],

@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from grounding_rl.paths import follow_umask
 from grounding_rl.reward.metrics import format_metrics_table, scoring_table
 
 # Distributions whose versions every metrics.json records, plus a few that change results.
@@ -39,7 +40,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o644)
+        follow_umask(tmp)  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -17,6 +17,14 @@ from grounding_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
 
+# The LoRA target of ``use_peft`` without ``lora_target_modules`` (:func:`grounding_rl.cli.common.load_training_model`;
+# stated in the model card): the language model's attention and MLP projections in every Qwen-VL family
+# (``model.language_model.layers.N.self_attn.q_proj`` ...), not the vision tower's (Qwen2.5-VL has
+# ``model.visual.blocks.N.mlp.gate_proj`` too) nor its mergers. A regular expression, which PEFT matches against each
+# module's full name (``LoraConfig.target_modules`` as a string: ``re.fullmatch``).
+DEFAULT_LORA_TARGETS = (r"model\.language_model\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)"
+                        r"|mlp\.(gate_proj|up_proj|down_proj))")  # the LoRA recipes' configs/*_lora_*.yaml
+
 _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, None: None}
 
 
@@ -26,10 +34,39 @@ def _dtype(name):
     return _DTYPES[name]
 
 
+def check_model_folder(path) -> None:
+    """Refuse a folder holding both full weights (``model*.safetensors``, ``pytorch_model*.bin``) and a LoRA adapter
+    (``adapter_config.json``, ``adapter_model.*``): ``from_pretrained`` would load the full weights and inject the
+    adapter on top, a model no run trained (e.g. two runs written into one folder). A hub id or a file passes.
+
+    Raises:
+        UserError: names the folder and one file of each kind.
+    """
+    from pathlib import Path
+
+    from grounding_rl.errors import UserError
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    full = sorted(p.name for pattern in ("model*.safetensors", "pytorch_model*.bin") for p in folder.glob(pattern))
+    adapter = [name for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+               if (folder / name).is_file()]
+    if full and adapter:
+        raise UserError(f"{folder} holds both full weights ({full[0]}) and a LoRA adapter ({adapter[0]}), which would "
+                        "load together as a model no run trained; keep one kind per folder (train with a new "
+                        "--output_dir or --replace_output_dir true)")
+
+
 def load_processor(path: str, revision: str | None = None):
-    """``AutoProcessor.from_pretrained(path)`` with remote code disabled."""
+    """``AutoProcessor.from_pretrained(path)`` with remote code disabled (:func:`check_model_folder` first).
+
+    Raises:
+        UserError: a folder holding full weights and an adapter.
+    """
     from transformers import AutoProcessor
 
+    check_model_folder(path)
     return AutoProcessor.from_pretrained(path, revision=revision, trust_remote_code=False)
 
 
@@ -48,9 +85,13 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
             checkpoint's dtype).
         attn_implementation: e.g. ``"sdpa"``, ``"flash_attention_2"``; None = library default.
         revision: hub revision.
+
+    Raises:
+        UserError: a folder holding full weights and an adapter (:func:`check_model_folder`).
     """
     from transformers import AutoModelForImageTextToText
 
+    check_model_folder(path)
     kwargs = {"trust_remote_code": False, "revision": revision}
     if dtype is not None:
         kwargs["dtype"] = _dtype(dtype)
@@ -216,21 +257,26 @@ def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None 
         dtype: dtype to load the base in (None = the checkpoint's).
 
     Returns:
-        ``out_dir`` as a Path.
+        ``out_dir`` as a Path; its files get the mode ``open()`` would (:func:`grounding_rl.paths.follow_umask`).
 
     Raises:
         FileNotFoundError: ``adapter_dir`` has no ``adapter_config.json``.
-        ValueError: no base model is named.
+        ValueError: no base model is named, or ``out_dir`` holds an adapter (the merged weights would sit beside it:
+            :func:`check_model_folder`).
     """
     import json
     from pathlib import Path
 
     from peft import PeftModel
 
+    from grounding_rl.paths import follow_umask
+
     adapter_dir, out_dir = Path(adapter_dir), Path(out_dir)
     config_path = adapter_dir / "adapter_config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{adapter_dir}: no adapter_config.json (not a LoRA checkpoint)")
+    if (out_dir / "adapter_config.json").is_file():
+        raise ValueError(f"{out_dir} holds a LoRA adapter; write the merged model into a folder of its own")
     base = base or json.loads(config_path.read_text()).get("base_model_name_or_path")
     if not base:
         raise ValueError(f"{config_path} names no base_model_name_or_path; pass the base model")
@@ -238,6 +284,7 @@ def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None 
     model.save_pretrained(out_dir)
     has_processor = (adapter_dir / "processor_config.json").is_file() or (adapter_dir / "tokenizer_config.json").is_file()
     load_processor(str(adapter_dir) if has_processor else base).save_pretrained(out_dir)
+    follow_umask(out_dir)
     return out_dir
 
 

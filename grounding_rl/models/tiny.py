@@ -16,6 +16,7 @@ import torch
 
 from grounding_rl.family import family_of
 from grounding_rl.family.qwen2_5_vl import QWEN2_5_VL
+from grounding_rl.paths import follow_umask
 
 # Qwen2.5-VL special token ids (../shared/models/Qwen2.5-VL-7B-Instruct/config.json).
 QWEN_TOKEN_IDS = dict(
@@ -102,6 +103,7 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
     )
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    follow_umask(out)  # safetensors writes 0600
     return out
 
 

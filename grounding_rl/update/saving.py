@@ -3,7 +3,8 @@
 one) saying what the model is and how it was trained, so a folder can be pushed to the Hub as it is.
 
 Both trainers (GRPO and SFT) mix in :class:`GroundingSaveMixin`; ``transformers.Trainer`` calls ``save_model`` for every
-checkpoint and for the final save, so this is the one place those files are written.
+checkpoint and for the final save, so this is the one place those files are written, and where the saved files get the
+permissions ``open()`` would give them (:func:`grounding_rl.paths.follow_umask`: safetensors writes ``0o600``).
 """
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import json
 import shlex
 import sys
 from pathlib import Path
+
+from grounding_rl.models.loading import DEFAULT_LORA_TARGETS
+from grounding_rl.paths import follow_umask
 
 MODEL_CARD = "README.md"
 
@@ -21,7 +25,8 @@ def training_command(argv: list[str] | None = None) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def model_card(grounding_config, base_model: str | None, stage: str, command: str | None) -> str:
+def model_card(grounding_config, base_model: str | None, stage: str, command: str | None,
+               lora_targets: str | None = None) -> str:
     """The ``README.md`` of a checkpoint: Hub metadata (base model, tags) and the settings evaluation must reuse.
 
     Args:
@@ -29,8 +34,15 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
         base_model: the model training started from (path or hub id), or None.
         stage: ``"GRPO"`` or ``"SFT"``.
         command: the training command line, or None.
+        lora_targets: the LoRA ``target_modules`` of an adapter checkpoint (their text), or None for full weights.
     """
     video = grounding_config.video.to_dict()
+    cell = (lora_targets or "").replace("|", "\\|")  # a "|" inside a table cell, even in code, ends the cell (GFM)
+    adapter = ("A LoRA adapter on " + (
+        "the language model's attention and MLP projections (q/k/v/o, gate/up/down; the default of `use_peft`); the "
+        "vision tower and its merger are not adapted." if lora_targets == DEFAULT_LORA_TARGETS
+        else f"the modules `{lora_targets}`.") + " `grounding-rl eval` and `infer` load this folder as it is; "
+        "`grounding-rl merge-lora` writes it out as full weights.")
     front = ["---", "library_name: transformers", "pipeline_tag: video-text-to-text",
              "tags: [grounding-rl, video-temporal-grounding, " + ("grpo" if stage == "GRPO" else "sft") + "]"]
     if base_model:
@@ -46,7 +58,9 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
         f"| prompt template | `{grounding_config.prompt_template}` |",
         *[f"| video {key} | `{value}` |" for key, value in video.items()],
         f"| rewards | `{', '.join(grounding_config.reward_funcs) or 'none (supervised)'}` |",
-        f"| reward weights | `{grounding_config.reward_weights}` |", "",
+        f"| reward weights | `{grounding_config.reward_weights}` |",
+        *([f"| LoRA target modules | `{cell}` |"] if lora_targets else []), "",
+        *([adapter, ""] if lora_targets else []),
         "Evaluate or query it with the same preprocessing (read from `grounding_config.json`):", "",
         "```bash", "grounding-rl eval --model THIS_FOLDER --data test.jsonl --out eval-out",
         "grounding-rl infer --model THIS_FOLDER --video clip.mp4 --query \"person opens the door.\"", "```", "",
@@ -57,16 +71,34 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
 
 
 def write_grounding_files(folder: str | Path, grounding_config, base_model: str | None, stage: str,
-                          command: str | None) -> None:
-    """Write ``grounding_config.json`` and the model card into ``folder`` (created if needed)."""
+                          command: str | None, lora_targets: str | None = None) -> None:
+    """Write ``grounding_config.json`` and the model card (:func:`model_card`) into ``folder`` (created if needed)."""
     folder = Path(folder)
     grounding_config.save(folder)
-    (folder / MODEL_CARD).write_text(model_card(grounding_config, base_model, stage, command), encoding="utf-8")
+    (folder / MODEL_CARD).write_text(model_card(grounding_config, base_model, stage, command, lora_targets),
+                                     encoding="utf-8")
+
+
+def lora_targets_of(model) -> str | None:
+    """The ``target_modules`` of a PEFT model's active adapter as text (a regular expression, or the sorted names),
+    or None for a plain model."""
+    configs = getattr(model, "peft_config", None)
+    if not configs:
+        return None
+    active = getattr(model, "active_adapter", None)
+    config = configs.get(active if isinstance(active, str) else "default") or next(iter(configs.values()))
+    targets = getattr(config, "target_modules", None)
+    if targets is None:
+        return None
+    return targets if isinstance(targets, str) else ", ".join(sorted(targets))
 
 
 class GroundingSaveMixin:
     """``save_model`` that also writes :func:`write_grounding_files` (every checkpoint and the final folder) and, when
-    ``fingerprint`` is set, ``run_fingerprint.json`` (what produced the run; compared on resume).
+    ``fingerprint`` is set, ``run_fingerprint.json`` (what produced the run; compared on resume), then gives every
+    file of the folder the mode ``open()`` would (:func:`grounding_rl.paths.follow_umask`). ``Trainer`` writes the
+    optimizer, scheduler and RNG states of a ``checkpoint-N`` after ``save_model`` with ``torch.save``, which follows
+    the umask already.
 
     ``grounding_config()`` defaults to the ``args``' own; ``stage`` names the training stage in the card.
     """
@@ -91,7 +123,9 @@ class GroundingSaveMixin:
             folder = output_dir or self.args.output_dir
             config = self.grounding_config()  # the video settings as sampled: with the model family's pixel factor
             config = dataclasses.replace(config, video=family_of(unwrapped).video_settings(config.video))
-            write_grounding_files(folder, config, base, self.stage, self.command or training_command())
+            write_grounding_files(folder, config, base, self.stage, self.command or training_command(),
+                                  lora_targets_of(unwrapped))
             if self.fingerprint is not None:
                 (Path(folder) / "run_fingerprint.json").write_text(json.dumps(self.fingerprint, indent=2) + "\n",
                                                                    encoding="utf-8")
+            follow_umask(folder)

@@ -213,13 +213,15 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         repeated ``num_iterations × steps_per_generation`` times so buffered generations line up with the data; each
         epoch's order is the same when resumed (:func:`grounding_rl.data.dataset.resumable_repeat_sampler`). With
         ``online_difficulty_range``, over the samples the filter keeps
-        (:func:`grounding_rl.data.dataset.filtered_repeat_sampler`)."""
+        (:func:`grounding_rl.data.dataset.filtered_repeat_sampler`). Seeded by ``data_seed`` when set, else ``seed``
+        (``TrainingArguments``' rule for its samplers; TRL's GRPO sampler reads ``seed`` only)."""
+        data_seed = self.args.seed if self.args.data_seed is None else self.args.data_seed
         if self.online_filter is not None:
             return filtered_repeat_sampler(
                 data_source=dataset if dataset is not None else self.train_dataset, selection=self.online_filter,
                 mini_repeat_count=self.num_generations,
                 batch_size=self.args.generation_batch_size // self.num_generations,
-                repeat_count=self.args.num_iterations * self.args.steps_per_generation, seed=self.args.seed,
+                repeat_count=self.args.num_iterations * self.args.steps_per_generation, seed=data_seed,
                 on_advance=self._log_online_filter)
         return resumable_repeat_sampler(
             data_source=dataset if dataset is not None else self.train_dataset,
@@ -227,7 +229,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
             batch_size=self.args.generation_batch_size // self.num_generations,
             repeat_count=self.args.num_iterations * self.args.steps_per_generation,
             shuffle=self.args.shuffle_dataset,
-            seed=self.args.seed,
+            seed=data_seed,
         )
 
     # ------------------------------------------------------------------------------------------------ difficulty
