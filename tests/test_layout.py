@@ -1,6 +1,6 @@
 """The package's stages import one way, in data-flow order (README, "Layout"): no module imports from a later stage.
 
-The order: base modules (``grounding_rl/__init__.py``, ``paths.py``, ``errors.py``) → ``data`` → ``family`` →
+The order: base modules (``grounding_rl/__init__.py``, ``paths.py``, ``errors.py``, ``yaml_files.py``) → ``data`` → ``family`` →
 ``prompts`` → ``models`` → ``rollout`` → ``reward`` → ``update`` → ``eval`` → ``cli``. Every import of
 ``grounding_rl.…`` in the package, also inside functions, is read with ``ast``.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 import grounding_rl
 
 ORDER = ("data", "family", "prompts", "models", "rollout", "reward", "update", "eval", "cli")
-BASE = {"__init__", "paths", "errors"}
+BASE = {"__init__", "paths", "errors", "yaml_files"}
 PACKAGE = Path(grounding_rl.__file__).parent
 
 
