@@ -105,6 +105,6 @@ def add_preprocessing_overrides(parser) -> None:
 def describe_config(config: GroundingConfig) -> str:
     """One line: template and video settings, for logs and reports."""
     v = config.video
-    return (f"prompt_template={config.prompt_template} video_layout={config.video_layout} fps={v.fps} min_pixels={v.min_pixels} "
-            f"max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
+    return (f"prompt_template={config.prompt_template} video_layout={config.video_layout} fps={v.fps} "
+            f"min_pixels={v.min_pixels} max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
             f"sampler={v.sampler} pixel_factor={v.pixel_factor}")

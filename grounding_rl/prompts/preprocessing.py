@@ -11,7 +11,8 @@ from pathlib import Path
 
 from grounding_rl.data.video import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VIDEO_SAMPLERS, SampledVideo,
                                      VideoSettings)
-from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, VIDEO_LAYOUTS, Family, families, family_of
+from grounding_rl.family import (DEFAULT_VIDEO_LAYOUT, VIDEO_LAYOUTS, Family, checked_video_layout, families,
+                                 family_of)
 from grounding_rl.prompts.templates import TEMPLATES, render_prompt
 
 CONFIG_NAME = "grounding_config.json"
@@ -48,8 +49,7 @@ class GroundingConfig:
     def __post_init__(self):
         if self.prompt_template not in TEMPLATES:
             raise ValueError(f"unknown prompt_template {self.prompt_template!r}; known: {sorted(TEMPLATES)}")
-        if self.video_layout not in VIDEO_LAYOUTS:
-            raise ValueError(f"unknown video_layout {self.video_layout!r}; known: {list(VIDEO_LAYOUTS)}")
+        checked_video_layout(self.video_layout)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,8 +100,8 @@ class PreprocessingArguments:
     )
     video_layout: str = field(
         default=DEFAULT_VIDEO_LAYOUT,
-        metadata={"help": f"How the video tokens sit in the prompt: one of {list(VIDEO_LAYOUTS)}. 'released' (Qwen3-VL: "
-                  "the per-frame '<t seconds><|vision_start|>…<|vision_end|>' blocks alone, as transformers 4.57 and "
+        metadata={"help": f"How the video tokens sit in the prompt: one of {list(VIDEO_LAYOUTS)}. 'released' "
+                  "(Qwen3-VL: the per-frame '<t seconds><|vision_start|>…<|vision_end|>' blocks alone, as transformers 4.57 and "
                   "vLLM write them, what the published checkpoints were trained on); 'transformers5' (the same "
                   "blocks inside one more <|vision_start|> … <|vision_end|> pair, transformers 5.x's processor). "
                   "Qwen2.5-VL has one layout."},
