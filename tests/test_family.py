@@ -1,4 +1,5 @@
-"""The model families: which family a checkpoint is, and Qwen3-VL's textual timestamps through the real processor.
+"""The model families: which family a checkpoint is, Qwen3-VL's textual timestamps through the real processor, and
+its prompt layout (the release's, transformers 4.57, by default) with the 3-D position ids that follow it.
 
 Qwen3-VL's processor writes ``<t seconds>`` before each temporal pair of frames from the ``video_metadata`` it is
 given (transformers 5.24 ``Qwen3VLProcessor._calculate_timestamps``). Every printed time must be the mean *true* time
@@ -15,8 +16,10 @@ from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.family import family_of, family_of_checkpoint
 from grounding_rl.family.qwen2_5_vl import QWEN2_5_VL
 from grounding_rl.family.qwen3_vl import QWEN3_VL
-from grounding_rl.models.loading import load_processor
+from grounding_rl.models.loading import load_policy, load_processor
+from grounding_rl.models.vision import rope_position_ids
 from grounding_rl.prompts.preprocessing import build_inputs
+from grounding_rl.prompts.templates import render_prompt
 
 torch.set_num_threads(1)
 
@@ -107,23 +110,50 @@ def test_wrong_metadata_would_print_wrong_times(videos_dir, qwen3_processor, tru
         _assert_exact(wrong, video, true_times[name], name)
 
 
-def test_qwen3_token_sequence(videos_dir, qwen3_processor):
-    """The prompt's vision part as the installed processor writes it, collapsed: transformers 5.24 keeps the chat
-    template's outer <|vision_start|>…<|vision_end|> around one block per temporal pair; mm_token_type_ids marks
-    exactly the video pads; no second_per_grid_ts (time is in the text)."""
+def test_qwen3_prompt_ids_and_positions_built_by_hand(videos_dir, tiny_qwen3_model_dir):
+    """A clip of three temporal groups (6 frames at 1 fps, at 0, 1, …, 5 s), its prompt ids written out by hand from
+    the chat template's text: ``released`` (the default) is transformers 4.57's layout, the groups
+    ``<t seconds><|vision_start|><|video_pad|>×2<|vision_end|>`` alone; ``transformers5`` the same inside the template's
+    ``<|vision_start|>`` … ``<|vision_end|>``. build_inputs gives exactly these ids, and the 3-D position ids follow
+    the layout: each text token one step, each frame's 1×2 merged patches at T = H = p, W = p, p + 1, the next token at
+    p + 2 (get_rope_index from mm_token_type_ids). No second_per_grid_ts (time is in the text)."""
+    processor = load_processor(str(tiny_qwen3_model_dir))
+    model = load_policy(str(tiny_qwen3_model_dir))
+    tok = processor.tokenizer
     video = sample_frames(videos_dir / "mmaction2_eye_makeup.avi",
-                          QWEN3_VL.video_settings(VideoSettings(fps=2.0, **SMALL)))
-    features = build_inputs(qwen3_processor, ["q"], [video])
-    assert "second_per_grid_ts" not in features
-    ids, tokenizer = features["input_ids"][0], qwen3_processor.tokenizer
-    pad = tokenizer.convert_tokens_to_ids("<|video_pad|>")
-    t, h, w = features["video_grid_thw"][0].tolist()
-    assert (t, h, w) == (6, 2, 4) and int((ids == pad).sum()) == t * h * w // 4
-    assert torch.equal(features["mm_token_type_ids"][0] == 2, ids == pad)
-    text = re.sub(r"(<\|video_pad\|>)+", lambda m: f"[{len(m.group(0)) // len('<|video_pad|>')} pads]",
-                  tokenizer.decode(ids))
-    # frames at 0, 0.48, 1.0, 1.52, ... s (25 fps, 2 fps sampling: indices 0, 12, 25, 38, ...); nominal times
-    # would print 0.2, 1.2, 2.2, ...
-    groups = "".join(f"<{s} seconds><|vision_start|>[2 pads]<|vision_end|>"
-                     for s in ("0.2", "1.3", "2.2", "3.3", "4.2", "5.3"))
-    assert f"<|vision_start|>{groups}<|vision_end|>" in text, text
+                          QWEN3_VL.video_settings(VideoSettings(fps=1.0, **SMALL)))
+    assert video.timestamps == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], abs=1e-6)
+    start, pad, end = (tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|video_pad|>", "<|vision_end|>"))
+    before, after = render_prompt(processor, "q", "default").split("<|vision_start|><|video_pad|><|vision_end|>")
+
+    def encode(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    groups = []
+    for seconds in ("0.5", "2.5", "4.5"):  # the mean time of each pair of frames
+        groups += encode(f"<{seconds} seconds>") + [start, pad, pad, end]
+    lengths = {}
+    for layout, kwargs in (("released", {}), ("transformers5", {"video_layout": "transformers5"})):
+        features = build_inputs(processor, ["q"], [video], **kwargs)
+        assert "second_per_grid_ts" not in features
+        assert features["video_grid_thw"].tolist() == [[3, 2, 4]]  # 3 groups of 2×4 patches: 1×2 merged
+        want = encode(before) + (groups if layout == "released" else [start] + groups + [end]) + encode(after)
+        ids = features["input_ids"][0]
+        assert ids.tolist() == want, (layout, tok.decode(ids))
+        assert torch.equal(features["mm_token_type_ids"][0] == 2, ids == pad)
+        expected, p, i = [], 0, 0
+        while i < len(want):
+            if want[i] == pad:  # one frame: 1 × 2 merged patches
+                expected += [[p, p, p], [p, p, p + 1]]
+                p, i = p + 2, i + 2
+            else:
+                expected.append([p, p, p])
+                p, i = p + 1, i + 1
+        assert rope_position_ids(model, features)[:, 0].T.tolist() == expected, layout
+        lengths[layout] = len(want)
+    assert lengths["transformers5"] == lengths["released"] + 2
+    transformers5 = build_inputs(processor, ["q"], [video], video_layout="transformers5")["input_ids"]
+    with pytest.raises(RuntimeError, match="inside an outer .*not in video_layout 'released'"):
+        QWEN3_VL.check_video_layout(processor, transformers5, "released")
+    with pytest.raises(ValueError, match="unknown video_layout 'outer'"):
+        build_inputs(processor, ["q"], [video], video_layout="outer")

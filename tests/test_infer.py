@@ -81,8 +81,8 @@ def fake_model(monkeypatch):
     }
     calls = []
 
-    def generate(model, processor, queries, videos, template, params):
-        calls.append((list(queries), template, params.max_new_tokens, videos[0].num_frames))
+    def generate(model, processor, queries, videos, template, params, video_layout):
+        calls.append((list(queries), template, params.max_new_tokens, videos[0].num_frames, video_layout))
         return [answers[q] for q in queries]
 
     monkeypatch.setattr(inf, "load_for_inference", lambda *a, **k: (None, None))
@@ -104,16 +104,17 @@ def test_infer_json_clamps_intervals_with_a_fake_model(fake_model, videos_dir, t
     assert results[2]["start"] is None and results[2]["end"] is None and results[2]["reasoning"] is None
     assert "built-in defaults" in captured.err  # notices go to stderr under --json
     assert [c[0] for c in fake_model] == [["late", "early"], ["none"]]  # batched, in order
-    assert fake_model[0][1] == "default" and fake_model[0][2] == 12
+    assert fake_model[0][1] == "default" and fake_model[0][2] == 12 and fake_model[0][4] == "released"
     assert _png_size(plot)[0] > 800
 
 
 def test_infer_text_output(fake_model, videos_dir, tmp_path, capsys):
     rc = inf.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
-                   "--query", "none", *FAST])
+                   "--query", "none", "--video-layout", "transformers5", *FAST])
     assert rc == 0
     out = capsys.readouterr().out
     assert "interval: 1.50 s to 7.50 s" in out and "reasoning: she sits" in out
+    assert "video_layout=transformers5" in out and {c[4] for c in fake_model} == {"transformers5"}
     assert "(no parseable answer)" in out
 
 

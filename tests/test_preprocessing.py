@@ -64,6 +64,7 @@ def test_grounding_config_round_trip(tmp_path):
                             sampler="qwen_vl_utils"),
         reward_funcs=["iou", "format"],
         reward_weights=[5.0, 1.0],
+        video_layout="transformers5",
     )
     path = config.save(tmp_path / "ckpt")
     assert path == tmp_path / "ckpt" / CONFIG_NAME
@@ -73,9 +74,14 @@ def test_grounding_config_round_trip(tmp_path):
     old = json.loads(path.read_text())
     del old["video"]["sampler"]  # a checkpoint saved before the knob existed: the exact sampler
     assert GroundingConfig.from_dict(old).video.sampler == "exact"
+    assert GroundingConfig.load(tmp_path / "ckpt").video_layout == "transformers5"
+    del old["video_layout"]  # saved before the layout was a choice: the release's layout
+    assert GroundingConfig.from_dict(old).video_layout == "released" == GroundingConfig().video_layout
     assert GroundingConfig.load(tmp_path / "nothing_here") is None
     path.write_text("{not json")
     with pytest.raises(ValueError, match=CONFIG_NAME):
         GroundingConfig.load(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="unknown prompt_template"):
         GroundingConfig(prompt_template="nope")
+    with pytest.raises(ValueError, match="unknown video_layout 'outer'"):
+        GroundingConfig(video_layout="outer")

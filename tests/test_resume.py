@@ -182,6 +182,8 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path, demo_dir, bpe_tiny_mod
     assert sft() == 0
     saved = json.loads((out / "checkpoint-1" / "run_fingerprint.json").read_text())
     assert saved["prompt_template"] == "default" and len(saved["train_sha256"]) == 64
+    saved_config = json.loads((out / "checkpoint-1" / "grounding_config.json").read_text())
+    assert saved["video_layout"] == saved_config["video_layout"] == "released"  # what eval and infer will reuse
     capsys.readouterr()
     assert sft("--resume_from_checkpoint", "true", "--prompt_template", "timezero") == 2
     err = capsys.readouterr().err.strip()

@@ -41,7 +41,7 @@ def test_eval_steps_log_metrics_and_the_best_checkpoint_is_loaded(tmp_path, tiny
     without validation (the evaluation leaves every random state as it was)."""
     calls, answers = [], {1: ["1.0 to 4.0", "2.0 to 6.0"], 2: ["1.0 to 4.0", "1.0 to 4.0"]}
 
-    def fixed_answers(model, processor, queries, videos, template, params):
+    def fixed_answers(model, processor, queries, videos, template, params, video_layout):
         calls.append((template, params.do_sample, params.max_new_tokens, params.synced_gpus, len(queries)))
         step = trainer.state.global_step
         return [f"<think>t</think><answer>{answers[step][0 if q == 'a' else 1]}</answer>" for q in queries]

@@ -80,8 +80,8 @@ def captured(engine):
     return calls
 
 
-def prompt_inputs(processor, clip, rows=1):
-    inputs = dict(build_inputs(processor, [QUERY] * rows, [clip] * rows, "default"))
+def prompt_inputs(processor, clip, rows=1, video_layout="released"):
+    inputs = dict(build_inputs(processor, [QUERY] * rows, [clip] * rows, "default", video_layout=video_layout))
     inputs[CLIPS] = [clip] * rows
     return inputs
 
@@ -194,7 +194,9 @@ def test_weight_update_matches_a_fresh_engine(engine, greedy, policy, clip, tmp_
 def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_path_factory, qwen3_processor_dir,
                                                                              videos_dir):
     """Qwen3-VL: vLLM writes the textual timestamps itself from the clip description; with the processor's (true
-    presentation times) its expanded prompt, 3D positions, greedy tokens and log-probs equal transformers'."""
+    presentation times) its expanded prompt, 3D positions, greedy tokens and log-probs equal transformers', in the
+    released video layout (the default: no <|vision_start|> … <|vision_end|> around the groups) and in transformers
+    5.x's (prompt ids and positions)."""
     from grounding_rl.models.tiny import build_tiny_model
 
     sizes = {**SIZES, "num_layers": 3}  # one LLM layer per DeepStack feature
@@ -213,13 +215,18 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
         return out
 
     runner.get_mrope_input_positions = record
-    inputs = prompt_inputs(processor, clip)
-    ids = engine.generate(None, inputs, SamplingParams.greedy(8))  # raises if vLLM's prompt ids differ
-    valid = inputs["attention_mask"][0].bool()
-    assert calls[0][0] == inputs["input_ids"][0][valid].tolist()
-    assert "seconds>" in processor.tokenizer.decode(calls[0][0])
-    hf = rope_position_ids(model, inputs)[:, 0][:, valid]
-    assert torch.equal(torch.as_tensor(calls[0][1][0]).long(), hf.long())
+    for layout in ("transformers5", "released"):
+        calls.clear()
+        inputs = prompt_inputs(processor, clip, video_layout=layout)
+        ids = engine.generate(None, inputs, SamplingParams.greedy(8))  # raises if vLLM's prompt ids differ
+        valid = inputs["attention_mask"][0].bool()
+        assert calls[0][0] == inputs["input_ids"][0][valid].tolist()
+        text = processor.tokenizer.decode(calls[0][0])
+        groups = int(inputs["video_grid_thw"][0][0])  # one <t seconds><|vision_start|>…<|vision_end|> each
+        assert text.count(" seconds>") == groups > 1
+        assert text.count("<|vision_start|>") == groups + (layout == "transformers5"), text
+        hf = rope_position_ids(model, inputs)[:, 0][:, valid]
+        assert torch.equal(torch.as_tensor(calls[0][1][0]).long(), hf.long())
     mask, _ = completion_mask(ids, model.generation_config.eos_token_id)
     n = int(mask.sum())
     assert ids[0, :n].tolist() == forward_greedy(model, inputs, n)

@@ -17,8 +17,16 @@ from grounding_rl.rollout.vllm import (collapse_video, sampling_kwargs, transfor
 QUERY = "person opens the door."
 
 
-def test_collapse_video_qwen2_5_run_and_errors():
+def test_collapse_video_of_either_family_and_layout_and_errors():
     assert collapse_video([1, 7, 9, 9, 9, 8, 2], video_id=9, start_id=7, end_id=8) == [1, 7, 9, 8, 2]
+    stamp = {(5, 6): "<0.5 seconds>"}  # ids 5, 6: a timestamp
+
+    def decode(ids):
+        return stamp.get(tuple(ids), "x")
+
+    # Qwen3-VL's groups, released layout (nothing around them) and transformers5's (the template's pair kept)
+    assert collapse_video([1, 5, 6, 7, 9, 9, 8, 5, 6, 7, 9, 9, 8, 2], 9, 7, 8, decode) == [1, 9, 2]
+    assert collapse_video([1, 7, 5, 6, 7, 9, 9, 8, 5, 6, 7, 9, 9, 8, 8, 2], 9, 7, 8, decode) == [1, 7, 9, 8, 2]
     assert collapse_video([1, 2, 3], video_id=9, start_id=7, end_id=8) == [1, 2, 3]
     with pytest.raises(ValueError, match="enclosed"):
         collapse_video([1, 9, 9, 8], video_id=9, start_id=7, end_id=8)
@@ -34,13 +42,15 @@ def clip_of(videos_dir):
     return sample
 
 
-def test_vllm_prompt_is_the_unexpanded_prompt_of_either_family(family_model_dir, clip_of):
-    """Collapsing the processor's expanded ids gives the tokenized chat-template text with its one placeholder (what
-    vLLM expands itself), for Qwen2.5-VL's run of video tokens and Qwen3-VL's timestamped groups alike."""
+@pytest.mark.parametrize("layout", ["released", "transformers5"])
+def test_vllm_prompt_is_the_unexpanded_prompt_of_either_family(family_model_dir, clip_of, layout):
+    """Collapsing the processor's expanded ids gives the tokenized chat-template text with the video as one
+    ``<|video_pad|>`` (what vLLM expands itself), for Qwen2.5-VL's run of video tokens and Qwen3-VL's timestamped
+    groups alike, in either video layout (Qwen3-VL released: no <|vision_start|> … <|vision_end|> around it)."""
     processor = load_processor(str(family_model_dir))
     family = family_of(processor)
     clip = clip_of(family)
-    inputs = build_inputs(processor, [QUERY, QUERY + " again"], [clip, clip], "default")
+    inputs = build_inputs(processor, [QUERY, QUERY + " again"], [clip, clip], "default", video_layout=layout)
     tok = processor.tokenizer
     ids = {k: tok.convert_tokens_to_ids(t) for k, t in (("video_token_id", "<|video_pad|>"),
                                                          ("vision_start_token_id", "<|vision_start|>"),
@@ -48,7 +58,10 @@ def test_vllm_prompt_is_the_unexpanded_prompt_of_either_family(family_model_dir,
     prompts, expanded = vllm_prompts(inputs, [clip, clip], family, ids,
                                      decode=lambda x: tok.decode(x, skip_special_tokens=False))
     for row, query in enumerate([QUERY, QUERY + " again"]):
-        want = tok(render_prompt(processor, query, "default"))["input_ids"]
+        text = render_prompt(processor, query, "default")
+        if family.name == "qwen3_vl" and layout == "released":
+            text = text.replace("<|vision_start|><|video_pad|><|vision_end|>", "<|video_pad|>")
+        want = tok(text)["input_ids"]
         assert prompts[row]["prompt_token_ids"] == want
         assert expanded[row] == inputs["input_ids"][row][inputs["attention_mask"][row].bool()].tolist()
         assert len(expanded[row]) > len(want) + 5  # the video tokens (and Qwen3-VL's timestamps) were collapsed

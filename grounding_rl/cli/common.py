@@ -359,7 +359,7 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     """What produced a run's checkpoints, written into each as ``run_fingerprint.json``
     (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
     file and its content hash, the model and its fingerprint (:func:`grounding_rl.data.fingerprint.model_fingerprint`),
-    prompt template, video and sampling settings, the difficulty-aware data selection, LoRA settings
+    prompt template, video layout, video and sampling settings, the difficulty-aware data selection, LoRA settings
     (:func:`lora_settings`), seed, data seed and package version (not the git commit). ``max_steps``,
     learning rate and the like are not in it: a finished run may be continued with more steps."""
     from grounding_rl import __version__
@@ -371,7 +371,8 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         "max_train_samples": script_args.max_train_samples, "model": model_args.model_name_or_path,
         "model_revision": model_args.model_revision,
         "model_fingerprint": model_fingerprint(model_args.model_name_or_path, model_args.model_revision),
-        "prompt_template": training_args.prompt_template, "video": training_args.video_settings.to_dict(),
+        "prompt_template": training_args.prompt_template, "video_layout": training_args.video_layout,
+        "video": training_args.video_settings.to_dict(),
         "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
         "data_selection": {key: getattr(training_args, key) for key in DATA_SELECTION_KEYS
                            if hasattr(training_args, key)},

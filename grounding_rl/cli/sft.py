@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     dataset = common.load_dataset(script_args)
     model, processor = common.load_training_model(script_args, model_args, args)
     collator = SFTCollator(processor, dataset, args.prompt_template, args.video_settings, args.think_text,
-                           args.max_prompt_length, frame_cache=common.frame_cache(script_args))
+                           args.max_prompt_length, frame_cache=common.frame_cache(script_args),
+                           video_layout=args.video_layout)
     trainer = GroundingSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
                                   processing_class=processor)
     trainer.fingerprint = fingerprint

@@ -63,8 +63,8 @@ REPORT = "report.md"
 HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
-RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video",
-            "max_new_tokens", "dtype", "attn_implementation", "version")
+RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video_layout",
+            "video", "max_new_tokens", "dtype", "attn_implementation", "version")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -302,7 +302,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
     try:
         config, source = resolve_config(
-            args.model, prompt_template=args.prompt_template,
+            args.model, prompt_template=args.prompt_template, video_layout=args.video_layout,
             fallback=bench.protocol if bench else None,
             fallback_name=f"benchmark {bench.name} paper protocol" if bench else "benchmark protocol",
             fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
@@ -324,7 +324,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
            "data": str(Path(args.data).resolve()), "data_sha256": file_sha256(args.data),
            "version": __version__,
            "video_root": str(Path(args.video_root).resolve()) if args.video_root else None,
-           "prompt_template": config.prompt_template,
+           "prompt_template": config.prompt_template, "video_layout": config.video_layout,
            "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
            "dtype": args.dtype, "attn_implementation": args.attn_implementation,
            **({"engine": args.engine} if args.engine != "hf" else {})}
@@ -366,7 +366,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         batches = greedy_answer_batches(model, processor, [s.video for s in shard], [s.query for s in shard],
                                         config.video, config.prompt_template, max_new_tokens, args.batch_size,
                                         args.num_workers, args.frame_cache, int(args.frame_cache_gb * 1e9),
-                                        engine=engine)
+                                        engine=engine, video_layout=config.video_layout)
         bar = tqdm(total=len(shard), desc=f"eval (rank 0 of {state.num_processes})", unit="query",
                    disable=not main_process, file=sys.stderr)
         failed = 0
@@ -394,8 +394,9 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     info = {"model": model_id, "data": run["data"], "benchmark": bench.name if bench else None,
             "limit": args.limit,
             "sampling": {"source": source, "prompt_template": config.prompt_template,
-                         "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
-                         "do_sample": False, "repetition_penalty": 1.0, "batch_size": args.batch_size,
+                         "video_layout": config.video_layout, "video": config.video.to_dict(),
+                         "max_new_tokens": max_new_tokens, "do_sample": False, "repetition_penalty": 1.0,
+                         "batch_size": args.batch_size,
                          "dtype": args.dtype},
             "seed": args.seed, "num_processes": state.num_processes,
             "run": {"queries_run": len(pending), "videos_run": len(group_by_video([s.video for s in pending])),

@@ -26,6 +26,7 @@ from grounding_rl.data.video import SampledVideo, VideoLoadError, sample_frames
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (add_preprocessing_overrides, check_generation_length, check_video_flags,
                                         describe_config, resolve_config)
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.models.loading import load_for_inference
 from grounding_rl.prompts.preprocessing import build_inputs, prompt_text
 from grounding_rl.reward.iou import clamp_interval
@@ -88,24 +89,27 @@ def answer_result(query: str, answer: str, duration: float) -> dict:
 
 
 def infer(model, processor, video: SampledVideo, queries: list[str], template: str, max_new_tokens: int,
-          batch_size: int = 4, engine=None) -> list[dict]:
+          batch_size: int = 4, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list[dict]:
     """Answer every query on one sampled clip (greedy, batched). The clip was decoded once and is encoded once per
     batch of queries (the rows share its vision features). ``engine``: another rollout engine (``--engine vllm``;
-    ``model`` unused). Returns one :func:`answer_result` per query."""
+    ``model`` unused); ``video_layout``: see :data:`grounding_rl.family.VIDEO_LAYOUTS`. Returns one
+    :func:`answer_result` per query."""
     results = []
     step = max(1, batch_size)
     for i in range(0, len(queries), step):
         chunk = queries[i:i + step]
         answers = generate_answers(model, processor, chunk, [video] * len(chunk), template,
-                                   SamplingParams.greedy(max_new_tokens), **({"engine": engine} if engine else {}))
+                                   SamplingParams.greedy(max_new_tokens), **({"engine": engine} if engine else {}),
+                                   video_layout=video_layout)
         results += [answer_result(q, a, video.duration) for q, a in zip(chunk, answers)]
     return results
 
 
-def format_prompt(processor, video: SampledVideo, query: str, template: str) -> str:
+def format_prompt(processor, video: SampledVideo, query: str, template: str,
+                  video_layout: str = DEFAULT_VIDEO_LAYOUT) -> str:
     """The exact prompt the model is given for one query on a clip
     (:func:`grounding_rl.prompts.preprocessing.prompt_text` of the :func:`build_inputs` row)."""
-    features = build_inputs(processor, [query], [video], template)
+    features = build_inputs(processor, [query], [video], template, video_layout=video_layout)
     return prompt_text(processor, features["input_ids"][0], features["attention_mask"][0])
 
 
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     log = sys.stderr if args.json else sys.stdout
 
     try:
-        config, source = resolve_config(args.model, prompt_template=args.prompt_template, fps=args.fps,
+        config, source = resolve_config(args.model, prompt_template=args.prompt_template,
+                                        video_layout=args.video_layout, fps=args.fps,
                                         min_pixels=args.min_pixels, max_pixels=args.max_pixels,
                                         total_pixels=args.total_pixels, max_frames=args.max_frames,
                                         sampler=args.video_sampler)
@@ -177,10 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         model, processor = load_for_inference(args.model, device, args.dtype)
     if args.print_prompt:
         for query in args.query:
-            print(f"infer: prompt for {query!r}:\n{format_prompt(processor, video, query, config.prompt_template)}",
-                  file=log)
+            prompt = format_prompt(processor, video, query, config.prompt_template, config.video_layout)
+            print(f"infer: prompt for {query!r}:\n{prompt}", file=log)
     results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
-                    args.batch_size, engine=engine)
+                    args.batch_size, engine=engine, video_layout=config.video_layout)
     if args.json:  # the answer first; optional files after it
         sys.stdout.write(json.dumps(results, ensure_ascii=False) + "\n")
     else:

@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from grounding_rl.errors import check_number
+from grounding_rl.family import VIDEO_LAYOUTS
 from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
 
 # Greedy decoding budget for real checkpoints: TimeZero-style answers ("<think>…</think><answer>a to b</answer>") fit
@@ -22,24 +23,28 @@ VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "min_frame
 
 
 def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None, fallback: GroundingConfig | None = None,
-                   fallback_name: str = "benchmark protocol", **video_overrides) -> tuple[GroundingConfig, str]:
+                   fallback_name: str = "benchmark protocol", video_layout: str | None = None,
+                   **video_overrides) -> tuple[GroundingConfig, str]:
     """The preprocessing and prompt to evaluate ``model_dir`` with, and where they came from.
 
     Precedence: non-None keyword overrides > ``model_dir/grounding_config.json`` > ``fallback`` > defaults
-    (:class:`GroundingConfig()`).
+    (:class:`GroundingConfig()`). A ``grounding_config.json`` without ``video_layout`` (written before it existed) and
+    a checkpoint without the file (a published one) get the default ``released`` layout.
 
     Args:
         model_dir: checkpoint folder (a hub id or a folder without ``grounding_config.json`` has no saved config).
         prompt_template: override of the template name (None = keep).
         fallback: settings used when the checkpoint has no config (e.g. a benchmark's paper protocol).
         fallback_name: how to name ``fallback`` in the returned description.
+        video_layout: override of the video layout (None = keep).
         video_overrides: any of :data:`VIDEO_OVERRIDES`; None values are ignored.
 
     Returns:
         (config, description), e.g. ``(cfg, "grounding_config.json of ckpt/ (overridden: fps)")``.
 
     Raises:
-        ValueError: unknown override name, unknown template, or an invalid ``grounding_config.json`` (names the file).
+        ValueError: unknown override name, unknown template or video layout, or an invalid ``grounding_config.json``
+            (names the file).
     """
     unknown = set(video_overrides) - set(VIDEO_OVERRIDES)
     if unknown:
@@ -57,6 +62,9 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
     if prompt_template is not None:
         config = dataclasses.replace(config, prompt_template=prompt_template)  # __post_init__ validates the name
         changed["prompt_template"] = prompt_template
+    if video_layout is not None:
+        config = dataclasses.replace(config, video_layout=video_layout)  # __post_init__ validates the name
+        changed["video_layout"] = video_layout
     if changed:
         source += f"; overridden on the command line: {', '.join(sorted(changed))}"
     family = _family(model_dir)
@@ -81,6 +89,10 @@ def _family(model_dir):
 def add_preprocessing_overrides(parser) -> None:
     """The command-line overrides of the saved preprocessing shared by ``eval`` and ``infer`` (None = keep)."""
     parser.add_argument("--prompt-template", default=None, help="override the prompt template")
+    parser.add_argument("--video-layout", default=None, choices=list(VIDEO_LAYOUTS),
+                        help="override the video layout (Qwen3-VL: 'released', the per-frame blocks alone as "
+                        "transformers 4.57 wrote them; 'transformers5', inside one more <|vision_start|> … "
+                        "<|vision_end|> pair)")
     parser.add_argument("--fps", type=float, default=None, help="override frames per second")
     parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
     parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
@@ -118,6 +130,6 @@ def check_generation_length(flag: str, max_new_tokens: int, model: str) -> None:
 def describe_config(config: GroundingConfig) -> str:
     """One line: template and video settings, for logs and reports."""
     v = config.video
-    return (f"prompt_template={config.prompt_template} fps={v.fps} min_pixels={v.min_pixels} "
-            f"max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
+    return (f"prompt_template={config.prompt_template} video_layout={config.video_layout} fps={v.fps} "
+            f"min_pixels={v.min_pixels} max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
             f"sampler={v.sampler} pixel_factor={v.pixel_factor}")

@@ -5,8 +5,9 @@ A family is chosen from the checkpoint's ``config.model_type`` (:func:`family_of
 sized (the pixel factor: patch size × spatial merge), how the sampled clip is described to the processor (its
 ``video_metadata``, hence how time reaches the model: Qwen2.5-VL's 3D-RoPE time scale ``second_per_grid_ts``, or
 Qwen3-VL's textual timestamps ``<t seconds>``), which per-row video tensors the model needs, how the vision tower's
-output is handed to each row when a clip is encoded once (Qwen3-VL: the DeepStack features too), and how a tiny
-random-weight model of the family is configured. The rest of the package names no family.
+output is handed to each row when a clip is encoded once (Qwen3-VL: the DeepStack features too), how the video tokens
+are laid out in the prompt (:data:`VIDEO_LAYOUTS`), and how a tiny random-weight model of the family is configured. The
+rest of the package names no family.
 
 This stage comes right after ``data`` in the import order (README, "Layout"), so preprocessing, models, rollout and
 update can all use it.
@@ -16,6 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from grounding_rl.data.video import SampledVideo, VideoSettings
+
+# How a prompt's video tokens are laid out, a named choice saved in grounding_config.json (``video_layout``):
+# ``released`` is the layout of the processor each family was released with (Qwen3-VL: transformers 4.57), the one its
+# published checkpoints were trained on; ``transformers5`` is transformers 5.x's Qwen3-VL processor's (one extra
+# <|vision_start|> … <|vision_end|> pair around the clip). Qwen2.5-VL's processor has one layout in every version.
+RELEASED, TRANSFORMERS5 = "released", "transformers5"
+VIDEO_LAYOUTS = (RELEASED, TRANSFORMERS5)
+DEFAULT_VIDEO_LAYOUT = RELEASED
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,20 @@ class Family:
         (:func:`grounding_rl.data.video.sample_frames`), so the processor neither samples, resizes nor caps them."""
         return dict(do_sample_frames=False, do_resize=False, cap_pixels_per_frame=False)
 
+    def video_prompt(self, processor, text: str, layout: str = DEFAULT_VIDEO_LAYOUT) -> str:
+        """The chat-templated prompt ``text`` (one ``<|vision_start|><|video_pad|><|vision_end|>`` per clip) as it must
+        reach this family's processor for its video tokens to come out in ``layout``. Unchanged here (one layout).
+
+        Raises:
+            ValueError: ``layout`` is not one of :data:`VIDEO_LAYOUTS`.
+        """
+        checked_video_layout(layout)
+        return text
+
+    def check_video_layout(self, processor, input_ids, layout: str = DEFAULT_VIDEO_LAYOUT) -> None:
+        """Raise RuntimeError when the processor's ``input_ids`` (B, L) do not hold the video in ``layout`` (a
+        transformers version that expands the placeholder another way). Nothing to check here (one layout)."""
+
     def select_features(self, features, rows: list[int]):
         """The vision tower's output for distinct clips (``get_video_features(..., return_dict=True)``, one entry per
         clip) rearranged to one entry per row: ``rows[i]`` is row i's clip. Returns what ``mm_encoder_outputs["video"]``
@@ -73,6 +96,13 @@ class Family:
                 vision_depth, vision_heads (family defaults when absent).
         """
         raise NotImplementedError
+
+
+def checked_video_layout(layout: str) -> str:
+    """``layout`` itself when it is one of :data:`VIDEO_LAYOUTS`; ValueError (naming the known ones) otherwise."""
+    if layout not in VIDEO_LAYOUTS:
+        raise ValueError(f"unknown video_layout {layout!r}; known: {list(VIDEO_LAYOUTS)}")
+    return layout
 
 
 def families() -> tuple[Family, ...]:

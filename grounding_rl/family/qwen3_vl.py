@@ -10,6 +10,19 @@ times — both wrong (QwenLM/Qwen3-VL PR 2117). Here ``frames_indices`` are the 
 so every printed time is the mean true time of its pair. The 3D RoPE carries no time (each frame is its own temporal
 position group), so no ``second_per_grid_ts``.
 
+Video layout (``video_layout``, :data:`grounding_rl.family.VIDEO_LAYOUTS`). The chat template writes one
+``<|vision_start|><|video_pad|><|vision_end|>`` per clip. transformers 4.57's ``Qwen3VLProcessor.__call__`` — the
+version Qwen released the model with — replaces that whole triple by the G groups
+``<t seconds><|vision_start|><|video_pad|>×n<|vision_end|>``, and so do vLLM's Qwen3-VL processing
+(``vllm/model_executor/models/qwen3_vl.py``, ``get_video_repl``) and TimeLens's code: ``released``, the default.
+transformers ≥ 5.10 replaces only the ``<|video_pad|>``, which leaves the template's pair around the groups:
+``<|vision_start|><t seconds><|vision_start|>…<|vision_end|>…<|vision_end|>`` (``transformers5``). For ``released`` the
+prompt reaches the processor with a bare ``<|video_pad|>``, which transformers 4.57 (its "vllm may input video token
+directly" branch) and 5.x alike replace by the groups alone; the ids are checked after the call
+(:meth:`Qwen3VLFamily.check_video_layout`), so another transformers version cannot change the layout unnoticed. The
+3D position ids follow either layout: ``get_rope_index`` numbers every run of video tokens (``mm_token_type_ids`` 2) as
+one frame and every other token as text.
+
 ``get_video_features`` returns the merged features per clip (``pooler_output``) and the DeepStack features (one tuple
 per DeepStack vision block, 8/16/24 of the 8B's 27, added to the hidden states of the LLM's first layers); a clip
 encoded once must hand both to each of its rows.
@@ -19,9 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grounding_rl.data.video import SampledVideo
-from grounding_rl.family import Family
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, RELEASED, TRANSFORMERS5, Family, checked_video_layout
 
 TICKS_PER_SECOND = 1_000_000  # frames_indices are presentation times in microseconds
+VISION_START, VIDEO_PAD, VISION_END = "<|vision_start|>", "<|video_pad|>", "<|vision_end|>"  # the chat template's
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,38 @@ class Qwen3VLFamily(Family):
         ticks = [round(t * TICKS_PER_SECOND) for t in video.timestamps]
         return VideoMetadata(total_num_frames=video.num_frames, fps=float(TICKS_PER_SECOND), frames_indices=ticks,
                              duration=video.duration)
+
+    def video_prompt(self, processor, text: str, layout: str = DEFAULT_VIDEO_LAYOUT) -> str:
+        """``released``: each ``<|vision_start|><|video_pad|><|vision_end|>`` of ``text`` becomes a bare
+        ``<|video_pad|>`` (the processor writes the groups with nothing around them); ``transformers5``: unchanged.
+
+        Raises:
+            ValueError: unknown ``layout``.
+        """
+        if checked_video_layout(layout) == RELEASED:
+            return text.replace(VISION_START + VIDEO_PAD + VISION_END, VIDEO_PAD)
+        return text
+
+    def check_video_layout(self, processor, input_ids, layout: str = DEFAULT_VIDEO_LAYOUT) -> None:
+        """Check that each row of ``input_ids`` (B, L) holds its video in ``layout``: the token after the last group's
+        ``<|vision_end|>`` is a second ``<|vision_end|>`` exactly for ``transformers5``.
+
+        Raises:
+            RuntimeError: the installed processor laid the video out otherwise (names the transformers version).
+        """
+        tokenizer = processor.tokenizer
+        pad, end = tokenizer.convert_tokens_to_ids(VIDEO_PAD), tokenizer.convert_tokens_to_ids(VISION_END)
+        for row in input_ids.tolist():
+            last = max((i for i, t in enumerate(row) if t == pad), default=None)
+            if last is None:
+                continue
+            outer = last + 2 < len(row) and row[last + 2] == end
+            if outer != (checked_video_layout(layout) == TRANSFORMERS5):
+                import transformers
+
+                raise RuntimeError(f"transformers {transformers.__version__}'s {type(processor).__name__} wrote the "
+                                   f"video {'inside' if outer else 'without'} an outer {VISION_START} … {VISION_END} "
+                                   f"pair, not in video_layout {layout!r}")
 
     def select_features(self, features, rows: list[int]):
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures

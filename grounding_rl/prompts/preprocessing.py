@@ -1,7 +1,7 @@
 """How a (video, query) pair becomes model inputs — the one place shared by training, SFT, evaluation and inference.
 
-``grounding_config.json`` (written into every checkpoint) records the prompt template, the video settings and the
-reward settings, so evaluation and inference reuse exactly the training preprocessing.
+``grounding_config.json`` (written into every checkpoint) records the prompt template, the video layout, the video
+settings and the reward settings, so evaluation and inference reuse exactly the training preprocessing.
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 from grounding_rl.data.video import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VIDEO_SAMPLERS, SampledVideo,
                                      VideoSettings)
-from grounding_rl.family import Family, families, family_of
+from grounding_rl.family import (DEFAULT_VIDEO_LAYOUT, VIDEO_LAYOUTS, Family, checked_video_layout, families,
+                                 family_of)
 from grounding_rl.prompts.templates import TEMPLATES, render_prompt
 
 CONFIG_NAME = "grounding_config.json"
@@ -35,16 +36,20 @@ class GroundingConfig:
         video: frame sampling settings (fps, frame bounds, pixel budget).
         reward_funcs: reward names used in training (informational for eval).
         reward_weights: their weights (None = all 1.0).
+        video_layout: how the video tokens sit in the prompt, one of :data:`grounding_rl.family.VIDEO_LAYOUTS`
+            (``released``, the default, also for a file written before the field existed; ``transformers5``).
     """
 
     prompt_template: str = "default"
     video: VideoSettings = field(default_factory=VideoSettings)
     reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"])
     reward_weights: list[float] | None = None
+    video_layout: str = DEFAULT_VIDEO_LAYOUT
 
     def __post_init__(self):
         if self.prompt_template not in TEMPLATES:
             raise ValueError(f"unknown prompt_template {self.prompt_template!r}; known: {sorted(TEMPLATES)}")
+        checked_video_layout(self.video_layout)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +70,7 @@ class GroundingConfig:
             video=video,
             reward_funcs=list(data.get("reward_funcs", ["iou", "format"])),
             reward_weights=data.get("reward_weights"),
+            video_layout=data.get("video_layout", DEFAULT_VIDEO_LAYOUT),
         )
 
     @classmethod
@@ -91,6 +97,14 @@ class PreprocessingArguments:
 
     prompt_template: str = field(
         default="default", metadata={"help": f"Prompt template name: one of {sorted(TEMPLATES)}."}
+    )
+    video_layout: str = field(
+        default=DEFAULT_VIDEO_LAYOUT,
+        metadata={"help": f"How the video tokens sit in the prompt: one of {list(VIDEO_LAYOUTS)}. 'released' "
+                  "(Qwen3-VL: the per-frame '<t seconds><|vision_start|>…<|vision_end|>' blocks alone, as transformers 4.57 and "
+                  "vLLM write them, what the published checkpoints were trained on); 'transformers5' (the same "
+                  "blocks inside one more <|vision_start|> … <|vision_end|> pair, transformers 5.x's processor). "
+                  "Qwen2.5-VL has one layout."},
     )
     max_prompt_length: int | None = field(
         default=8192,
@@ -125,6 +139,8 @@ class PreprocessingArguments:
         problems = []
         if self.prompt_template not in TEMPLATES:
             problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
+        if self.video_layout not in VIDEO_LAYOUTS:
+            problems.append(f"video_layout {self.video_layout!r} is not one of {list(VIDEO_LAYOUTS)}")
         if not self.video_fps > 0:
             problems.append(f"video_fps must be > 0 (got {self.video_fps})")
         for name in ("video_min_frames", "video_min_pixels", "video_total_pixels", "max_prompt_length"):
@@ -176,7 +192,8 @@ class _DistinctClips:
 
 
 def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str = "default",
-                 share_videos: bool = False, family: Family | None = None, **extra):
+                 share_videos: bool = False, family: Family | None = None,
+                 video_layout: str = DEFAULT_VIDEO_LAYOUT, **extra):
     """Processor inputs for a batch of (query, clip) pairs, left-padded for generation.
 
     The processor is not modified (its tokenizer keeps the padding side it was loaded with, so a checkpoint saves it
@@ -192,6 +209,10 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
             then holds each distinct clip once, in order of first use, and ``video_index`` (B,) names each row's clip
             (see :mod:`grounding_rl.models.vision`).
         family: the model family (None = the processor's, :func:`grounding_rl.family.family_of`).
+        video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`; Qwen3-VL:
+            ``released`` = transformers 4.57's ``<t seconds><|vision_start|>…<|vision_end|>`` per temporal group,
+            ``transformers5`` = the same inside one more ``<|vision_start|>`` … ``<|vision_end|>``;
+            :meth:`grounding_rl.family.Family.video_prompt`).
         extra: passed to the processor (e.g. ``return_tensors`` overrides).
 
     Returns:
@@ -202,7 +223,9 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
 
     Raises:
         ValueError: ``queries`` and ``videos`` differ in length; the processor is of no supported family; a clip's
-            frames are not multiples of the family's pixel factor (sampled for another family).
+            frames are not multiples of the family's pixel factor (sampled for another family); unknown
+            ``video_layout``.
+        RuntimeError: the installed processor did not lay the video out in ``video_layout``.
     """
     import torch
 
@@ -214,7 +237,7 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
         if height % family.pixel_factor or width % family.pixel_factor:
             raise ValueError(f"{video.path}: frames of {height}x{width} are not multiples of {family.pixel_factor} "
                              f"({family.name}); sample with family.video_settings(settings)")
-    texts = [render_prompt(processor, q, template) for q in queries]
+    texts = [family.video_prompt(processor, render_prompt(processor, q, template), video_layout) for q in queries]
     clip_of: dict[int, int] = {}
     index = [clip_of.setdefault(id(v), len(clip_of)) for v in videos]
     call = processor
@@ -245,6 +268,7 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
             else:
                 backend.enable_padding(**{k: v for k, v in padding_before.items() if k != "length"},
                                        length=padding_before.get("length"))
+    family.check_video_layout(processor, features["input_ids"], video_layout)
     if share_videos:
         sizes = features["video_grid_thw"].prod(dim=-1).tolist()
         first = sorted({clip: row for row, clip in reversed(list(enumerate(index)))}.items())

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, build_inputs
 from grounding_rl.rollout.shared import generate_shared
 
@@ -96,7 +97,8 @@ def generate(model, inputs: dict, params: SamplingParams, pad_token_id: int | No
 
 
 def generate_answers(model, processor, queries: list[str], videos: list, template: str,
-                     params: SamplingParams, engine: "RolloutEngine | None" = None) -> list[str]:
+                     params: SamplingParams, engine: "RolloutEngine | None" = None,
+                     video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list[str]:
     """Decoded completions for (query, clip) rows: what ``eval`` and ``infer`` call.
 
     Rows that pass the same :class:`~grounding_rl.data.video.SampledVideo` object share one vision encoding
@@ -111,6 +113,7 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
         params: decoding settings (``SamplingParams.greedy(n)`` for evaluation).
         engine: another :class:`RolloutEngine` (``eval`` / ``infer --engine vllm``) that decodes from the same
             prompt tensors and the clips (``model`` is then unused and may be None).
+        video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
 
     Returns:
         B strings, special tokens removed.
@@ -119,11 +122,12 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
         return []
     tokenizer = processor.tokenizer
     if engine is not None:
-        inputs = dict(build_inputs(processor, queries, videos, template))
+        inputs = dict(build_inputs(processor, queries, videos, template, video_layout=video_layout))
         inputs["clips"] = list(videos)
         new_tokens = engine.generate(None, inputs, params)
         return processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    inputs = build_inputs(processor, queries, videos, template, share_videos=True).to(model.device)
+    inputs = build_inputs(processor, queries, videos, template, share_videos=True,
+                          video_layout=video_layout).to(model.device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if int(inputs[VIDEO_INDEX].max()) + 1 == len(queries):  # every clip distinct: nothing to share
         inputs.pop(VIDEO_INDEX)

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from grounding_rl.data.video import VideoLoadError, VideoSettings, sample_frames
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
 PREFETCH_FACTOR = 2
@@ -107,8 +108,8 @@ def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, b
 
 
 def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], queries: Sequence[str],
-                 template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None
-                 ) -> list[tuple[int, str | None, str | None]]:
+                 template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None,
+                 video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list[tuple[int, str | None, str | None]]:
     """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None)``.
 
     A row whose clip did not load keeps its load error. On out-of-memory with more than one clip the clips are retried
@@ -124,6 +125,7 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         max_new_tokens: greedy generation budget.
         synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams`.
         engine: a rollout engine for ``generate_answers`` (``--engine vllm``); None = transformers' ``generate``.
+        video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
     """
     results: dict[int, tuple[int, str | None, str | None]] = {}
     ok = []
@@ -138,7 +140,7 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         try:
             answers = generate_answers(model, processor, [queries[p] for p, _ in group], [v for _, v in group],
                                        template, SamplingParams.greedy(max_new_tokens, synced_gpus),
-                                       **({"engine": engine} if engine is not None else {}))
+                                       **({"engine": engine} if engine is not None else {}), video_layout=video_layout)
         except torch.OutOfMemoryError as err:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -156,7 +158,7 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
 def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
                           template: str, max_new_tokens: int, batch_size: int, num_workers: int = 2,
                           frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                          synced_gpus: bool | None = None, engine=None
+                          synced_gpus: bool | None = None, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT
                           ) -> Iterator[list[tuple[int, str | None, str | None]]]:
     """Greedy answers to the queries ``(videos[i], queries[i])``, grouped by video, one list per batch of at most
     ``batch_size`` rows: ``(position, answer | None, error | None)`` (:func:`answer_batch`); every position appears
@@ -173,8 +175,9 @@ def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequ
         num_workers: background decoding processes (0 = in this process).
         frame_cache, frame_cache_bytes: optional on-disk frame cache (folder, bound in bytes).
         synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams` (False: this rank decodes alone).
-        engine: see :func:`answer_batch`.
+        engine, video_layout: see :func:`answer_batch`.
     """
     for batch in clip_batches(group_by_video(videos), settings, max(1, batch_size), num_workers, frame_cache,
                               frame_cache_bytes):
-        yield answer_batch(model, processor, batch, queries, template, max_new_tokens, synced_gpus, engine)
+        yield answer_batch(model, processor, batch, queries, template, max_new_tokens, synced_gpus, engine,
+                           video_layout)

@@ -1,7 +1,8 @@
 """A vLLM rollout engine (TRL's ``use_vllm``, colocate mode) that gives vLLM exactly what the policy forward sees.
 
 vLLM is handed, per row, the policy's own prompt token ids (left padding removed: the ids :func:`grounding_rl.prompts.
-preprocessing.build_inputs` made, with Qwen3-VL's textual timestamps), the same decoded frames, and the same clip
+preprocessing.build_inputs` made, with Qwen3-VL's textual timestamps, in the run's video layout; the video's tokens
+collapsed to one ``<|video_pad|>``, which vLLM expands again), the same decoded frames, and the same clip
 description the HF processor got (:meth:`grounding_rl.family.Family.video_metadata`) with ``do_sample_frames`` off,
 so vLLM neither re-samples nor re-times the clip. For Qwen2.5-VL vLLM derives the sampled rate as
 ``len(frames_indices) / total_num_frames · fps`` (vllm ``qwen2_5_vl.py``); with the sampled clip's metadata (T frames,
@@ -54,14 +55,18 @@ TIMESTAMP = re.compile(r"<\d+(\.\d+)? seconds>")
 
 
 def collapse_video(ids: list[int], video_id: int, start_id: int, end_id: int, decode=None) -> list[int]:
-    """The prompt ids before the processor expanded the video placeholder: vLLM takes token prompts with the
-    placeholder ``<|vision_start|><|video_pad|><|vision_end|>`` and expands it itself (given expanded ids it would expand
-    the first ``<|video_pad|>`` again).
+    """The prompt ids vLLM is given for one row: the video's tokens collapsed to one ``<|video_pad|>``, which vLLM
+    expands itself, keeping the tokens around it (given expanded ids it would expand the first ``<|video_pad|>``
+    again). vllm 0.32 replaces the bare ``<|video_pad|>`` of a Qwen-VL token prompt (Qwen3-VL:
+    ``Qwen3VLMultiModalProcessor._get_prompt_updates`` with a transformers ≥ 5.10 processor, ``get_video_repl``
+    writing ``<t seconds><|vision_start|><|video_pad|>×n<|vision_end|>`` per temporal group), so the row comes back in
+    whichever video layout it was built in.
 
-    Qwen2.5-VL's expansion is one run of ``<|video_pad|>``; Qwen3-VL's replaces the one ``<|video_pad|>`` inside the
-    placeholder by ``<t seconds><|vision_start|><|video_pad|>…<|vision_end|>`` per temporal group (transformers 5.24
-    ``Qwen3VLProcessor``), found from the first group's timestamp (``decode`` turns ids into text) to the last group's
-    ``<|vision_end|>``.
+    Qwen2.5-VL's expansion is one run of ``<|video_pad|>`` between ``<|vision_start|>`` and ``<|vision_end|>``, which
+    stay. Qwen3-VL's G groups are found from the first group's timestamp (``decode`` turns ids into text) to the last
+    group's ``<|vision_end|>`` and replaced whole: in the ``released`` layout (:data:`grounding_rl.family.
+    VIDEO_LAYOUTS`) ``…text<|video_pad|>text…`` remains, in ``transformers5`` the chat template's
+    ``<|vision_start|><|video_pad|><|vision_end|>``.
 
     Args:
         ids: one row's expanded prompt ids (no padding).
@@ -69,8 +74,8 @@ def collapse_video(ids: list[int], video_id: int, start_id: int, end_id: int, de
         decode: ids → text (needed for Qwen3-VL's timestamps).
 
     Returns:
-        The ids with the video placeholder collapsed (unchanged without video tokens). Example (Qwen2.5-VL):
-        [1, S, V, V, V, E, 2] → [1, S, V, E, 2].
+        The ids with the video collapsed (unchanged without video tokens). Examples: Qwen2.5-VL
+        [1, S, V, V, V, E, 2] → [1, S, V, E, 2]; Qwen3-VL released [1, <t>, S, V, V, E, <t>, S, V, V, E, 2] → [1, V, 2].
 
     Raises:
         ValueError: the video tokens are laid out in neither family's way.
@@ -86,15 +91,13 @@ def collapse_video(ids: list[int], video_id: int, start_id: int, end_id: int, de
     if decode is not None:
         for begin in range(first - 2, max(first - 18, -1), -1):
             if TIMESTAMP.fullmatch(decode(ids[begin:first - 1]).strip()):
-                if ids[begin - 1] != start_id or last + 2 >= len(ids) or ids[last + 2] != end_id:
-                    break
                 return ids[:begin] + [video_id] + ids[last + 2:]
     raise ValueError("video tokens interleaved with text that is not a <t seconds> timestamp")
 
 
 def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None) -> tuple[list[dict], list[list[int]]]:
-    """One vLLM prompt per row: the row's token ids without padding (video placeholder collapsed,
-    :func:`collapse_video`) and its clip.
+    """One vLLM prompt per row: the row's token ids without padding (video collapsed, :func:`collapse_video`) and its
+    clip.
 
     Args:
         inputs: ``input_ids``, ``attention_mask`` (B, P), left-padded (:func:`build_inputs`).

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.models.vision import first_rows
 from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, PER_ROW_VIDEO_KEYS, build_inputs
 
@@ -27,7 +28,8 @@ VIDEO_INDEX = "video_index"
 CLIPS = "clips"
 
 
-def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False) -> dict:
+def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False,
+                 video_layout: str = DEFAULT_VIDEO_LAYOUT) -> dict:
     """Prompt tensors for items carrying a decoded ``"clip"``; each distinct ``index`` is processed once.
 
     Rows of the same index (a group's G copies) get identical tensors — the same token ids (with Qwen3-VL's
@@ -40,6 +42,7 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
         template: prompt template name.
         share_videos: keep one copy of each distinct clip's patches and a ``video_index`` (see the module
             docstring) instead of one copy per row.
+        video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
 
     Returns:
         Dict with ``prompt_ids``, ``prompt_mask``, ``mm_token_type_ids``, ``pixel_values_videos`` and the
@@ -50,7 +53,8 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
     position = {index: i for i, index in enumerate(order)}
     by_index = {item["index"]: item for item in items}
     ordered = [by_index[index] for index in order]
-    features = build_inputs(processor, [it["query"] for it in ordered], [it["clip"] for it in ordered], template)
+    features = build_inputs(processor, [it["query"] for it in ordered], [it["clip"] for it in ordered], template,
+                            video_layout=video_layout)
     batch = {
         "prompt_ids": features["input_ids"],
         "prompt_mask": features["attention_mask"],

@@ -560,4 +560,5 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
             video=self.video_settings,
             reward_funcs=list(self.reward_funcs),
             reward_weights=None if self.reward_weights is None else list(self.reward_weights),
+            video_layout=self.video_layout,
         )

@@ -56,6 +56,7 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
         "| setting | value |", "|---|---|",
         f"| base model | `{base_model or 'unknown'}` |",
         f"| prompt template | `{grounding_config.prompt_template}` |",
+        f"| video layout | `{grounding_config.video_layout}` |",
         *[f"| video {key} | `{value}` |" for key, value in video.items()],
         f"| rewards | `{', '.join(grounding_config.reward_funcs) or 'none (supervised)'}` |",
         f"| reward weights | `{grounding_config.reward_weights}` |",

@@ -19,7 +19,7 @@ from transformers import Trainer
 
 from grounding_rl.data.dataset import VideoCollator
 from grounding_rl.data.video import VideoSettings
-from grounding_rl.family import family_of
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, family_of
 from grounding_rl.prompts.preprocessing import VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
 from grounding_rl.update.arguments import BaseTrainingArguments, count_problems
@@ -57,7 +57,7 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
     def grounding_config(self) -> GroundingConfig:
         """What GRPO, evaluation and inference must reuse (no rewards were used: ``reward_funcs`` is empty)."""
         return GroundingConfig(prompt_template=self.prompt_template, video=self.video_settings, reward_funcs=[],
-                               reward_weights=None)
+                               reward_weights=None, video_layout=self.video_layout)
 
 
 class SFTCollator:
@@ -77,6 +77,7 @@ class SFTCollator:
         think_text: the ``<think>`` text of the targets.
         max_prompt_length: an error (naming the qid) when a prompt has more tokens; None = no check.
         frame_cache: optional frame cache for the clips.
+        video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
 
     Returns (``__call__``):
         dict with ``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``labels`` (B, L) and
@@ -85,17 +86,20 @@ class SFTCollator:
     """
 
     def __init__(self, processor, dataset, template: str = "default", video: VideoSettings = VideoSettings(),
-                 think_text: str = DEFAULT_THINK, max_prompt_length: int | None = None, frame_cache=None):
+                 think_text: str = DEFAULT_THINK, max_prompt_length: int | None = None, frame_cache=None,
+                 video_layout: str = DEFAULT_VIDEO_LAYOUT):
         self.loader = VideoCollator(dataset, family_of(processor).video_settings(video), cache=frame_cache)
         self.processor = processor
         self.template = template
+        self.video_layout = video_layout
         self.think_text = think_text
         self.max_prompt_length = max_prompt_length
 
     def __call__(self, rows: list[dict]) -> dict:
         tokenizer = self.processor.tokenizer
         rows = self.loader(rows)  # decoded; an unreadable clip is replaced by its substitute
-        prompt = build_inputs(self.processor, [r["query"] for r in rows], [r["clip"] for r in rows], self.template)
+        prompt = build_inputs(self.processor, [r["query"] for r in rows], [r["clip"] for r in rows], self.template,
+                              video_layout=self.video_layout)
         targets = [answer_text(r["start"], r["end"], self.think_text, self.template) + tokenizer.eos_token
                    for r in rows]
         target_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]

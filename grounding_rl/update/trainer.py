@@ -380,7 +380,8 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
                             unwrapped, self.processing_class, [samples[p].video for p in mine],
                             [samples[p].query for p in mine], self.data_collator.settings, args.prompt_template,
                             args.max_completion_length, args.per_device_eval_batch_size, args.dataloader_num_workers,
-                            cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False):
+                            cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False,
+                            video_layout=args.video_layout):
                         local += [(mine[k], prediction_record(samples[mine[k]], answer, error))
                                   for k, answer, error in batch]
         finally:
@@ -457,7 +458,7 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         """
         device, args = self.accelerator.device, self.args
         batch = batching.prompt_batch(self.processing_class, items, args.prompt_template,
-                                      share_videos=args.share_video_encoding)
+                                      share_videos=args.share_video_encoding, video_layout=args.video_layout)
         self._check_prompt_lengths(batch, items)
         batch = batching.to_device(batch, device)
 
@@ -578,7 +579,8 @@ class GroundingGRPOTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
         rows = [(d, g * G + j) for d, g in chosen for j in range(G)]
         items = [draws[d]["items"][r] for d, r in rows]
         batch = batching.to_device(batching.prompt_batch(self.processing_class, items, args.prompt_template,
-                                                         share_videos=args.share_video_encoding),
+                                                         share_videos=args.share_video_encoding,
+                                                         video_layout=args.video_layout),
                                    self.accelerator.device)
         width = max(draw["completion_ids"].size(1) for draw in draws)
         widen = {"completion_ids": self.pad_token_id, "completion_mask": 0, "sampling_logps": float("nan")}
