@@ -126,8 +126,8 @@ def test_position_ids_match_in_generation_policy_and_reference(tmp_path, family_
     _position_ids_recorder(trainer.model, policy_calls)
     _position_ids_recorder(trainer.ref_model, ref_calls)
     batches = []
-    original = trainer._generate_and_score
-    trainer._generate_and_score = lambda items: batches.append(original(items)) or batches[-1]
+    original = trainer.generate_and_score
+    trainer.generate_and_score = lambda items: batches.append(original(items)) or batches[-1]
     trainer.train()
 
     batch = batches[0]
@@ -197,7 +197,7 @@ def test_sign_of_the_update_follows_the_advantage(tmp_path, family_model_dir, vi
     """(c) one SGD step on a single completion: A > 0 raises its summed log-prob, A < 0 lowers it."""
     trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), loss_type="grpo")
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     for sign in (+1.0, -1.0):
         one = batching.select_rows(batch, [0])
         one["advantages"] = torch.tensor([sign])
@@ -245,7 +245,7 @@ def test_zero_variance_groups_are_counted_and_dropped(tmp_path, tiny_model_dir, 
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), reward_funcs=["iou", "format"],
                            drop_zero_std_groups=True, beta=0.04)
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     assert batch["completion_mask"].sum() == 0 and batch["num_items_in_batch"] == 0  # loss and KL see nothing
     assert trainer._metrics["frac_reward_zero_std"] == [1.0]
 
@@ -257,7 +257,7 @@ def test_trainer_stores_old_logps_under_trls_rule(tmp_path, tiny_model_dir, vide
     needed (grpo.needs_old_logps, pinned over 1..4 in test_grpo_math)."""
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), steps_per_generation=2,
                            gradient_accumulation_steps=accumulation)
-    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 8))
+    batch = trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 8))
     assert ("old_logps" in batch) is stored
     if stored:
         assert batch["old_logps"].shape == batch["completion_ids"].shape
@@ -267,7 +267,7 @@ def test_long_prompt_is_an_error_naming_the_sample(tmp_path, tiny_model_dir, vid
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), max_prompt_length=20)
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
     with pytest.raises(ValueError, match=f"qid {POOL}.*max_prompt_length 20"):
-        trainer._generate_and_score(items)
+        trainer.generate_and_score(items)
 
 
 # ------------------------------------------------------------------------------------------------------ bad samples
@@ -352,7 +352,7 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
     import grounding_rl.update.trainer as trainer_module
 
     log = []
-    original_generate = trainer_module.GroundingGRPOTrainer._generate_and_score
+    original_generate = trainer_module.GroundingGRPOTrainer.generate_and_score
     original_prepare = trainer_module.GroundingGRPOTrainer._prepare_inputs
 
     def generate(self, items):
@@ -364,7 +364,7 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
         log.append(("train", self.state.global_step + 1, self._step % self.args.steps_per_generation))
         return part
 
-    monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_generate_and_score", generate)
+    monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "generate_and_score", generate)
     monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_prepare_inputs", prepare)
     dataset = make_dataset(videos_dir, names=(POOL, MAKEUP))
     with pytest.raises(ValueError, match="save_steps 1 is not a multiple of the generation window of 2"):
@@ -481,14 +481,14 @@ def test_ground_truth_injection_scores_and_raises_the_injected_answer(tmp_path, 
                            use_gt_injection=True, max_completion_length=40, learning_rate=1e-3,
                            lr_scheduler_type="constant")
     captured = {}
-    original = trainer._generate_and_score
+    original = trainer.generate_and_score
 
     def capture(items):
         captured["batch"] = batch = original(items)
         captured["before"] = _summed_logp(copy.deepcopy(trainer.model).eval(), batch, 3)
         return batch
 
-    trainer._generate_and_score = capture
+    trainer.generate_and_score = capture
     trainer.train()
     batch = captured["batch"]
     tokenizer = trainer.processing_class.tokenizer
@@ -512,7 +512,7 @@ def test_dynamic_sampling_draws_until_groups_have_spread(tmp_path, tiny_model_di
     trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=[half_varied], num_generations=2,
                            dynamic_sampling=True, max_num_gen_batches=3)
     items = trainer.data_collator([dataset[0], dataset[0], dataset[1], dataset[1]])
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     metrics = {k: v[-1] for k, v in trainer._metrics.items()}
     assert metrics["dynamic_sampling/gen_batches"] == 2.0
     assert (metrics["dynamic_sampling/groups_drawn"], metrics["dynamic_sampling/groups_dropped"],
@@ -522,7 +522,7 @@ def test_dynamic_sampling_draws_until_groups_have_spread(tmp_path, tiny_model_di
 
     trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=["iou"], num_generations=2,
                            dynamic_sampling=True, max_num_gen_batches=3)
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     metrics = {k: v[-1] for k, v in trainer._metrics.items()}
     assert metrics["dynamic_sampling/gen_batches"] == 3.0 and metrics["dynamic_sampling/groups_filled"] == 2.0
     assert batch["completion_mask"].sum() == 0 and batch["completion_ids"].shape[0] == 4
@@ -556,7 +556,7 @@ def test_a_sampled_vision_placeholder_is_cut_not_a_crash(tmp_path, tiny_model_di
         return out
 
     trainer.rollout_engine.generate = with_placeholder
-    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    batch = trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
     assert video_pad not in batch["completion_ids"].tolist()[0]
     assert batch["completion_mask"][0].tolist()[2:] == [0] * (batch["completion_mask"].size(1) - 2)
     assert trainer._metrics["completions/placeholder_cut_ratio"][-1] == 0.25
