@@ -238,6 +238,9 @@ def test_num_iterations_two_moves_the_ratio_and_logs_clipping(tmp_path, tiny_mod
                 "parse_failure_rate", "data/skipped_samples"):
         assert key in first, key
     assert first["parse_failure_rate"] == 1.0  # a random model never writes an answer
+    for key in ("step_time", "timing/generate", "timing/reward", "timing/update"):  # phase timings, seconds
+        assert math.isfinite(first[key]) and first[key] >= 0.0, key
+    assert "timing/generate" not in second and "timing/ref" not in first  # one generation for two steps; β = 0
     assert 0 < first["completions/mean_length"] <= 8
 
 
@@ -384,6 +387,18 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
     assert [(e[1], e[2]) for e in log if e[0] == "train"] == [(3, 0), (4, 1)]
     assert log[0][2] == generations[1][2]  # the same clips as the uninterrupted run's second generation
 
+    # a checkpoint of the version before groups were shuffled cannot continue exactly with steps_per_generation 2
+    import shutil
+
+    from grounding_rl.errors import UserError
+
+    old = tmp_path / "old" / "checkpoint-2"
+    shutil.copytree(tmp_path / "out" / "checkpoint-2", old)
+    (old / "rollout_format.json").unlink()
+    with pytest.raises(UserError, match="written by an older version.*steps_per_generation > 1 shuffles the groups"):
+        make_trainer(tmp_path, tiny_model_dir, dataset, **{**common, "output_dir": str(tmp_path / "c")}).train(
+            resume_from_checkpoint=str(old))
+
 
 # TRL 1.16 GRPOConfig defaults that ours changes on purpose (the README's configs section says why):
 DELIBERATE_DIFFERENCES = {
@@ -526,6 +541,74 @@ def test_dynamic_sampling_draws_until_groups_have_spread(tmp_path, tiny_model_di
     metrics = {k: v[-1] for k, v in trainer._metrics.items()}
     assert metrics["dynamic_sampling/gen_batches"] == 3.0 and metrics["dynamic_sampling/groups_filled"] == 2.0
     assert batch["completion_mask"].sum() == 0 and batch["completion_ids"].shape[0] == 4
+
+
+def test_dynamic_sampling_logs_exactly_the_trained_groups(tmp_path, tiny_model_dir, videos_dir):
+    """The rollout metrics and logged completions come once per generation, from the rows the loss trains on: with
+    two draws, ``rewards/*`` is the mean over the kept groups only and every logged row is a trained row."""
+    def half_varied(completions, qid, **columns):
+        return [varied_reward([c])[0] if q == POOL else 0.5 for c, q in zip(completions, qid)]
+
+    dataset = make_dataset(videos_dir, names=(POOL, MAKEUP))
+    trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=[half_varied], num_generations=2,
+                           dynamic_sampling=True, max_num_gen_batches=3, log_completions=True)
+    batch = trainer.generate_and_score(trainer.data_collator([dataset[0], dataset[0], dataset[1], dataset[1]]))
+    assert trainer._metrics["dynamic_sampling/gen_batches"] == [2.0]
+    logged = trainer.completions
+    texts = trainer.processing_class.batch_decode(
+        [ids[:int(m.sum())] for ids, m in zip(batch["completion_ids"], batch["completion_mask"])],
+        skip_special_tokens=True)
+    assert logged["completion"] == texts and logged["qid"] == [POOL] * 4  # the two kept POOL groups
+    trained = half_varied(texts, [POOL] * 4)
+    assert trainer._metrics["rewards/half_varied/mean"] == [pytest.approx(sum(trained) / 4)]  # once, not per draw
+    assert logged["advantage"].tolist() == pytest.approx(batch["advantages"].tolist())
+    assert len(trainer._metrics["timing/dynamic_sampling"]) == 1 and trainer._metrics["frac_reward_zero_std"] == [0.0]
+
+
+def test_reward_functions_get_what_trl_gives_them(tmp_path, tiny_model_dir, videos_dir):
+    """Every dataset column, trainer_state, log_metric and log_extra (TRL 1.16 ``_calculate_rewards``); a function
+    returning another number of values than completions is named in one line."""
+    from grounding_rl.errors import UserError
+
+    seen = {}
+
+    def spy(completions, trainer_state, log_metric, log_extra, **columns):
+        seen.update(columns, step=trainer_state.global_step)
+        log_metric("spy/count", len(completions))
+        log_extra("spy_note", [f"row{i}" for i in range(len(completions))])
+        return varied_reward(completions)
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), reward_funcs=[spy],
+                           log_completions=True)
+    trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    assert seen["video"] == [str(videos_dir / POOL)] * 4 and seen["index"] == [0] * 4 and seen["step"] == 0
+    assert seen["duration"] == [6.5] * 4 and seen["prompt_template"] == ["default"] * 4
+    assert "clip" not in seen and len(seen["completion_ids"]) == 4
+    assert trainer._metrics["spy/count"] == [4.0]
+    assert trainer.completions["extra"] == {"spy_note": ["row0", "row1", "row2", "row3"]}
+
+    def short(completions, **columns):
+        return [0.0] * (len(completions) - 1)
+
+    trainer.reward_funcs, trainer.reward_func_names = [short], ["short"]
+    with pytest.raises(UserError, match="reward function 'short' returned 3 values for 4 completions"):
+        trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+
+
+def test_groups_are_shuffled_whole_by_their_own_generator():
+    """TRL shuffles the generation batch before the split: here whole groups, from a generator of its own (seed, step,
+    generation), the global RNG untouched; the same arguments give the same order."""
+    from grounding_rl.update.rollout import group_permutation
+
+    ids = torch.tensor([5, 5, 9, 9, 2, 2, 7, 7])
+    state = torch.get_rng_state()
+    orders = {tuple(group_permutation(ids, 0, step, generation)) for step in range(4) for generation in range(2)}
+    assert torch.equal(torch.get_rng_state(), state)
+    assert len(orders) > 1
+    for order in orders:
+        assert sorted(order) == list(range(8))
+        assert all(order[k] // 2 == order[k + 1] // 2 and order[k] % 2 == 0 for k in range(0, 8, 2))
+    assert group_permutation(ids, 3, 2, 1) == group_permutation(ids, 3, 2, 1)
 
 
 def test_recipe_settings_are_checked(tmp_path):

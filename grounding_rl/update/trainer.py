@@ -1,28 +1,23 @@
 """``GroundingGRPOTrainer``: GRPO for video temporal grounding on ``transformers.Trainer``.
 
 Why not TRL's ``GRPOTrainer``: in TRL 1.16 it generates with the video but computes the loss without it. This trainer
-keeps TRL's structure, names and public helpers (``RepeatSampler``, ``unwrap_model_for_generation``,
-``prepare_deepspeed``, ``selective_log_softmax``) and holds no math and no recipe itself: the loss is in :mod:`.grpo`,
-the forward in :mod:`.logprobs`, the tensors in :mod:`.batching`, the rollout in :mod:`.rollout`, its metrics in
-:mod:`.rollout_metrics`, sampling behind :class:`grounding_rl.rollout.generation.RolloutEngine`, and every recipe
-(DAPO's dynamic sampling, TempSamp-R1's injection and shaping, Time-R1's and TimeLens's data selection, validation,
-the vLLM correction) in :mod:`.recipes`, called through its hooks.
+keeps TRL's structure, names and helpers and holds no math and no recipe: the loss is in :mod:`.grpo`, the forward in
+:mod:`.logprobs`, the tensors in :mod:`.batching`, the rollout in :mod:`.rollout` (metrics: :mod:`.rollout_metrics`),
+sampling behind :class:`grounding_rl.rollout.generation.RolloutEngine`, every recipe in :mod:`.recipes` (its hooks).
 
 One step, in the order of this file (torchtune's ``grpo_full_finetune_distributed.py`` ``train()``): the dataloader
-yields a *generation batch* (each clip repeated G times by the sampler, split across processes);
-:meth:`generate_and_score` builds the :class:`~grounding_rl.update.rollout.Rollout` (sample → sanitise → score →
-advantages, rewards gathered across processes so groups split between ranks are normalised together), lets the
-recipes resample it, logs it once, shuffles its groups (when it is cut into several micro-batches) and adds π_old /
-π_ref log-probs when needed; :meth:`_prepare_inputs` buffers it as ``steps_per_generation`` micro-batches, reused
-``num_iterations`` times; :meth:`compute_loss` runs the policy forward and the GRPO loss. The very same token ids,
-``pixel_values_videos``, ``video_grid_thw``, ``mm_token_type_ids`` (and Qwen2.5-VL's ``second_per_grid_ts``) go to
-generation, the policy forward and the reference forward; with ``share_video_encoding`` (default) each distinct clip
-is encoded once and each distinct prompt prefilled once.
+yields a *generation batch* (each clip G times, split across processes); :meth:`generate_and_score` builds the
+:class:`~grounding_rl.update.rollout.Rollout` (sample → sanitise → score → advantages, rewards gathered so groups split
+between ranks are normalised together), lets the recipes resample it, logs it once, shuffles its groups when it feeds
+several micro-batches, and adds π_old / π_ref log-probs when needed; :meth:`_prepare_inputs` buffers it as
+``steps_per_generation`` micro-batches, reused ``num_iterations`` times; :meth:`compute_loss` runs the policy forward
+and the GRPO loss. Generation, the policy and the reference forwards see the very same token ids and video tensors;
+with ``share_video_encoding`` each distinct clip is encoded once and each distinct prompt prefilled once.
 
-Phase timings (seconds, per generation; verl's ``fit()`` timers): ``timing/generate``, ``timing/sync_weights``
-(vLLM), ``timing/reward``, ``timing/dynamic_sampling`` (extra draws, also counted in generate and reward),
-``timing/old_logps``, ``timing/ref``; per optimizer step ``step_time`` (TRL's: the micro-steps' ``training_step``
-time, generation included) and ``timing/update`` (their forward and backward, generation excluded).
+Phase timings (seconds; verl's ``fit()`` timers), per generation: ``timing/generate``, ``timing/sync_weights`` (vLLM),
+``timing/reward``, ``timing/dynamic_sampling`` (the extra draws, also counted in generate and reward),
+``timing/old_logps``, ``timing/ref``; per optimizer step: ``step_time`` (TRL's: the micro-steps' ``training_step``,
+generation included) and ``timing/update`` (their forward and backward alone).
 """
 from __future__ import annotations
 
@@ -33,7 +28,7 @@ import time
 from collections import defaultdict
 
 import torch
-from accelerate.utils import is_peft_model, set_seed
+from accelerate.utils import set_seed
 from transformers import Trainer
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
@@ -43,7 +38,7 @@ from grounding_rl.reward.rewards import get_reward_funcs, reward_name
 from grounding_rl.rollout.generation import SamplingParams, make_rollout_engine
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.config import GroundingGRPOConfig
-from grounding_rl.update.logprobs import completion_logps
+from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
 from grounding_rl.update.recipes import active_recipes
 from grounding_rl.update.recipes.validation import ValidationMixin
 from grounding_rl.update.resume import ExactResumeMixin, check_rollout_format, write_rollout_format
@@ -66,7 +61,7 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         processing_class: the model's processor.
         reward_funcs: callables with TRL's reward signature (:func:`grounding_rl.update.rollout.reward_columns`) or
             registry names; None = ``args.reward_funcs``.
-        ref_model: the reference model when β > 0 and the policy is not a PEFT model (see :meth:`_build_ref_model`);
+        ref_model: the reference model when β > 0 and the policy is not a PEFT model (see :func:`grounding_rl.update.logprobs.reference_model`);
             None loads it from the policy's path.
         rollout_engine: a :class:`RolloutEngine`; None = :class:`HFGenerateEngine`.
         frame_cache: optional frame cache passed to :func:`grounding_rl.data.video.sample_frames`.
@@ -77,9 +72,8 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
             (``eval_file``; needed when ``eval_strategy`` is not ``"no"``).
         eval_dropped: lines of the eval file the validation policy dropped (the ``standard`` scoring counts them).
 
-    Attributes: :attr:`recipes` (the active recipes, :func:`grounding_rl.update.recipes.active_recipes`),
-    :attr:`data_selection` (the offline difficulty selection's counts), :attr:`online_filter` (None without
-    ``online_difficulty_range``).
+    Attributes: :attr:`recipes` (:func:`grounding_rl.update.recipes.active_recipes`), :attr:`data_selection` (the
+    offline difficulty selection's counts), :attr:`online_filter` (None without ``online_difficulty_range``).
     """
 
     loss_is_scaled_for_ga = True  # compute_loss scales for gradient accumulation itself, as TRL's GRPOTrainer
@@ -113,8 +107,8 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         # Trainer seeded every rank alike; sampling must differ between ranks, or the rows of a group that sit on
         # different ranks would draw identical completions (TRL does the same)
         set_seed(args.seed, device_specific=True)
-        self.ref_model = self._build_ref_model(ref_model)
-        self.share_prompt = self._prefix_sharing()
+        self.ref_model = reference_model(self, ref_model)
+        self.share_prompt = prefix_sharing(self.model, args)
         self.rollout_engine = rollout_engine or make_rollout_engine(args, self.accelerator, self.model,
                                                                     processing_class)
         eos = self.accelerator.unwrap_model(self.model).generation_config.eos_token_id
@@ -136,38 +130,6 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         self.eval_dropped = eval_dropped
 
     # ------------------------------------------------------------------------------------------------ models
-    def _build_ref_model(self, ref_model):
-        """None when β = 0 or with PEFT (adapter disabled instead); else a frozen copy, DeepSpeed-initialised
-        (``trl.models.prepare_deepspeed``: ZeRO-3 sharded like the policy, no optimizer) or accelerate-prepared."""
-        if self.args.beta == 0.0 or is_peft_model(self.model):
-            return None
-        if ref_model is None:
-            from grounding_rl.models.loading import load_reference
-
-            unwrapped = self.accelerator.unwrap_model(self.model)
-            ref_model = load_reference(unwrapped.config._name_or_path,
-                                       dtype=str(unwrapped.dtype).removeprefix("torch."),
-                                       attn_implementation=unwrapped.config._attn_implementation)
-        ref_model.eval().requires_grad_(False)
-        if self.is_deepspeed_enabled:
-            from trl.models import prepare_deepspeed
-
-            return prepare_deepspeed(ref_model, self.accelerator)
-        return self.accelerator.prepare_model(ref_model, evaluation_mode=True)
-
-    def _prefix_sharing(self) -> bool:
-        """``share_prompt_prefix`` where it applies; otherwise one warning and the per-row forward."""
-        if not self.args.share_prompt_prefix:
-            return False
-        from grounding_rl.update.prefix import supports_prefix_sharing
-
-        ok, why = supports_prefix_sharing(self.model)
-        if ok and not self.args.share_video_encoding:
-            ok, why = False, "share_video_encoding is off"
-        if not ok:
-            logger.warning("share_prompt_prefix: %s; the policy and reference forwards run per row", why)
-        return ok
-
     def _ref_logps(self, batch):
         if self.ref_model is not None:
             return completion_logps(self.ref_model, batch, self.args.temperature, self.share_prompt)
@@ -202,14 +164,12 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
             shuffle=self.args.shuffle_dataset, seed=self.args.seed)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
-        """``Trainer.train``, refusing a checkpoint inside a generation window (see
-        :attr:`GroundingGRPOConfig.generation_window`; only a checkpoint at ``max_steps``, from which nothing is left
-        to train, may sit inside one) or one that this version cannot continue exactly
-        (:func:`grounding_rl.update.resume.check_rollout_format`); the recipes restore their state from it.
+        """``Trainer.train``; the recipes restore their state from ``resume_from_checkpoint``.
 
         Raises:
-            UserError: ``resume_from_checkpoint`` is inside a generation window of this run's settings, or cannot
-                be resumed exactly.
+            UserError: the checkpoint is inside a generation window (:attr:`GroundingGRPOConfig.generation_window`;
+                only one at ``max_steps``, with nothing left to train, may be), or this version cannot continue it
+                exactly (:func:`grounding_rl.update.resume.check_rollout_format`).
         """
         if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir" (it raises for none)
             from transformers.trainer_utils import get_last_checkpoint
@@ -324,8 +284,7 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         out = grpo.grpo_loss(
             logps, logps.detach() if old_logps is None else old_logps, inputs["advantages"], mask,
             ref_logps=inputs.get("ref_logps"), beta=args.beta, use_bias_correction_kl=args.use_bias_correction_kl,
-            epsilon_low=args.epsilon,
-            epsilon_high=args.epsilon_high, loss_type=args.loss_type,
+            epsilon_low=args.epsilon, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items,
             importance_weights=inputs.get("importance_weights"))
         loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation
