@@ -644,3 +644,35 @@ def test_a_sampled_vision_placeholder_is_cut_not_a_crash(tmp_path, tiny_model_di
     assert batch["completion_mask"][0].tolist()[2:] == [0] * (batch["completion_mask"].size(1) - 2)
     assert trainer._metrics["completions/placeholder_cut_ratio"][-1] == 0.25
     assert torch.isfinite(trainer.compute_loss(trainer.model, batch))
+
+
+def test_rollout_rows_select_and_concatenate():
+    """A Rollout's rows are selected and concatenated field by field; completions widen with pad (mask 0, NaN
+    sampling log-prob) and the prompt tensors are rebuilt for the joined items."""
+    from grounding_rl.update.rollout import Rollout
+
+    def rollout(n, width, offset):
+        grid = torch.tensor([[1, 1, 2]] * n)
+        return Rollout(
+            items=[{"index": offset + i} for i in range(n)],
+            batch={"video_grid_thw": grid, "pixel_values_videos": torch.arange(2 * n).float().unsqueeze(1),
+                   "prompt_ids": torch.arange(n).unsqueeze(1) + offset},
+            completion_ids=torch.full((n, width), 7), completion_mask=torch.ones(n, width, dtype=torch.int),
+            lengths=torch.full((n,), width), truncated=torch.zeros(n, dtype=torch.bool),
+            placeholder_cut=torch.zeros(n, dtype=torch.bool), texts=[f"t{offset + i}" for i in range(n)],
+            rewards_per_func=torch.arange(n).float().unsqueeze(1) + offset, rewards=torch.arange(n).float() + offset,
+            advantages=torch.zeros(n), zero_std=torch.zeros(n, dtype=torch.bool),
+            scale_zero_std=torch.zeros(n, dtype=torch.bool), group_ids=(torch.arange(n) + offset) // 2,
+            is_gt=torch.zeros(n, dtype=torch.bool), sampling_logps=torch.zeros(n, width),
+            extra={"note": [offset + i for i in range(n)]})
+
+    a, b = rollout(4, 2, 0), rollout(2, 3, 10)
+    picked = a.select([3, 0])
+    assert picked.texts == ["t3", "t0"] and picked.batch["prompt_ids"].flatten().tolist() == [3, 0]
+    assert picked.batch["pixel_values_videos"].flatten().tolist() == [6.0, 7.0, 0.0, 1.0]
+    assert picked.group_ids.tolist() == [1, 0] and picked.extra == {"note": [3, 0]}
+    joined = Rollout.concat([picked, b], lambda items: {"rebuilt": [it["index"] for it in items]}, pad_token_id=0)
+    assert joined.batch == {"rebuilt": [3, 0, 10, 11]} and len(joined) == 4
+    assert joined.completion_ids.tolist() == [[7, 7, 0], [7, 7, 0], [7, 7, 7], [7, 7, 7]]
+    assert joined.completion_mask[:, 2].tolist() == [0, 0, 1, 1]
+    assert torch.isnan(joined.sampling_logps[:2, 2]).all() and joined.rewards.tolist() == [3.0, 0.0, 10.0, 11.0]
