@@ -309,6 +309,10 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
             return super().log(logs, start_time)
         if "data/skipped_samples" in metrics:
             metrics["data/skipped_samples"] = self._metrics["data/skipped_samples"][-1]  # a running count
+        timing = sorted(key for key in metrics if key == "step_time" or key.startswith("timing/"))
+        if timing and self.accelerator.num_processes > 1:  # the slowest process's seconds, the same on every rank
+            seconds = torch.tensor([[metrics[key] for key in timing]], device=self.accelerator.device)
+            metrics.update(zip(timing, self.accelerator.gather(seconds).max(dim=0).values.tolist()))
         self._metrics.clear()
         super().log({**logs, **metrics}, start_time)
         if self.args.log_completions and self.accelerator.is_main_process and self.completions is not None:
