@@ -16,7 +16,7 @@ Data: ``mmaction2_pool_cleaning.mp4`` (10.0 s) at 2 fps with the TimeZero pixel 
 min_pixels 16·28·28): 20 frames, t = 10 temporal groups.
 
 Step: :class:`grounding_rl.update.trainer.GroundingGRPOTrainer` with β = 0.04 (a separate reference model), G rows of
-one clip: ``_generate_and_score`` (prompt tensors, generation of exactly 32 tokens — ``min_new_tokens`` 32 on the
+one clip: ``generate_and_score`` (prompt tensors, generation of exactly 32 tokens — ``min_new_tokens`` 32 on the
 generation config, so both arms do the same work —, rewards, π_ref forward) then ``compute_loss`` and its backward
 (no optimizer step). Three arms alternate on the same trainer and weights: ``prefix`` (``share_video_encoding`` and
 ``share_prompt_prefix``: one vision encoding, one prefill and one prompt pass of the language model per group),
@@ -123,7 +123,7 @@ def timed_step(trainer, items, arm: str) -> dict:
     trainer._ref_logps = ref_logps
     torch.manual_seed(0)
     start = time.perf_counter()
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     rollout = time.perf_counter() - start
     model = trainer.model.train()
     model.zero_grad(set_to_none=True)

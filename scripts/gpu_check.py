@@ -229,7 +229,7 @@ def _timed_step(check: Check, trainer, optimizer, items, share: bool) -> dict:
     torch.manual_seed(0)
     check.sync()
     start = time.perf_counter()
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     check.sync()
     rollout = time.perf_counter() - start
     model = trainer.model.train()

@@ -75,7 +75,7 @@ def _summed_logp(model, batch):
 def test_sign_of_the_update_follows_the_advantage(tmp_path, tiny_model_dir, videos_dir):
     trainer = _trainer(tmp_path, tiny_model_dir, videos_dir, loss_type="grpo")
     assert trainer.model.device.type == torch.device(DEVICE).type
-    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    batch = trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
     for sign in (+1.0, -1.0):
         one = batching.select_rows(batch, [0])
         one["advantages"] = torch.tensor([sign], device=trainer.model.device)
@@ -99,7 +99,7 @@ def test_position_ids_match_in_generation_policy_and_reference(tmp_path, tiny_mo
         model.model.language_model.register_forward_pre_hook(
             lambda m, args, kwargs, sink=calls[name]: sink.append(
                 (torch.is_grad_enabled(), kwargs["position_ids"][-3:].clone())), with_kwargs=True)
-    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[i] for i in ROWS + [1, 1, 0]]))
+    batch = trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[i] for i in ROWS + [1, 1, 0]]))
     trainer.compute_loss(trainer.model.train(), batch)
     (policy,) = [pos for grad_on, pos in calls["policy"] if grad_on]
     (reference,) = [pos for _, pos in calls["ref"]]
@@ -171,7 +171,7 @@ def test_reference_model_sees_the_video_and_starts_equal_to_the_policy(tmp_path,
     assert not any(p.requires_grad for p in trainer.ref_model.parameters())
     calls = []
     vision_tower(trainer.ref_model).register_forward_hook(lambda m, args, out: calls.append(args[0].shape[0]))
-    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    batch = trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
     assert calls == [int(batch["video_grid_thw"][0].prod())]  # the clip's patches, once
     with torch.no_grad():
         policy = completion_logps(trainer.model.eval(), batch)

@@ -182,7 +182,7 @@ def _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=False, **override
 def _step(trainer, items):
     """Rollout (generation, π_ref) then one loss forward/backward; returns batch, loss and per-parameter grads."""
     torch.manual_seed(11)
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     batch["sampled_ref_logps"] = batch["ref_logps"]
     # at the first step π_θ = π_old = π_ref and the surrogate sums the zero-mean advantages: the loss would be ~0;
     # a fixed offset of π_ref (the same for both arms) gives the KL term a value that could be wrong
@@ -283,7 +283,7 @@ def test_position_ids_match_in_shared_generation_policy_and_reference(tmp_path, 
             lambda m, args, kwargs, sink=sink: sink.append((torch.is_grad_enabled(), kwargs["position_ids"].clone())),
             with_kwargs=True)
     items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     trainer.compute_loss(trainer.model.train(), batch)
 
     (policy,) = [pos[-3:] for grad_on, pos in policy_calls if grad_on]
@@ -331,7 +331,7 @@ def test_prefix_sharing_gives_the_per_row_logps_and_positions(tmp_path, family_m
     trainer = _trainer(tmp_path, family_model_dir, videos_dir, True, video_fps=fps, attn_implementation=attention)
     assert trainer.share_prompt
     items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
-    batch = _uneven(trainer._generate_and_score(items))
+    batch = _uneven(trainer.generate_and_score(items))
     seen = []
     trainer.model.model.language_model.register_forward_pre_hook(
         lambda m, args, kwargs: seen.append(kwargs["position_ids"].clone()), with_kwargs=True)
@@ -363,7 +363,7 @@ def test_prefix_sharing_matches_per_row_with_checkpointing_and_two_iterations(tm
         assert trainer.share_prompt is prefix
         items = trainer.data_collator([trainer.train_dataset[i] for i in UNEVEN + [1, 1, 0]])
         torch.manual_seed(11)
-        batch = _uneven(trainer._generate_and_score(items))
+        batch = _uneven(trainer.generate_and_score(items))
         assert "old_logps" in batch
         batch["sampled_ref_logps"] = batch["ref_logps"]
         batch = {**batch, "ref_logps": batch["ref_logps"] + torch.linspace(-0.5, 0.5, batch["ref_logps"].shape[1]),

@@ -126,8 +126,8 @@ def test_position_ids_match_in_generation_policy_and_reference(tmp_path, family_
     _position_ids_recorder(trainer.model, policy_calls)
     _position_ids_recorder(trainer.ref_model, ref_calls)
     batches = []
-    original = trainer._generate_and_score
-    trainer._generate_and_score = lambda items: batches.append(original(items)) or batches[-1]
+    original = trainer.generate_and_score
+    trainer.generate_and_score = lambda items: batches.append(original(items)) or batches[-1]
     trainer.train()
 
     batch = batches[0]
@@ -197,7 +197,7 @@ def test_sign_of_the_update_follows_the_advantage(tmp_path, family_model_dir, vi
     """(c) one SGD step on a single completion: A > 0 raises its summed log-prob, A < 0 lowers it."""
     trainer = make_trainer(tmp_path, family_model_dir, make_dataset(videos_dir), loss_type="grpo")
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     for sign in (+1.0, -1.0):
         one = batching.select_rows(batch, [0])
         one["advantages"] = torch.tensor([sign])
@@ -238,6 +238,9 @@ def test_num_iterations_two_moves_the_ratio_and_logs_clipping(tmp_path, tiny_mod
                 "parse_failure_rate", "data/skipped_samples"):
         assert key in first, key
     assert first["parse_failure_rate"] == 1.0  # a random model never writes an answer
+    for key in ("step_time", "timing/generate", "timing/reward", "timing/update"):  # phase timings, seconds
+        assert math.isfinite(first[key]) and first[key] >= 0.0, key
+    assert "timing/generate" not in second and "timing/ref" not in first  # one generation for two steps; β = 0
     assert 0 < first["completions/mean_length"] <= 8
 
 
@@ -245,7 +248,7 @@ def test_zero_variance_groups_are_counted_and_dropped(tmp_path, tiny_model_dir, 
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), reward_funcs=["iou", "format"],
                            drop_zero_std_groups=True, beta=0.04)
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     assert batch["completion_mask"].sum() == 0 and batch["num_items_in_batch"] == 0  # loss and KL see nothing
     assert trainer._metrics["frac_reward_zero_std"] == [1.0]
 
@@ -257,7 +260,7 @@ def test_trainer_stores_old_logps_under_trls_rule(tmp_path, tiny_model_dir, vide
     needed (grpo.needs_old_logps, pinned over 1..4 in test_grpo_math)."""
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), steps_per_generation=2,
                            gradient_accumulation_steps=accumulation)
-    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 8))
+    batch = trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 8))
     assert ("old_logps" in batch) is stored
     if stored:
         assert batch["old_logps"].shape == batch["completion_ids"].shape
@@ -267,7 +270,7 @@ def test_long_prompt_is_an_error_naming_the_sample(tmp_path, tiny_model_dir, vid
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), max_prompt_length=20)
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
     with pytest.raises(ValueError, match=f"qid {POOL}.*max_prompt_length 20"):
-        trainer._generate_and_score(items)
+        trainer.generate_and_score(items)
 
 
 # ------------------------------------------------------------------------------------------------------ bad samples
@@ -352,7 +355,7 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
     import grounding_rl.update.trainer as trainer_module
 
     log = []
-    original_generate = trainer_module.GroundingGRPOTrainer._generate_and_score
+    original_generate = trainer_module.GroundingGRPOTrainer.generate_and_score
     original_prepare = trainer_module.GroundingGRPOTrainer._prepare_inputs
 
     def generate(self, items):
@@ -364,7 +367,7 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
         log.append(("train", self.state.global_step + 1, self._step % self.args.steps_per_generation))
         return part
 
-    monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_generate_and_score", generate)
+    monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "generate_and_score", generate)
     monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "_prepare_inputs", prepare)
     dataset = make_dataset(videos_dir, names=(POOL, MAKEUP))
     with pytest.raises(ValueError, match="save_steps 1 is not a multiple of the generation window of 2"):
@@ -383,6 +386,18 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
     assert [e[:2] for e in log if e[0] == "generate"] == [("generate", 2)]
     assert [(e[1], e[2]) for e in log if e[0] == "train"] == [(3, 0), (4, 1)]
     assert log[0][2] == generations[1][2]  # the same clips as the uninterrupted run's second generation
+
+    # a checkpoint of the version before groups were shuffled cannot continue exactly with steps_per_generation 2
+    import shutil
+
+    from grounding_rl.errors import UserError
+
+    old = tmp_path / "old" / "checkpoint-2"
+    shutil.copytree(tmp_path / "out" / "checkpoint-2", old)
+    (old / "rollout_format.json").unlink()
+    with pytest.raises(UserError, match="written by an older version.*steps_per_generation > 1 shuffles the groups"):
+        make_trainer(tmp_path, tiny_model_dir, dataset, **{**common, "output_dir": str(tmp_path / "c")}).train(
+            resume_from_checkpoint=str(old))
 
 
 # TRL 1.16 GRPOConfig defaults that ours changes on purpose (the README's configs section says why):
@@ -490,14 +505,14 @@ def test_ground_truth_injection_scores_and_raises_the_injected_answer(tmp_path, 
                            use_gt_injection=True, max_completion_length=40, learning_rate=1e-3,
                            lr_scheduler_type="constant")
     captured = {}
-    original = trainer._generate_and_score
+    original = trainer.generate_and_score
 
     def capture(items):
         captured["batch"] = batch = original(items)
         captured["before"] = _summed_logp(copy.deepcopy(trainer.model).eval(), batch, 3)
         return batch
 
-    trainer._generate_and_score = capture
+    trainer.generate_and_score = capture
     trainer.train()
     batch = captured["batch"]
     tokenizer = trainer.processing_class.tokenizer
@@ -521,7 +536,7 @@ def test_dynamic_sampling_draws_until_groups_have_spread(tmp_path, tiny_model_di
     trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=[half_varied], num_generations=2,
                            dynamic_sampling=True, max_num_gen_batches=3)
     items = trainer.data_collator([dataset[0], dataset[0], dataset[1], dataset[1]])
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     metrics = {k: v[-1] for k, v in trainer._metrics.items()}
     assert metrics["dynamic_sampling/gen_batches"] == 2.0
     assert (metrics["dynamic_sampling/groups_drawn"], metrics["dynamic_sampling/groups_dropped"],
@@ -531,10 +546,78 @@ def test_dynamic_sampling_draws_until_groups_have_spread(tmp_path, tiny_model_di
 
     trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=["iou"], num_generations=2,
                            dynamic_sampling=True, max_num_gen_batches=3)
-    batch = trainer._generate_and_score(items)
+    batch = trainer.generate_and_score(items)
     metrics = {k: v[-1] for k, v in trainer._metrics.items()}
     assert metrics["dynamic_sampling/gen_batches"] == 3.0 and metrics["dynamic_sampling/groups_filled"] == 2.0
     assert batch["completion_mask"].sum() == 0 and batch["completion_ids"].shape[0] == 4
+
+
+def test_dynamic_sampling_logs_exactly_the_trained_groups(tmp_path, tiny_model_dir, videos_dir):
+    """The rollout metrics and logged completions come once per generation, from the rows the loss trains on: with
+    two draws, ``rewards/*`` is the mean over the kept groups only and every logged row is a trained row."""
+    def half_varied(completions, qid, **columns):
+        return [varied_reward([c])[0] if q == POOL else 0.5 for c, q in zip(completions, qid)]
+
+    dataset = make_dataset(videos_dir, names=(POOL, MAKEUP))
+    trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=[half_varied], num_generations=2,
+                           dynamic_sampling=True, max_num_gen_batches=3, log_completions=True)
+    batch = trainer.generate_and_score(trainer.data_collator([dataset[0], dataset[0], dataset[1], dataset[1]]))
+    assert trainer._metrics["dynamic_sampling/gen_batches"] == [2.0]
+    logged = trainer.completions
+    texts = trainer.processing_class.batch_decode(
+        [ids[:int(m.sum())] for ids, m in zip(batch["completion_ids"], batch["completion_mask"])],
+        skip_special_tokens=True)
+    assert logged["completion"] == texts and logged["qid"] == [POOL] * 4  # the two kept POOL groups
+    trained = half_varied(texts, [POOL] * 4)
+    assert trainer._metrics["rewards/half_varied/mean"] == [pytest.approx(sum(trained) / 4)]  # once, not per draw
+    assert logged["advantage"].tolist() == pytest.approx(batch["advantages"].tolist())
+    assert len(trainer._metrics["timing/dynamic_sampling"]) == 1 and trainer._metrics["frac_reward_zero_std"] == [0.0]
+
+
+def test_reward_functions_get_what_trl_gives_them(tmp_path, tiny_model_dir, videos_dir):
+    """Every dataset column, trainer_state, log_metric and log_extra (TRL 1.16 ``_calculate_rewards``); a function
+    returning another number of values than completions is named in one line."""
+    from grounding_rl.errors import UserError
+
+    seen = {}
+
+    def spy(completions, trainer_state, log_metric, log_extra, **columns):
+        seen.update(columns, step=trainer_state.global_step)
+        log_metric("spy/count", len(completions))
+        log_extra("spy_note", [f"row{i}" for i in range(len(completions))])
+        return varied_reward(completions)
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), reward_funcs=[spy],
+                           log_completions=True)
+    trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    assert seen["video"] == [str(videos_dir / POOL)] * 4 and seen["index"] == [0] * 4 and seen["step"] == 0
+    assert seen["duration"] == [6.5] * 4 and seen["prompt_template"] == ["default"] * 4
+    assert "clip" not in seen and len(seen["completion_ids"]) == 4
+    assert trainer._metrics["spy/count"] == [4.0]
+    assert trainer.completions["extra"] == {"spy_note": ["row0", "row1", "row2", "row3"]}
+
+    def short(completions, **columns):
+        return [0.0] * (len(completions) - 1)
+
+    trainer.reward_funcs, trainer.reward_func_names = [short], ["short"]
+    with pytest.raises(UserError, match="reward function 'short' returned 3 values for 4 completions"):
+        trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+
+
+def test_groups_are_shuffled_whole_by_their_own_generator():
+    """TRL shuffles the generation batch before the split: here whole groups, from a generator of its own (seed, step,
+    generation), the global RNG untouched; the same arguments give the same order."""
+    from grounding_rl.update.rollout import group_permutation
+
+    ids = torch.tensor([5, 5, 9, 9, 2, 2, 7, 7])
+    state = torch.get_rng_state()
+    orders = {tuple(group_permutation(ids, 0, step, generation)) for step in range(4) for generation in range(2)}
+    assert torch.equal(torch.get_rng_state(), state)
+    assert len(orders) > 1
+    for order in orders:
+        assert sorted(order) == list(range(8))
+        assert all(order[k] // 2 == order[k + 1] // 2 and order[k] % 2 == 0 for k in range(0, 8, 2))
+    assert group_permutation(ids, 3, 2, 1) == group_permutation(ids, 3, 2, 1)
 
 
 def test_recipe_settings_are_checked(tmp_path):
@@ -565,8 +648,40 @@ def test_a_sampled_vision_placeholder_is_cut_not_a_crash(tmp_path, tiny_model_di
         return out
 
     trainer.rollout_engine.generate = with_placeholder
-    batch = trainer._generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    batch = trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
     assert video_pad not in batch["completion_ids"].tolist()[0]
     assert batch["completion_mask"][0].tolist()[2:] == [0] * (batch["completion_mask"].size(1) - 2)
     assert trainer._metrics["completions/placeholder_cut_ratio"][-1] == 0.25
     assert torch.isfinite(trainer.compute_loss(trainer.model, batch))
+
+
+def test_rollout_rows_select_and_concatenate():
+    """A Rollout's rows are selected and concatenated field by field; completions widen with pad (mask 0, NaN
+    sampling log-prob) and the prompt tensors are rebuilt for the joined items."""
+    from grounding_rl.update.rollout import Rollout
+
+    def rollout(n, width, offset):
+        grid = torch.tensor([[1, 1, 2]] * n)
+        return Rollout(
+            items=[{"index": offset + i} for i in range(n)],
+            batch={"video_grid_thw": grid, "pixel_values_videos": torch.arange(2 * n).float().unsqueeze(1),
+                   "prompt_ids": torch.arange(n).unsqueeze(1) + offset},
+            completion_ids=torch.full((n, width), 7), completion_mask=torch.ones(n, width, dtype=torch.int),
+            lengths=torch.full((n,), width), truncated=torch.zeros(n, dtype=torch.bool),
+            placeholder_cut=torch.zeros(n, dtype=torch.bool), texts=[f"t{offset + i}" for i in range(n)],
+            rewards_per_func=torch.arange(n).float().unsqueeze(1) + offset, rewards=torch.arange(n).float() + offset,
+            advantages=torch.zeros(n), zero_std=torch.zeros(n, dtype=torch.bool),
+            scale_zero_std=torch.zeros(n, dtype=torch.bool), group_ids=(torch.arange(n) + offset) // 2,
+            is_gt=torch.zeros(n, dtype=torch.bool), sampling_logps=torch.zeros(n, width),
+            extra={"note": [offset + i for i in range(n)]})
+
+    a, b = rollout(4, 2, 0), rollout(2, 3, 10)
+    picked = a.select([3, 0])
+    assert picked.texts == ["t3", "t0"] and picked.batch["prompt_ids"].flatten().tolist() == [3, 0]
+    assert picked.batch["pixel_values_videos"].flatten().tolist() == [6.0, 7.0, 0.0, 1.0]
+    assert picked.group_ids.tolist() == [1, 0] and picked.extra == {"note": [3, 0]}
+    joined = Rollout.concat([picked, b], lambda items: {"rebuilt": [it["index"] for it in items]}, pad_token_id=0)
+    assert joined.batch == {"rebuilt": [3, 0, 10, 11]} and len(joined) == 4
+    assert joined.completion_ids.tolist() == [[7, 7, 0], [7, 7, 0], [7, 7, 7], [7, 7, 7]]
+    assert joined.completion_mask[:, 2].tolist() == [0, 0, 1, 1]
+    assert torch.isnan(joined.sampling_logps[:2, 2]).all() and joined.rewards.tolist() == [3.0, 0.0, 10.0, 11.0]

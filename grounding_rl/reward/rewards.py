@@ -3,8 +3,10 @@
 Each reward has TRL's reward-function signature ``fn(completions, **columns) -> list[float]``: ``completions`` as TRL
 passes them (strings or conversational message lists), ``columns`` the dataset columns as lists with one entry per
 completion, of which ``start``, ``end`` (ground truth) and ``duration`` (all seconds) are used, and
-``prompt_template`` by ``format``; TRL's extra keyword
-arguments (``prompts``, ``completion_ids``, ``trainer_state``, ``log_extra``…) are accepted and ignored.
+``prompt_template`` by ``format``. The GRPO trainer passes what TRL 1.16's ``_calculate_rewards`` passes
+(:func:`grounding_rl.update.rollout.reward_columns`): every dataset column, ``completion_ids``, ``trainer_state``,
+``log_metric(name, value)`` and ``log_extra(column, values)``; the built-in rewards accept and ignore the ones they do
+not use. A function must return one value (or None) per completion; another count stops training naming it.
 
 Registry names: ``iou``, ``format``, ``tiou``. Combine them with ``reward_weights`` as TRL does
 (``GRPOConfig.reward_weights``; ``weighted_rewards`` reproduces the sum for tests and logs).

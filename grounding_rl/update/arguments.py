@@ -60,3 +60,9 @@ def count_problems(args) -> list[str]:
     if not 0 <= args.seed <= 2**32 - 1:
         problems.append(f"seed must be in [0, 2**32 - 1] (got {args.seed})")
     return problems
+
+
+def data_seed(args) -> int:
+    """The seed of the training data order: ``args.data_seed`` when set, else ``args.seed`` (``TrainingArguments``'
+    rule for its samplers; TRL 1.16's GRPO sampler reads ``seed`` only)."""
+    return args.seed if args.data_seed is None else args.data_seed

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
 from grounding_rl.update.arguments import BaseTrainingArguments, count_problems
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
+from grounding_rl.update.recipes import recipe_problems
+from grounding_rl.update.recipes.difficulty import DIFFICULTY_SAMPLING, DifficultyArguments  # noqa: F401
+from grounding_rl.update.recipes.dynamic_sampling import DynamicSamplingArguments
+from grounding_rl.update.recipes.engine_correction import EngineCorrectionArguments
+from grounding_rl.update.recipes.gt_injection import GroundTruthInjectionArguments
+from grounding_rl.update.recipes.online_filter import OnlineFilterArguments
+from grounding_rl.update.recipes.tempsamp import RewardShapingArguments
+from grounding_rl.update.recipes.validation import EVAL_METRICS, ValidationArguments  # noqa: F401
 
-DIFFICULTY_SAMPLING = ("none", "timelens")
-# what validation during training logs (with the prefix eval_): the standard scoring, then the reward's clamped one
-EVAL_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate",
-                "clamped_R1@0.3", "clamped_R1@0.5", "clamped_R1@0.7", "clamped_mIoU")
 # the fields that change which samples a run trains on (in its run fingerprint: a resume must keep them)
 DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "difficulty_gaussian_std",
                        "difficulty_num_bins", "difficulty_subset_size", "difficulty_duration_edges",
@@ -25,10 +29,13 @@ DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "diffi
 
 
 @dataclass
-class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
+class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineCorrectionArguments,
+                          DynamicSamplingArguments, GroundTruthInjectionArguments, RewardShapingArguments,
+                          DifficultyArguments, OnlineFilterArguments, ValidationArguments):
     """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
 
-    Unknown keys fail in the parser; contradictory values fail in ``__post_init__`` with a message naming the keys.
+    The recipes' fields come from their modules' dataclasses (:mod:`grounding_rl.update.recipes`), with their
+    validation; the YAML keys are the fields' names. Unknown keys fail in the parser; contradictory values fail in ``__post_init__`` with a message naming the keys.
     Batch semantics are TRL's: the generation batch (``per_device_train_batch_size × num_processes ×
     steps_per_generation`` completions) holds whole groups of ``num_generations``; each clip is repeated G times.
     """
@@ -238,31 +245,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
             "`max_completion_length`; if omitted, max_prompt_length + max_completion_length."
         },
     )
-    vllm_importance_sampling_correction: bool = field(
-        default=True,
-        metadata={
-            "help": "Whether to apply Importance Sampling (IS) to correct for the mismatch between vLLM "
-            "completion logprobs and recomputed training logprobs. If set to `False`, no IS is applied "
-            "regardless of `vllm_importance_sampling_mode`."
-        },
-    )
-    vllm_importance_sampling_mode: str = field(
-        default="sequence_mask",
-        metadata={
-            "help": "How IS is performed when vllm_importance_sampling_correction=True: 'token_truncate', "
-            "'token_mask', 'sequence_truncate' or 'sequence_mask' (truncate: clip the ratio to [C_min, C_max]; "
-            "mask: set ratios outside it to zero; token: one ratio per token; sequence: one per completion)."
-        },
-    )
-    vllm_importance_sampling_clip_max: float | None = field(
-        default=3.0,
-        metadata={"help": "Importance sampling upper bound C_max used by `vllm_importance_sampling_mode`."},
-    )
-    vllm_importance_sampling_clip_min: float | None = field(
-        default=None,
-        metadata={"help": "Importance sampling lower bound C_min used by `vllm_importance_sampling_mode`."},
-    )
-
     # --- ours
     drop_zero_std_groups: bool = field(
         default=False,
@@ -292,106 +274,10 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
             "the trainer warns once and uses the per-row forward. False: the per-row forward (for comparison)."
         },
     )
-    # --- recipes: dynamic sampling (DAPO) and ground-truth-guided groups (TempSamp-R1)
-    dynamic_sampling: bool = field(
-        default=False,
-        metadata={
-            "help": "DAPO's dynamic sampling (arXiv 2503.14476, Algorithm 1): groups whose G rewards are all equal "
-            "carry no gradient, so further generation batches are drawn until every process holds as many groups "
-            "with non-zero reward std as one generation batch has, or `max_num_gen_batches` batches were drawn; "
-            "surplus groups are discarded, and a shortfall is filled with zero-std groups that are masked out of the "
-            "loss. All processes draw the same number of batches (the decision is a global minimum), so ZeRO-3 "
-            "never waits. Needs each process's rows (per_device_train_batch_size × steps_per_generation) to hold "
-            "whole groups. Extra batches are drawn at random from the training set, seeded by the step."
-        },
-    )
-    max_num_gen_batches: int = field(
-        default=4,
-        metadata={
-            "help": "With `dynamic_sampling`: at most this many generation batches per generation, the first "
-            "included (verl's `algorithm.filter_groups.max_num_gen_batches`, used by DAPO's recipe; ≥ 1)."
-        },
-    )
-    use_gt_injection: bool = field(
-        default=False,
-        metadata={
-            "help": "TempSamp-R1's ground-truth-guided groups (arXiv 2509.18056; ZhangZikun6666/TempSamp-R1 "
-            "`algorithm.use_gt_injection`, `gt_replace_index` -1): the last completion of every group is replaced by "
-            "the ground-truth interval written in the template's answer format (with a think block where the "
-            "template asks for one) and scored like the others; it joins its group's mean and std. Its log-probs "
-            "are computed by the policy (π_old = the policy at generation time), never sampled. Logged reward "
-            "means cover the sampled completions only (TempSamp-R1's `gt_log_exclude`)."
-        },
-    )
-    reward_shaping: str = field(
-        default="none",
-        metadata={
-            "help": "`tempsamp`: TempSamp-R1's non-linear shaping of the `iou` reward of every completion (before the "
-            "weighted sum; grounding_rl.reward.shaping.tempsamp_shaping), meant for `use_gt_injection`; `none`."
-        },
-    )
-    reward_shaping_threshold: float = field(
-        default=0.8, metadata={"help": "τ of `reward_shaping: tempsamp` (TempSamp-R1's default 0.8)."}
-    )
-    reward_shaping_alpha: float = field(
-        default=1.0, metadata={"help": "α of `reward_shaping: tempsamp` (TempSamp-R1's default 1.0)."}
-    )
-
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],
         metadata={"help": "Reward functions: registered names (iou, format, tiou, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function."},
     )
-
-    # --- difficulty-aware data and validation during training (ours; each field names its source) --------------
-    # Scores come from `grounding-rl difficulty` (each train_file line's "difficulty": {"iou", ...}); the math is in
-    # grounding_rl/data/difficulty.py. Validation runs the greedy evaluation of `grounding-rl eval` on eval_file.
-    difficulty_sampling: str = field(
-        default="none",
-        metadata={"help": "'timelens': train on TimeLens's difficulty-weighted subset (TencentARC/TimeLens "
-                          "training/data/grounding.py): difficulty_subset_size samples drawn once, without "
-                          "replacement, seeded by `seed`, with weight exp(-0.5((iou - mean)/std)^2) / (count of its "
-                          "IoU bin + 1e-6). 'none': every sample. Needs the train_file's difficulty scores."},
-    )
-    difficulty_gaussian_mean: float = field(
-        default=0.05, metadata={"help": "Centre of TimeLens's IoU Gaussian (its train_scripts/run_grpo_qwen3_8b.sh: "
-                                        "--gaussian_filter_mean 0.05, favouring hard samples)."})
-    difficulty_gaussian_std: float = field(
-        default=0.2, metadata={"help": "Width of TimeLens's IoU Gaussian (its script: --gaussian_filter_std 0.2)."})
-    difficulty_num_bins: int = field(
-        default=20, metadata={"help": "Inverse-density IoU bins on [0, 1] (TimeLens's fixed_gaussian_sampling: 20, "
-                                      "set by its script); 0 = the Gaussian weight alone."})
-    difficulty_subset_size: int = field(
-        default=2500, metadata={"help": "Samples TimeLens's draw keeps (its script: --target_size 2500); at least "
-                                        "the training set's size keeps every sample (a warning says so)."})
-    difficulty_duration_edges: list[float] | None = field(
-        default=None,
-        metadata={"help": "Duration strata of the draw in seconds, the subset split evenly over [0, e1], [e1, e2], "
-                          "..., [ek, inf) (TimeLens's training/data/hybrid.py: 30 60 90 120 150 180 210 240). None = "
-                          "one stratum."},
-    )
-    difficulty_range: list[float] | None = field(
-        default=None,
-        metadata={"help": "Offline range filter [low, high]: train only on samples whose scored IoU is in (low, high] "
-                          "(xiaomi-research/time-r1 src/utils/process_data.py keeps (0, 0.7]: [0.0, 0.7]). Applied "
-                          "before difficulty_sampling. None = off."},
-    )
-    online_difficulty_range: list[float] | None = field(
-        default=None,
-        metadata={"help": "Online range filter [low, high]: after each epoch, drop the samples whose mean IoU reward "
-                          "(the 'iou' reward, else 'tiou') over that epoch's completions is outside (low, high] "
-                          "(Time-R1's per-epoch filtering, scripts/posttrain/train_rl_SF.sh: [0.0, 0.7]). Epochs keep "
-                          "their length, cycling the kept samples. No scores needed. None = off."},
-    )
-    eval_file: str | None = field(
-        default=None,
-        metadata={"help": "Canonical JSONL evaluated greedily during training (the code of `grounding-rl eval`) with "
-                          "eval_strategy steps/epoch; logs eval_R1@0.3/0.5/0.7, eval_mIoU (standard scoring), "
-                          "eval_clamped_* and the parse-failure and format rates; metric_for_best_model (default mIoU "
-                          "with load_best_model_at_end) picks the best checkpoint. Relative videos resolve against "
-                          "video_root."},
-    )
-    eval_max_samples: int | None = field(
-        default=None, metadata={"help": "Evaluate only the first N samples of eval_file; None = all."})
 
     def __post_init__(self):
         if self.load_best_model_at_end and self.metric_for_best_model is None:
@@ -424,7 +310,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
                             f"{self.epsilon_high})")
         if self.num_iterations < 1:
             problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
-        problems += self.difficulty_problems()
         if self.auto_find_batch_size:
             problems.append("auto_find_batch_size is not supported: the generation batch must hold whole groups")
         try:
@@ -436,17 +321,7 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             problems.append(f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} "
                             f"reward_funcs {self.reward_funcs}")
-        from grounding_rl.reward.shaping import SHAPINGS
-
-        if self.reward_shaping not in SHAPINGS:
-            problems.append(f"reward_shaping {self.reward_shaping!r} is not one of {SHAPINGS}")
-        elif self.reward_shaping != "none" and "iou" not in self.reward_funcs:
-            problems.append(f"reward_shaping {self.reward_shaping!r} shapes the 'iou' reward, which reward_funcs "
-                            f"{self.reward_funcs} lacks")
-        if self.reward_shaping_alpha <= 0:
-            problems.append(f"reward_shaping_alpha must be > 0 (got {self.reward_shaping_alpha})")
-        if self.max_num_gen_batches < 1:
-            problems.append(f"max_num_gen_batches must be ≥ 1 (got {self.max_num_gen_batches})")
+        problems += recipe_problems(self)
         problems += self.preprocessing_problems()
         problems += self.vllm_problems()
         if problems:
@@ -492,14 +367,9 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
         """Messages for invalid vLLM settings (empty when all is well or ``use_vllm`` is off)."""
         if not self.use_vllm:
             return []
-        from grounding_rl.update.grpo import IMPORTANCE_SAMPLING_MODES
-
         problems = []
         if self.vllm_mode != "colocate":
             problems.append(f"vllm_mode {self.vllm_mode!r}: only 'colocate' is supported")
-        if self.vllm_importance_sampling_mode not in IMPORTANCE_SAMPLING_MODES:
-            problems.append(f"vllm_importance_sampling_mode {self.vllm_importance_sampling_mode!r} is not one of "
-                            f"{IMPORTANCE_SAMPLING_MODES}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             problems.append(f"vllm_gpu_memory_utilization must be in (0, 1] (got {self.vllm_gpu_memory_utilization})")
         if self.vllm_tensor_parallel_size < 1 or self.world_size % self.vllm_tensor_parallel_size:
@@ -518,40 +388,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
 
         micro = self.steps_per_generation * self.num_iterations
         return micro // math.gcd(micro, self.gradient_accumulation_steps)
-
-    def difficulty_problems(self) -> list[str]:
-        """What is wrong with the difficulty and validation fields (one message each)."""
-        problems = []
-        if self.difficulty_sampling not in DIFFICULTY_SAMPLING:
-            problems.append(f"difficulty_sampling {self.difficulty_sampling!r} is not one of {DIFFICULTY_SAMPLING}")
-        if self.difficulty_gaussian_std <= 0 or self.difficulty_num_bins < 0 or self.difficulty_subset_size < 1:
-            problems.append(f"difficulty_gaussian_std > 0, difficulty_num_bins ≥ 0 and difficulty_subset_size ≥ 1 "
-                            f"required (got {self.difficulty_gaussian_std}, {self.difficulty_num_bins}, "
-                            f"{self.difficulty_subset_size})")
-        edges = self.difficulty_duration_edges
-        if edges and (any(e <= 0 for e in edges) or list(edges) != sorted(set(edges))):
-            problems.append(f"difficulty_duration_edges must be increasing seconds > 0 (got {edges})")
-        for key in ("difficulty_range", "online_difficulty_range"):
-            value = getattr(self, key)
-            if value is not None and (len(value) != 2 or not 0.0 <= value[0] < value[1] <= 1.0):
-                problems.append(f"{key} must be [low, high] with 0 ≤ low < high ≤ 1 (got {value})")
-        evaluating = str(getattr(self.eval_strategy, "value", self.eval_strategy)) != "no" or self.eval_on_start
-        if evaluating and not self.eval_file:
-            problems.append(f"eval_strategy {str(getattr(self.eval_strategy, 'value', self.eval_strategy))!r} needs "
-                            "eval_file (a canonical JSONL to evaluate greedily during training)")
-        if evaluating and self.world_size > 1:
-            problems.append(f"validation during training (eval_strategy) runs on one process only, not "
-                            f"{self.world_size}: a 2-process ZeRO-3 run stalled at its first evaluation; evaluate the "
-                            "checkpoints with `grounding-rl eval` (multi-process, resumable) instead")
-        if self.eval_file and not evaluating:
-            problems.append("eval_file is set but eval_strategy is 'no': set eval_strategy: steps and eval_steps")
-        if self.eval_max_samples is not None and self.eval_max_samples < 1:
-            problems.append(f"eval_max_samples must be ≥ 1 (got {self.eval_max_samples})")
-        metric = self.metric_for_best_model
-        if metric is not None and metric.removeprefix("eval_") not in EVAL_METRICS:
-            problems.append(f"metric_for_best_model {metric!r} is not an evaluation metric of GRPO training; one of "
-                            f"{list(EVAL_METRICS)}")
-        return problems
 
     def grounding_config(self) -> GroundingConfig:
         """What evaluation and inference must reuse, saved as ``grounding_config.json`` with every checkpoint."""

@@ -43,3 +43,43 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
     if temperature != 1.0:
         logits = logits / temperature
     return selective_log_softmax(logits, completion_ids)
+
+
+def reference_model(trainer, ref_model=None):
+    """The trainer's π_ref: None when β = 0 or with PEFT (the adapter is disabled instead); else ``ref_model`` (None =
+    loaded from the policy's path) frozen, DeepSpeed-initialised (``trl.models.prepare_deepspeed``: ZeRO-3 sharded like
+    the policy, no optimizer) or accelerate-prepared."""
+    from accelerate.utils import is_peft_model
+
+    if trainer.args.beta == 0.0 or is_peft_model(trainer.model):
+        return None
+    if ref_model is None:
+        from grounding_rl.models.loading import load_reference
+
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        ref_model = load_reference(unwrapped.config._name_or_path, dtype=str(unwrapped.dtype).removeprefix("torch."),
+                                   attn_implementation=unwrapped.config._attn_implementation)
+    ref_model.eval().requires_grad_(False)
+    if trainer.is_deepspeed_enabled:
+        from trl.models import prepare_deepspeed
+
+        return prepare_deepspeed(ref_model, trainer.accelerator)
+    return trainer.accelerator.prepare_model(ref_model, evaluation_mode=True)
+
+
+def prefix_sharing(model, args) -> bool:
+    """``share_prompt_prefix`` where it applies (:func:`grounding_rl.update.prefix.supports_prefix_sharing` and
+    ``share_video_encoding``); otherwise one warning, and False: the per-row forward."""
+    import logging
+
+    if not args.share_prompt_prefix:
+        return False
+    from grounding_rl.update.prefix import supports_prefix_sharing
+
+    ok, why = supports_prefix_sharing(model)
+    if ok and not args.share_video_encoding:
+        ok, why = False, "share_video_encoding is off"
+    if not ok:
+        logging.getLogger("grounding_rl.update.trainer").warning(
+            "share_prompt_prefix: %s; the policy and reference forwards run per row", why)
+    return ok

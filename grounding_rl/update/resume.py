@@ -119,3 +119,48 @@ class ExactResumeMixin:
             self.control.should_training_stop = True
             return None
         return super()._run_epoch(*args, **kwargs)
+
+
+ROLLOUT_FORMAT_FILE = "rollout_format.json"  # in every GRPO checkpoint written since groups are shuffled
+ROLLOUT_FORMAT = 2  # 2: micro-batches of shuffled groups; dynamic sampling chooses groups over the global batch
+
+
+def write_rollout_format(folder: str | os.PathLike) -> None:
+    """Mark a GRPO checkpoint with the rollout format it was trained with (``rollout_format.json``)."""
+    import json
+
+    with open(os.path.join(folder, ROLLOUT_FORMAT_FILE), "w", encoding="utf-8") as handle:
+        json.dump({"rollout_format": ROLLOUT_FORMAT}, handle)
+
+
+def check_rollout_format(folder: str | os.PathLike, args) -> None:
+    """Refuse a checkpoint that this version would not continue as the run that wrote it.
+
+    A checkpoint without ``rollout_format.json`` was written before the micro-batches were shuffled by group and
+    before dynamic sampling chose its groups over all processes: it resumes bit-exactly where neither applies
+    (``steps_per_generation`` 1, and no dynamic sampling on several processes), and is refused otherwise.
+
+    Raises:
+        UserError: one line saying which setting makes the old checkpoint continue differently.
+    """
+    import json
+
+    from grounding_rl.errors import UserError
+
+    path = os.path.join(folder, ROLLOUT_FORMAT_FILE)
+    version = 1
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            version = int(json.load(handle).get("rollout_format", 1))
+    if version > ROLLOUT_FORMAT:
+        raise UserError(f"{folder}: rollout format {version} is newer than this version's {ROLLOUT_FORMAT}; "
+                        "resume it with the version that wrote it")
+    if version == 1:
+        why = ("steps_per_generation > 1 shuffles the groups before cutting micro-batches"
+               if args.steps_per_generation > 1 else
+               "dynamic_sampling on several processes chooses its groups over all of them"
+               if args.dynamic_sampling and args.world_size > 1 else None)
+        if why:
+            raise UserError(f"{folder}: written by an older version, and with these settings this version trains "
+                            f"differently ({why}), so it cannot resume bit-exactly; resume it with the version "
+                            "that wrote it, or start the run again")

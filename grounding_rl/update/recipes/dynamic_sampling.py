@@ -1,0 +1,161 @@
+"""DAPO's dynamic sampling (arXiv 2503.14476, Algorithm 1), with the groups kept over the global batch as verl's
+recipe keeps them (``recipe/dapo/dapo_ray_trainer.py``: ``filter_groups``, ``max_num_gen_batches``).
+
+Draw after draw, the groups with non-zero reward std of *all* processes are collected (every process sees the
+gathered rewards, so the list is the same everywhere), until one generation batch's worth is held or
+``max_num_gen_batches`` batches were drawn. The first ``generation_batch_size / G`` kept groups in draw order are
+trained on, a shortfall filled with zero-std groups of the first draw (masked out of the loss); process r trains on
+the r-th share of that list, its rows gathered from whichever process drew them. Under ``scale_rewards: batch`` a
+group's std is that of the draw it came from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather_object
+
+from grounding_rl.update import batching
+from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.rollout import Rollout, timed
+
+
+@dataclass
+class DynamicSamplingArguments:
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's dynamic sampling (arXiv 2503.14476, Algorithm 1): groups whose G rewards are all equal "
+            "carry no gradient, so further generation batches are drawn until the processes together hold as many "
+            "groups with non-zero reward std as one generation batch has, or `max_num_gen_batches` batches were "
+            "drawn; the kept groups are chosen over the global batch (verl's recipe), the same on every process; "
+            "surplus groups are discarded, and a shortfall is filled with zero-std groups that are masked out of the "
+            "loss. All processes draw the same number of batches, so ZeRO-3 never waits. Needs each process's rows "
+            "(per_device_train_batch_size × steps_per_generation) to hold whole groups. Extra batches are drawn at "
+            "random from the training set, seeded by the step."
+        },
+    )
+    max_num_gen_batches: int = field(
+        default=4,
+        metadata={
+            "help": "With `dynamic_sampling`: at most this many generation batches per generation, the first "
+            "included (verl's `algorithm.filter_groups.max_num_gen_batches`, used by DAPO's recipe; ≥ 1)."
+        },
+    )
+
+
+def extra_generation_batch(trainer, draw: int) -> list[dict]:
+    """This process's share of the ``draw``-th extra generation batch of this step: generation_batch_size / G clips
+    drawn without replacement (with replacement from a smaller set) from the samples the recipes allow
+    (:meth:`Recipe.pool`, e.g. those the online filter keeps), G rows each, the same on every process (seeded by the
+    run's seed, the global step and ``draw``, so a resumed run draws the same)."""
+    pools = [p for p in (recipe.pool(trainer) for recipe in trainer.recipes) if p is not None]
+    pool = pools[0] if pools else list(range(len(trainer.train_dataset)))
+    G, size = trainer.num_generations, len(pool)
+    groups = trainer.args.generation_batch_size // G
+    generator = torch.Generator().manual_seed(trainer.args.seed * 1_000_003 + trainer.state.global_step * 1_009 + draw)
+    picks = (torch.randperm(size, generator=generator)[:groups] if size >= groups
+             else torch.randint(size, (groups,), generator=generator))
+    rows = [pool[i] for i in picks.repeat_interleave(G).tolist()]
+    acc = trainer.accelerator
+    local = len(rows) // acc.num_processes
+    mine = rows[acc.process_index * local:(acc.process_index + 1) * local]
+    return trainer.data_collator([trainer.train_dataset[i] for i in mine])
+
+
+def kept_groups(trainer, rollout: Rollout) -> list[int]:
+    """Global indices of the rollout's groups whose rewards are not all equal (the same list on every process)."""
+    zero = trainer.accelerator.gather(rollout.zero_std).view(-1, trainer.num_generations)[:, 0]
+    return [g for g, z in enumerate(zero.tolist()) if not z]
+
+
+def gathered(trainer, rollout: Rollout) -> dict:
+    """Every process's rows of ``rollout``, field by field (completions padded to the widest process's; items
+    without their clip)."""
+    acc, pad = trainer.accelerator, trainer.pad_token_id
+    fill = {"completion_ids": pad, "completion_mask": 0, "sampling_logps": float("nan")}
+    out = {}
+    for name in ("completion_ids", "completion_mask", "lengths", "truncated", "placeholder_cut", "rewards_per_func",
+                 "rewards", "advantages", "zero_std", "scale_zero_std", "group_ids", "is_gt", "sampling_logps"):
+        value = getattr(rollout, name)
+        if value is not None and name in fill:
+            value = acc.pad_across_processes(value, dim=1, pad_index=fill[name])
+        out[name] = None if value is None else acc.gather(value)
+    out["texts"] = gather_object(rollout.texts)
+    out["items"] = gather_object([{k: v for k, v in item.items() if k != "clip"} for item in rollout.items])
+    keys = sorted(set(gather_object(sorted(rollout.extra))))
+    out["extra"] = {key: gather_object(rollout.extra.get(key, [None] * len(rollout))) for key in keys}
+    return out
+
+
+class DynamicSampling(Recipe):
+    """``dynamic_sampling/gen_batches`` (draws this step), ``groups_drawn``, ``groups_dropped`` (drawn − trained
+    with spread), ``groups_filled`` (zero-std fill), all processes together."""
+
+    name = "dynamic_sampling"
+    arguments = DynamicSamplingArguments
+    drops_zero_std_groups = True
+
+    @staticmethod
+    def enabled(args) -> bool:
+        return bool(args.dynamic_sampling)
+
+    @staticmethod
+    def problems(args) -> list[str]:
+        if args.max_num_gen_batches < 1:
+            return [f"max_num_gen_batches must be ≥ 1 (got {args.max_num_gen_batches})"]
+        return []
+
+    def resample(self, trainer, rollout, draw):
+        """The rollout to train on; ``draw(items, group_offset)`` builds one more (:func:`build_rollout`)."""
+        acc, G = trainer.accelerator, trainer.num_generations
+        total = self.args.generation_batch_size // G
+        draws, kept = [rollout], [(0, g) for g in kept_groups(trainer, rollout)]
+        while len(draws) < self.args.max_num_gen_batches and len(kept) < total:
+            with timed(trainer, "dynamic_sampling"):
+                extra = draw(extra_generation_batch(trainer, len(draws)), len(draws) * total)
+            kept += [(len(draws), g) for g in kept_groups(trainer, extra)]
+            draws.append(extra)
+        chosen = kept[:total]
+        filled = total - len(chosen)
+        chosen += [(0, g) for g in range(total) if (0, g) not in chosen][:filled]
+        metrics = trainer._metrics
+        metrics["dynamic_sampling/gen_batches"].append(float(len(draws)))
+        metrics["dynamic_sampling/groups_drawn"].append(float(len(draws) * total))
+        metrics["dynamic_sampling/groups_dropped"].append(float(len(draws) * total - (total - filled)))
+        metrics["dynamic_sampling/groups_filled"].append(float(filled))
+        if len(draws) == 1 and chosen == [(0, g) for g in range(total)]:
+            return rollout
+        local_groups = len(rollout) // G
+        mine = chosen[acc.process_index * local_groups:(acc.process_index + 1) * local_groups]
+        return self._rows(trainer, draws, mine)
+
+    def _rows(self, trainer, draws: list[Rollout], mine: list[tuple[int, int]]) -> Rollout:
+        acc, G = trainer.accelerator, trainer.num_generations
+        views = [gathered(trainer, d) for d in draws]
+        width = max(v["completion_ids"].size(1) for v in views)
+        fill = {"completion_ids": trainer.pad_token_id, "completion_mask": 0, "sampling_logps": float("nan")}
+        rows = [(d, g * G + j) for d, g in mine for j in range(G)]
+        fields = {}
+        for name, value in views[0].items():
+            if name in ("texts", "items", "extra"):
+                continue
+            if value is None:
+                fields[name] = None
+                continue
+            parts = [torch.nn.functional.pad(v[name], (0, width - v[name].size(1)), value=fill[name])
+                     if name in fill else v[name] for v in views]
+            fields[name] = torch.stack([parts[d][r] for d, r in rows])
+        fields["texts"] = [views[d]["texts"][r] for d, r in rows]
+        keys = sorted({key for v in views for key in v["extra"]})
+        fields["extra"] = {key: [views[d]["extra"].get(key, [None] * (r + 1))[r] for d, r in rows] for key in keys}
+        start = acc.process_index * len(draws[0])
+        items = []
+        for d, r in rows:  # a row this process drew keeps its decoded clip; another's is decoded again here
+            local = r - start
+            items.append(dict(draws[d].items[local]) if 0 <= local < len(draws[d]) else
+                         trainer.data_collator.load_item(views[d]["items"][r]["index"]))
+        batch = batching.to_device(batching.prompt_batch(trainer.processing_class, items, self.args.prompt_template,
+                                                         share_videos=self.args.share_video_encoding,
+                                                         video_layout=self.args.video_layout), acc.device)
+        return Rollout(items=items, batch=batch, **fields)

@@ -1,0 +1,58 @@
+"""TempSamp-R1's reward shaping (:func:`grounding_rl.reward.shaping.tempsamp_shaping`) of the ``iou`` reward of every
+completion, after the scores are gathered and before the weighted sum."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grounding_rl.update.recipes import Recipe
+
+
+@dataclass
+class RewardShapingArguments:
+    reward_shaping: str = field(
+        default="none",
+        metadata={
+            "help": "`tempsamp`: TempSamp-R1's non-linear shaping of the `iou` reward of every completion (before the "
+            "weighted sum; grounding_rl.reward.shaping.tempsamp_shaping), meant for `use_gt_injection`; `none`."
+        },
+    )
+    reward_shaping_threshold: float = field(
+        default=0.8, metadata={"help": "τ of `reward_shaping: tempsamp` (TempSamp-R1's default 0.8)."}
+    )
+    reward_shaping_alpha: float = field(
+        default=1.0, metadata={"help": "α of `reward_shaping: tempsamp` (TempSamp-R1's default 1.0)."}
+    )
+
+
+class TempSampShaping(Recipe):
+    name = "tempsamp"
+    arguments = RewardShapingArguments
+
+    @staticmethod
+    def enabled(args) -> bool:
+        return args.reward_shaping == "tempsamp"
+
+    @staticmethod
+    def problems(args) -> list[str]:
+        from grounding_rl.reward.shaping import SHAPINGS
+
+        problems = []
+        if args.reward_shaping not in SHAPINGS:
+            problems.append(f"reward_shaping {args.reward_shaping!r} is not one of {SHAPINGS}")
+        elif args.reward_shaping != "none" and "iou" not in args.reward_funcs:
+            problems.append(f"reward_shaping {args.reward_shaping!r} shapes the 'iou' reward, which reward_funcs "
+                            f"{args.reward_funcs} lacks")
+        if args.reward_shaping_alpha <= 0:
+            problems.append(f"reward_shaping_alpha must be > 0 (got {args.reward_shaping_alpha})")
+        return problems
+
+    def shape(self, trainer, rewards_per_func):
+        """(N, F) rewards with the ``iou`` column shaped (a copy)."""
+        from grounding_rl.reward.shaping import tempsamp_shaping
+
+        rewards_per_func = rewards_per_func.clone()
+        for j, name in enumerate(trainer.reward_func_names):
+            if name == "iou":
+                rewards_per_func[:, j] = tempsamp_shaping(rewards_per_func[:, j], self.args.reward_shaping_threshold,
+                                                          self.args.reward_shaping_alpha)
+        return rewards_per_func

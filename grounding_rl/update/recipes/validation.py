@@ -1,0 +1,145 @@
+"""Validation during training: the greedy evaluation of ``grounding-rl eval`` on ``eval_file`` every
+``eval_steps`` (:class:`ValidationMixin`, which replaces ``Trainer.evaluate``), with both scorings of
+:mod:`grounding_rl.reward.records`; ``metric_for_best_model`` names one of :data:`EVAL_METRICS`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather_object
+
+from grounding_rl.update.recipes import Recipe
+
+# what validation during training logs (with the prefix eval_): the standard scoring, then the reward's clamped one
+EVAL_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate",
+                "clamped_R1@0.3", "clamped_R1@0.5", "clamped_R1@0.7", "clamped_mIoU")
+
+
+@dataclass
+class ValidationArguments:
+    eval_file: str | None = field(
+        default=None,
+        metadata={"help": "Canonical JSONL evaluated greedily during training (the code of `grounding-rl eval`) with "
+                          "eval_strategy steps/epoch; logs eval_R1@0.3/0.5/0.7, eval_mIoU (standard scoring), "
+                          "eval_clamped_* and the parse-failure and format rates; metric_for_best_model (default mIoU "
+                          "with load_best_model_at_end) picks the best checkpoint. Relative videos resolve against "
+                          "video_root."},
+    )
+    eval_max_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate only the first N samples of eval_file; None = all."})
+
+
+def _strategy(args) -> str:
+    return str(getattr(args.eval_strategy, "value", args.eval_strategy))
+
+
+class Validation(Recipe):
+    name = "validation"
+    arguments = ValidationArguments
+
+    @staticmethod
+    def enabled(args) -> bool:
+        return _strategy(args) != "no" or bool(args.eval_on_start)
+
+    @staticmethod
+    def problems(args) -> list[str]:
+        problems = []
+        evaluating = Validation.enabled(args)
+        if evaluating and not args.eval_file:
+            problems.append(f"eval_strategy {_strategy(args)!r} needs eval_file (a canonical JSONL to evaluate "
+                            "greedily during training)")
+        if evaluating and args.world_size > 1:
+            problems.append(f"validation during training (eval_strategy) runs on one process only, not "
+                            f"{args.world_size}: a 2-process ZeRO-3 run stalled at its first evaluation; evaluate the "
+                            "checkpoints with `grounding-rl eval` (multi-process, resumable) instead")
+        if args.eval_file and not evaluating:
+            problems.append("eval_file is set but eval_strategy is 'no': set eval_strategy: steps and eval_steps")
+        if args.eval_max_samples is not None and args.eval_max_samples < 1:
+            problems.append(f"eval_max_samples must be ≥ 1 (got {args.eval_max_samples})")
+        metric = args.metric_for_best_model
+        if metric is not None and metric.removeprefix("eval_") not in EVAL_METRICS:
+            problems.append(f"metric_for_best_model {metric!r} is not an evaluation metric of GRPO training; one of "
+                            f"{list(EVAL_METRICS)}")
+        return problems
+
+
+class ValidationMixin:
+    """Mixed into the GRPO trainer: ``evaluate`` runs the greedy evaluation instead of a loss forward."""
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Greedy evaluation of the policy on ``eval_dataset`` (default: the trainer's, from ``eval_file``), with the
+        code of ``grounding-rl eval`` (:func:`grounding_rl.rollout.runner.greedy_answer_batches`, records and both
+        scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos.
+
+        Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
+        ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
+        Python) are restored afterwards, so a run with validation trains exactly as one without. Generation budget:
+        ``max_completion_length``; batch: ``per_device_eval_batch_size``; decoding workers:
+        ``dataloader_num_workers``.
+
+        Returns:
+            ``{prefix_R1@0.3, …, prefix_mIoU, prefix_parse_failure_rate, prefix_format_rate`` (standard scoring)
+            ``, prefix_clamped_R1@0.3, …, prefix_clamped_mIoU, prefix_n}``, also logged.
+
+        Raises:
+            ValueError: no evaluation samples, or ZeRO-3 without ``ds3_gather_for_generation`` (shards of different
+                sizes would leave ranks waiting on each other's parameter gathers).
+        """
+        samples = list((self.eval_dataset if eval_dataset is None else eval_dataset) or [])
+        if not samples:
+            raise ValueError("evaluate: no evaluation samples (eval_file)")
+        if (self.is_deepspeed_enabled and not self.args.ds3_gather_for_generation
+                and self.accelerator.state.deepspeed_plugin.zero_stage == 3):
+            raise ValueError("validation during training under ZeRO-3 needs ds3_gather_for_generation: true")
+        from grounding_rl.reward.records import metrics_from_records
+
+        records = self._greedy_records(samples)
+        metrics = metrics_from_records(records, self.args.prompt_template, self.eval_dropped)
+        out = {f"{metric_key_prefix}_{key}": float(metrics[key]) for key in ("n", *EVAL_METRICS[:6])}
+        clamped = metrics["by_scoring"]["clamped"]
+        out.update({f"{metric_key_prefix}_clamped_{key}": float(clamped[key])
+                    for key in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")})
+        self.log(out)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, out)
+        return out
+
+    def _greedy_records(self, samples) -> list:
+        """Prediction records of ``samples`` in their order, every rank's shard gathered (the policy in eval mode,
+        unwrapped as for generation; random states kept)."""
+        import random
+
+        import numpy as np
+        from trl.models import unwrap_model_for_generation
+
+        from grounding_rl.reward.records import prediction_record
+        from grounding_rl.rollout.runner import greedy_answer_batches, group_by_video, shard_by_video
+
+        acc, args = self.accelerator, self.args
+        groups = shard_by_video(group_by_video([s.video for s in samples]), acc.process_index, acc.num_processes)
+        mine = [p for _, positions in groups for p in positions]
+        cache = self.data_collator.cache
+        cache_root = str(cache.root) if getattr(cache, "root", None) is not None else None
+        python_state, numpy_state = random.getstate(), np.random.get_state()
+        devices = [acc.device] if acc.device.type == "cuda" else []
+        training = self.model.training
+        local = []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                self.model.eval()
+                with unwrap_model_for_generation(self.model_wrapped, acc,
+                                                 gather_deepspeed3_params=args.ds3_gather_for_generation,
+                                                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
+                                                 ) as unwrapped:
+                    for batch in greedy_answer_batches(
+                            unwrapped, self.processing_class, [samples[p].video for p in mine],
+                            [samples[p].query for p in mine], self.data_collator.settings, args.prompt_template,
+                            args.max_completion_length, args.per_device_eval_batch_size, args.dataloader_num_workers,
+                            cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False,
+                            video_layout=args.video_layout):
+                        local += [(mine[k], prediction_record(samples[mine[k]], answer, error))
+                                  for k, answer, error in batch]
+        finally:
+            self.model.train(training)
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+        return [record for _, record in sorted(gather_object(local), key=lambda pair: pair[0])]
