@@ -394,6 +394,11 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
         default=None, metadata={"help": "Evaluate only the first N samples of eval_file; None = all."})
 
     def __post_init__(self):
+        from grounding_rl.update.fields import refused_settings
+
+        refused = refused_settings(self, "grpo")  # the values as parsed, before TrainingArguments changes any
+        if refused:
+            raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(refused))
         if self.load_best_model_at_end and self.metric_for_best_model is None:
             self.metric_for_best_model = "mIoU"  # before TrainingArguments sets its "loss", which GRPO has none of
         if self.metric_for_best_model in ("parse_failure_rate", "eval_parse_failure_rate") and \
@@ -425,8 +430,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
         if self.num_iterations < 1:
             problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
         problems += self.difficulty_problems()
-        if self.auto_find_batch_size:
-            problems.append("auto_find_batch_size is not supported: the generation batch must hold whole groups")
         try:
             from grounding_rl.reward.rewards import get_reward_funcs
 
@@ -495,8 +498,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
         from grounding_rl.update.grpo import IMPORTANCE_SAMPLING_MODES
 
         problems = []
-        if self.vllm_mode != "colocate":
-            problems.append(f"vllm_mode {self.vllm_mode!r}: only 'colocate' is supported")
         if self.vllm_importance_sampling_mode not in IMPORTANCE_SAMPLING_MODES:
             problems.append(f"vllm_importance_sampling_mode {self.vllm_importance_sampling_mode!r} is not one of "
                             f"{IMPORTANCE_SAMPLING_MODES}")
