@@ -185,6 +185,8 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as err:
         raise UserError(f"{config_path or 'command line'}: {err}") from None
+    _check_honoured(script_args, model_args, training_args, config_path or "command line",
+                    "sft" if prog.endswith("sft") else "grpo")
     if not script_args.train_file:
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
@@ -196,6 +198,40 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     training_args.output_dir = resolve_config_path(training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
+
+
+def _check_honoured(script_args, model_args, training_args, where: str, stage: str) -> None:
+    """What the training config's own validation cannot see, before any model loads (also when the model folder does
+    not exist yet): a refused field of the script arguments or ``trl.ModelConfig`` set
+    (:func:`grounding_rl.update.fields.refused_settings`), and the k-bit rules of ``load_in_4bit`` / ``load_in_8bit``:
+    CUDA and bitsandbytes present (:func:`grounding_rl.models.loading.kbit_unavailable`), only with ``use_peft`` (the
+    quantized weights cannot be trained; ``trl.ModelConfig`` itself refuses both at once), and no 8-bit under DeepSpeed ZeRO-3 (transformers
+    partitions no int8 weights).
+
+    Raises:
+        UserError: one line naming ``where`` (the config file) and the field.
+    """
+    from grounding_rl.update.fields import refused_settings
+
+    refused = refused_settings(script_args, stage) + refused_settings(model_args, stage)
+    if refused:
+        raise UserError(f"{where}: {'; '.join(refused)}")
+    if not (model_args.load_in_4bit or model_args.load_in_8bit):
+        return
+    from grounding_rl.models.loading import kbit_unavailable
+
+    flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
+    missing = kbit_unavailable()
+    if missing:
+        raise UserError(f"{where}: {flag}: k-bit loading needs CUDA and bitsandbytes ({missing}); drop {flag} or "
+                        "run on a CUDA machine with bitsandbytes installed")
+    if not model_args.use_peft:
+        raise UserError(f"{where}: {flag} needs use_peft: true (k-bit weights are frozen; only LoRA adapters train)")
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if model_args.load_in_8bit and is_deepspeed_zero3_enabled():
+        raise UserError(f"{where}: load_in_8bit with DeepSpeed ZeRO-3 is refused (int8 weights are not partitioned); "
+                        "use load_in_4bit or ZeRO-2")
 
 
 def _check_numbers(script_args, training_args, model_args, where: str) -> None:
@@ -327,19 +363,36 @@ def load_training_model(script_args, model_args, training_args):
     """``(model, processor)`` to train: seeded first (:func:`seed_everything`), then
     :func:`grounding_rl.models.loading.load_policy` (remote code off), the vision tower frozen when asked, and — the
     one place that does it — wrapped with PEFT when ``use_peft`` (``trl.get_peft_config``, the target modules of
-    :func:`lora_settings`)."""
+    :func:`lora_settings`).
+
+    With ``load_in_4bit`` / ``load_in_8bit`` (checked by :func:`parse_training_args`: CUDA, bitsandbytes,
+    ``use_peft``) the language model loads quantized (:func:`grounding_rl.models.loading.quantization_config`: vision
+    tower, mergers and ``lm_head`` unquantized; the process's GPU,
+    :func:`grounding_rl.models.loading.kbit_device_map`) and is prepared with
+    ``peft.prepare_model_for_kbit_training`` (layer norms in float32, base frozen, gradient checkpointing as
+    configured) before the LoRA wrap, as TRL's scripts do. Not run on this project's CPU test machines."""
     import copy
 
     from trl import get_peft_config
 
-    from grounding_rl.models.loading import freeze_vision_tower, load_policy, load_processor
+    from grounding_rl.models.loading import (freeze_vision_tower, kbit_device_map, load_policy, load_processor,
+                                             quantization_config)
 
     seed_everything(training_args)
+    quantization = quantization_config(model_args)
     model = load_policy(model_args.model_name_or_path, dtype=model_args.dtype,
-                        attn_implementation=model_args.attn_implementation, revision=model_args.model_revision)
+                        attn_implementation=model_args.attn_implementation, revision=model_args.model_revision,
+                        quantization_config=quantization,
+                        device_map=kbit_device_map() if quantization is not None else None)
     processor = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
     if script_args.freeze_vision_tower:
         freeze_vision_tower(model)
+    if quantization is not None:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=bool(training_args.gradient_checkpointing),
+            gradient_checkpointing_kwargs=training_args.gradient_checkpointing_kwargs)
     lora = lora_settings(model_args)
     if lora is not None:
         from peft import get_peft_model

@@ -25,6 +25,52 @@ logger = logging.getLogger(__name__)
 DEFAULT_LORA_TARGETS = (r"model\.language_model\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)"
                         r"|mlp\.(gate_proj|up_proj|down_proj))")  # the LoRA recipes' configs/*_lora_*.yaml
 
+# What k-bit loading leaves unquantized (BitsAndBytesConfig.llm_int8_skip_modules): the vision tower with its patch
+# merger (and Qwen3-VL's DeepStack mergers), ``model.visual`` in both families, and the output head. transformers
+# 5.24 matches a pattern from the start of a module's full name up to a dot, or as its suffix
+# (quantizers_utils.should_convert_module); "visual" is the name under older layouts (``visual.blocks.N``).
+KBIT_SKIP_MODULES = ("model.visual", "visual", "lm_head")
+
+
+def kbit_unavailable() -> str | None:
+    """Why k-bit loading cannot run here (no CUDA device, or bitsandbytes not installed), else None."""
+    import importlib.util
+
+    missing = [what for what, ok in (("CUDA device", torch.cuda.is_available()),
+                                     ("bitsandbytes", importlib.util.find_spec("bitsandbytes") is not None)) if not ok]
+    return None if not missing else f"here: no {' and no '.join(missing)}"
+
+
+def kbit_device_map() -> dict:
+    """``from_pretrained``'s ``device_map`` for k-bit loading: the whole model on this process's GPU, ``{"":
+    local_process_index}`` (what ``trl.get_kbit_device_map`` returned before TRL 1.x dropped it; bitsandbytes
+    quantizes on the device it loads to)."""
+    from accelerate import PartialState
+
+    return {"": PartialState().local_process_index}
+
+
+def quantization_config(model_args):
+    """The ``BitsAndBytesConfig`` of ``trl.ModelConfig``'s ``load_in_4bit`` / ``load_in_8bit`` (and ``bnb_*``)
+    fields, None without either: ``trl.get_quantization_config`` (TRL 1.16 ``trl/trainer/utils.py``), with the vision
+    tower, its mergers and ``lm_head`` left unquantized (:data:`KBIT_SKIP_MODULES`) and, for 4-bit, the compute dtype
+    ``dtype`` (bfloat16 when ``dtype`` is None or ``"auto"``, which bitsandbytes cannot take). Builds the config only;
+    loading it needs CUDA and bitsandbytes (:func:`kbit_unavailable`); ``trl.ModelConfig`` refuses both bit widths at
+    once."""
+    import copy
+
+    from trl import get_quantization_config
+
+    if not (model_args.load_in_4bit or model_args.load_in_8bit):
+        return None
+    model_args = copy.copy(model_args)
+    if model_args.dtype in (None, "auto"):
+        model_args.dtype = "bfloat16"
+    config = get_quantization_config(model_args)
+    config.llm_int8_skip_modules = list(KBIT_SKIP_MODULES)
+    return config
+
+
 _DTYPES = {"auto": "auto", "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, None: None}
 
 
@@ -71,7 +117,7 @@ def load_processor(path: str, revision: str | None = None):
 
 
 def load_policy(path: str, dtype: str | None = None, attn_implementation: str | None = None,
-                revision: str | None = None):
+                revision: str | None = None, quantization_config=None, device_map=None):
     """The trainable policy: ``AutoModelForImageTextToText.from_pretrained`` (any family of
     :mod:`grounding_rl.family`), remote code disabled.
 
@@ -85,6 +131,8 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
             checkpoint's dtype).
         attn_implementation: e.g. ``"sdpa"``, ``"flash_attention_2"``; None = library default.
         revision: hub revision.
+        quantization_config: a ``BitsAndBytesConfig`` (:func:`quantization_config`) or None.
+        device_map: ``from_pretrained``'s (k-bit loading: ``trl.get_kbit_device_map()``) or None.
 
     Raises:
         UserError: a folder holding full weights and an adapter (:func:`check_model_folder`).
@@ -93,6 +141,8 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
 
     check_model_folder(path)
     kwargs = {"trust_remote_code": False, "revision": revision}
+    if quantization_config is not None:
+        kwargs.update(quantization_config=quantization_config, device_map=device_map)
     if dtype is not None:
         kwargs["dtype"] = _dtype(dtype)
     if attn_implementation is not None:
@@ -256,13 +306,18 @@ def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None 
         base: the base model (path or hub id); None = ``base_model_name_or_path`` of ``adapter_config.json``.
         dtype: dtype to load the base in (None = the checkpoint's).
 
+    The base always loads in full precision (never k-bit): an adapter trained with ``load_in_4bit`` /
+    ``load_in_8bit`` (QLoRA) is merged into the unquantized weights of the base it was trained on, as the QLoRA
+    recipes merge (the adapter was fitted against their quantized copy, so the merged model differs from the trained
+    one by the quantization error). A base saved quantized (``quantization_config`` in its ``config.json``) is refused.
+
     Returns:
         ``out_dir`` as a Path; its files get the mode ``open()`` would (:func:`grounding_rl.paths.follow_umask`).
 
     Raises:
         FileNotFoundError: ``adapter_dir`` has no ``adapter_config.json``.
-        ValueError: no base model is named, or ``out_dir`` holds an adapter (the merged weights would sit beside it:
-            :func:`check_model_folder`).
+        ValueError: no base model is named, the base is a quantized checkpoint, or ``out_dir`` holds an adapter (the
+            merged weights would sit beside it: :func:`check_model_folder`).
     """
     import json
     from pathlib import Path
@@ -280,6 +335,11 @@ def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None 
     base = base or json.loads(config_path.read_text()).get("base_model_name_or_path")
     if not base:
         raise ValueError(f"{config_path} names no base_model_name_or_path; pass the base model")
+    base_config = Path(base) / "config.json"
+    if base_config.is_file() and "quantization_config" in json.loads(base_config.read_text(encoding="utf-8")):
+        raise ValueError(f"{base_config}: the base is a quantized checkpoint; merge into the full-precision base "
+                         "the run loaded (--base MODEL): a LoRA run with load_in_4bit/load_in_8bit quantizes it at "
+                         "load time and saves only the adapter")
     model = PeftModel.from_pretrained(load_policy(base, dtype=dtype), str(adapter_dir)).merge_and_unload()
     model.save_pretrained(out_dir)
     has_processor = (adapter_dir / "processor_config.json").is_file() or (adapter_dir / "tokenizer_config.json").is_file()

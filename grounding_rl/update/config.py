@@ -280,6 +280,11 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
     )
 
     def __post_init__(self):
+        from grounding_rl.update.fields import refused_settings
+
+        refused = refused_settings(self, "grpo")  # the values as parsed, before TrainingArguments changes any
+        if refused:
+            raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(refused))
         if self.load_best_model_at_end and self.metric_for_best_model is None:
             self.metric_for_best_model = "mIoU"  # before TrainingArguments sets its "loss", which GRPO has none of
         if self.metric_for_best_model in ("parse_failure_rate", "eval_parse_failure_rate") and \
@@ -310,8 +315,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
                             f"{self.epsilon_high})")
         if self.num_iterations < 1:
             problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
-        if self.auto_find_batch_size:
-            problems.append("auto_find_batch_size is not supported: the generation batch must hold whole groups")
         try:
             from grounding_rl.reward.rewards import get_reward_funcs
 
@@ -368,8 +371,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
         if not self.use_vllm:
             return []
         problems = []
-        if self.vllm_mode != "colocate":
-            problems.append(f"vllm_mode {self.vllm_mode!r}: only 'colocate' is supported")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             problems.append(f"vllm_gpu_memory_utilization must be in (0, 1] (got {self.vllm_gpu_memory_utilization})")
         if self.vllm_tensor_parallel_size < 1 or self.world_size % self.vllm_tensor_parallel_size:

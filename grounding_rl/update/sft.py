@@ -49,6 +49,11 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
     )
 
     def __post_init__(self):
+        from grounding_rl.update.fields import refused_settings
+
+        refused = refused_settings(self, "sft")  # the values as parsed, before TrainingArguments changes any
+        if refused:
+            raise ValueError("invalid GroundingSFTConfig: " + "; ".join(refused))
         super().__post_init__()
         problems = count_problems(self) + self.preprocessing_problems()
         if problems:
