@@ -173,6 +173,7 @@ def _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=False, **override
     if peft:
         from peft import LoraConfig, get_peft_model
 
+        torch.manual_seed(0)  # the same random adapter (init_lora_weights=False) in both arms
         model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "qkv"],
                                                  init_lora_weights=False))
     return GroundingGRPOTrainer(model, GroundingGRPOConfig(**values), dataset, load_processor(str(tiny_model_dir)),
