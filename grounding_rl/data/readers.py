@@ -27,11 +27,19 @@ Formats:
     TimeLens-Bench (Charades-TimeLens, ActivityNet-TimeLens, QVHighlights-TimeLens):
     ``{video id: {duration, spans: [[s, e], ...], queries: [...]}}`` in seconds, span i paired with query i (see
     :func:`read_timelens`).
+``ego4d_nlq``
+    Ego4D-NLQ ``nlq_{train,val}.json``: one sample per language query on its 8-minute clip (``<clip_uid>.mp4``, clip
+    time); queries without text dropped and counted (see :func:`read_ego4d_nlq`). ``ego4d_nlq_video``: the same
+    queries in the full video's time (``<video_uid>.mp4``).
+``extremewhenbench``
+    ExtremeWhenBench rows ``{qid, video_id, source_corpus, question, correct_interval, video_duration_s}`` (JSONL, a
+    JSON list or ``{"questions": [...]}``; see :func:`read_extremewhenbench`).
 ``jsonl``
     The canonical JSONL (:func:`grounding_rl.data.samples.iter_jsonl`).
 
-``qid`` is the source's id where it has one (Time-R1), else ``<format>:<video id>#<index>`` with index the 0-based
-position of the query among that video's queries in the file; ``source`` is the format name.
+``qid`` is the source's id where it has one (Time-R1, ExtremeWhenBench; Ego4D-NLQ's ``annotation_uid:query index``),
+else ``<format>:<video id>#<index>`` with index the 0-based position of the query among that video's queries in the
+file; ``source`` is the format name.
 """
 from __future__ import annotations
 
@@ -345,6 +353,155 @@ def read_timelens(path: str | os.PathLike, *, video_root: str | os.PathLike | No
                          texts_key="queries", several_spans=True, clean=timelens_query)
 
 
+# ------------------------------------------------------------------------------------------- long-video readers
+def _ego4d_nlq(path: str, resolver: VideoResolver, durations: dict[str, float] | None,
+               video_time: bool) -> Iterator[Sample]:
+    """The Ego4D-NLQ queries of ``path``: clip time (``<clip_uid>.mp4``) or, with ``video_time``, the full video's
+    (``<video_uid>.mp4``). See :func:`read_ego4d_nlq`."""
+    data = _load_json(path, dict)
+    videos = data.get("videos")
+    if not isinstance(videos, list):
+        raise AnnotationError(f"{path}: expected Ego4D-NLQ's {{'videos': [...]}} (nlq_train.json / nlq_val.json)")
+    source = "ego4d_nlq_video" if video_time else "ego4d_nlq"
+    total = no_text = 0
+    for v, video_entry in enumerate(videos):
+        if not isinstance(video_entry, dict) or not isinstance(video_entry.get("clips"), list):
+            raise AnnotationError(f"{path}: videos[{v}] needs a list 'clips'")
+        video_uid = video_entry.get("video_uid")
+        for c, clip in enumerate(video_entry["clips"]):
+            where = f"{path}: videos[{v}].clips[{c}]"
+            if not isinstance(clip, dict):
+                raise AnnotationError(f"{where}: expected an object")
+            clip_uid = _text(clip.get("clip_uid"), "clip_uid", where)
+            where = f"{path}: clip {clip_uid}"
+            clip_start = as_seconds(clip.get("video_start_sec"), "video_start_sec", where)
+            if video_time:
+                vid = _text(video_uid, "video_uid", f"{path}: videos[{v}]")
+                video = resolver.path(vid, bare_id=True)
+                duration = _duration(resolver, None, vid, video, durations, where)
+                offset = clip_start
+            else:
+                vid, video = clip_uid, resolver.path(clip_uid, bare_id=True)
+                clip_end = as_seconds(clip.get("video_end_sec"), "video_end_sec", where)
+                duration, offset = clip_end - clip_start, 0.0
+            annotations = clip.get("annotations") or []
+            if not isinstance(annotations, list):
+                raise AnnotationError(f"{where}: 'annotations' must be a list")
+            for a, annotation in enumerate(annotations):
+                queries = annotation.get("language_queries") if isinstance(annotation, dict) else None
+                if not isinstance(queries, list):
+                    raise AnnotationError(f"{where}: annotations[{a}] needs a list 'language_queries'")
+                uid = annotation.get("annotation_uid")
+                for q, item in enumerate(queries):
+                    at = f"{where}, annotation {uid if uid is not None else a}, query {q}"
+                    if not isinstance(item, dict):
+                        raise AnnotationError(f"{at}: expected an object")
+                    text = item.get("query")
+                    total += 1
+                    if text is None or (isinstance(text, str) and not text.strip()):
+                        no_text += 1
+                        text = ""  # the validation policy drops it ("empty query") and counts it
+                    start = as_seconds(item.get("clip_start_sec"), "clip_start_sec", at) + offset
+                    end = as_seconds(item.get("clip_end_sec"), "clip_end_sec", at) + offset
+                    qid = f"{uid}:{q}" if uid is not None else f"{source}:{clip_uid}#{a}.{q}"
+                    yield Sample(video=video, query=_text(text, "query", at), start=start, end=end,
+                                 duration=duration, qid=qid, source=source)
+    if no_text:
+        logger.warning("%s: %d of %d language queries have no text; the validation policy drops them", path, no_text,
+                       total)
+
+
+def read_ego4d_nlq(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                   durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """Ego4D Episodic Memory NLQ (Grauman et al., "Ego4D: Around the World in 3,000 Hours of Egocentric Video", CVPR
+    2022; the public ``nlq_train.json`` / ``nlq_val.json``, the test set's windows are hidden behind its server):
+    ``{"videos": [{video_uid, clips: [{clip_uid, video_start_sec, video_end_sec, annotations: [{annotation_uid,
+    language_queries: [{clip_start_sec, clip_end_sec, query, template, ...}]}]}]}]}``.
+
+    One sample per language query, on its clip as the benchmark scores it: the video is ``<clip_uid>.mp4`` (the
+    8-minute clips of Ego4D's ``clips`` download), the window ``clip_start_sec``–``clip_end_sec`` in clip time, the
+    duration ``video_end_sec − video_start_sec`` of the clip. A query without text (Ego4D has some) becomes an empty
+    query that :func:`grounding_rl.data.samples.validate` drops and counts; how many is logged. The qid is
+    ``<annotation_uid>:<query index>``, the pair Ego4D's evaluation and submissions key a query by. ``--format
+    ego4d_nlq_video`` (:func:`read_ego4d_nlq_video`) gives the same queries in the full video's time.
+
+    Raises:
+        AnnotationError: not Ego4D-NLQ's shape, a missing clip field, or a non-numeric time (names the file, the clip
+            and the query).
+    """
+    path = str(path)
+    return _ego4d_nlq(path, VideoResolver(path, video_root), durations, video_time=False)
+
+
+def read_ego4d_nlq_video(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                         durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """Ego4D-NLQ's queries (:func:`read_ego4d_nlq`) mapped to the full video's time: the video is
+    ``<video_uid>.mp4``, the window the clip's ``video_start_sec`` plus the clip-time window, the duration the full
+    video's (not in the NLQ file: from ``durations`` keyed by video_uid, else probed from the video). For grounding
+    over a whole recording instead of the benchmark's clips.
+
+    Raises:
+        AnnotationError: as :func:`read_ego4d_nlq`, and a video without a duration.
+    """
+    path = str(path)
+    return _ego4d_nlq(path, VideoResolver(path, video_root), durations, video_time=True)
+
+
+def _rows(path: str) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` of a file of JSON rows: a ``.jsonl`` file (one object a line; blank lines skipped), a JSON
+    list, or a JSON object with a list ``questions`` (what ExtremeWhenBench's reference script reads)."""
+    if path.lower().endswith(".jsonl"):
+        with reading(path), open(path, encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise AnnotationError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+                    yield f"{path}:{number}", row
+        return
+    data = _load_json(path, object)
+    if isinstance(data, dict):
+        data = data.get("questions")
+    if not isinstance(data, list):
+        raise AnnotationError(f"{path}: expected a JSON list of rows, or an object with a list 'questions'")
+    for index, row in enumerate(data):
+        yield f"{path}: row {index}", row
+
+
+def read_extremewhenbench(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                          durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """ExtremeWhenBench (Seo and Kim, "Natural-Language Temporal Grounding in Hour-Long Videos is a Search Problem",
+    arXiv:2606.12300; the gated hub dataset ``min1321/extreme-when-bench``, exported with ``datasets``'
+    ``to_json``): rows ``{qid, video_id, source_corpus, question, correct_interval: [s, e], video_duration_s, ...}``,
+    2,273 queries over 194 videos of LVBench, MLVU and VideoMME, in seconds.
+
+    The video is ``<video_id>.mp4`` under ``video_root`` (the layout of the benchmark's reference script); the duration
+    is ``video_duration_s`` (the row's ``duration_s`` is the event's length, not the video's); the qid is the row's.
+    A ``.jsonl`` file, a JSON list or ``{"questions": [...]}`` is read.
+
+    Raises:
+        AnnotationError: a row that is not an object, a missing or non-string question or video id, an interval that
+            is not ``[start, end]`` in seconds, or no duration (names the file and row).
+    """
+    path = str(path)
+    resolver = VideoResolver(path, video_root)
+    seen: dict[str, int] = defaultdict(int)
+    for where, row in _rows(path):
+        if not isinstance(row, dict):
+            raise AnnotationError(f"{where}: expected an object, got {excerpt(row)}")
+        vid = _text(row.get("video_id"), "video_id", where)
+        video = resolver.path(vid, bare_id=True)
+        start, end = _pair(row.get("correct_interval"), where)
+        qid, index = row.get("qid"), seen[vid]
+        seen[vid] += 1
+        yield Sample(video=video, query=_text(row.get("question"), "question", where),
+                     start=as_seconds(start, "start", where), end=as_seconds(end, "end", where),
+                     duration=_duration(resolver, row.get("video_duration_s"), vid, video, durations, where),
+                     qid=str(qid) if qid is not None else f"extremewhenbench:{vid}#{index}",
+                     source="extremewhenbench")
+
+
 def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
                durations: dict[str, float] | None = None) -> Iterator[Sample]:
     """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_jsonl`)."""
@@ -358,6 +515,9 @@ READERS: dict[str, Callable[..., Iterator[Sample]]] = {
     "time_r1": read_time_r1,
     "tvgbench": read_tvgbench,
     "timelens": read_timelens,
+    "ego4d_nlq": read_ego4d_nlq,
+    "ego4d_nlq_video": read_ego4d_nlq_video,
+    "extremewhenbench": read_extremewhenbench,
     "jsonl": read_jsonl,
 }
 
@@ -386,5 +546,5 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
 
 
 __all__ = ["READERS", "Reader", "count_several_spans", "load_durations", "read_activitynet", "read_annotations",
-           "read_charades_sta", "read_jsonl", "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
+           "read_charades_sta", "read_ego4d_nlq", "read_ego4d_nlq_video", "read_extremewhenbench", "read_jsonl", "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
            "timelens_query"]

@@ -11,9 +11,18 @@ Frame *times* do not: qwen-vl-utils spreads T frames uniformly over the clip (``
 (so its ``second_per_grid_ts``), which is how the TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and
 evaluated. Its claimed frame times ``k / rate`` drift from the frames' true times (about 0.5 s on 10 s clips, 1.53 s
 computed for a 20-minute one; docs/BENCHMARKS.md).
+
+Long videos (TimeLens2's budget, ``grpo/timelens/data/video.py`` of MCG-NJU/TimeLens2): ``total_tokens`` and
+``min_tokens`` give the budget in merged video tokens, ``total_pixels = total_tokens · factor²`` and ``min_pixels =
+min_tokens · factor²`` with the family's pixel factor, so one number means the same for Qwen2.5-VL (28) and Qwen3-VL
+(32). ``budget_lowers_fps`` lowers T once the frames would fall to ``min_pixels`` (:func:`budget_max_frames`);
+``cover_tail`` puts the T frames on the scale T / duration, which covers the clip to its end (by default up to about
+three frame periods at the end are never sampled: :func:`sampling_plan`). :func:`sample_window` samples [a, b] of a
+video on the whole video's time grid, with absolute times.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +52,10 @@ class VideoLoadError(RuntimeError):
     """A video file could not be read, or yielded fewer than 2 frames. The message names the file."""
 
 
+class WindowError(ValueError):
+    """A window [start, end] that is empty, outside the clip, or too short to sample (:func:`window_indices`)."""
+
+
 @dataclass(frozen=True)
 class VideoSettings:
     """How frames are sampled from a clip (the names and defaults of qwen-vl-utils). Raises ValueError when the
@@ -62,6 +75,16 @@ class VideoSettings:
             (:meth:`grounding_rl.family.Family.video_settings`), not by hand.
         sampler: ``exact`` (frames on an exact time scale, ours) or ``qwen_vl_utils`` (``fetch_video``'s frames and
             claimed fps, to reproduce checkpoints trained with it); see the module docstring.
+        total_tokens: the clip's budget in merged video tokens (TimeLens2's ``total_tokens``): ``total_pixels =
+            total_tokens · pixel_factor²`` (:attr:`budget_pixels`). Not together with ``total_pixels``.
+        min_tokens: the per-frame floor in merged tokens (TimeLens2's ``min_tokens``, 1 in its scripts):
+            ``min_pixels = min_tokens · pixel_factor²`` (:attr:`floor_pixels`). Not together with a ``min_pixels``
+            other than the default.
+        budget_lowers_fps: when the budget cannot hold T frames above the floor, lower T to the most frames it holds
+            (:func:`budget_max_frames`) and spread them over the clip (f = T / duration). Needs a budget.
+        cover_tail: frames on the exact scale f = T / duration (t_k = k · duration / T), which covers the clip to its
+            end; by default f = fps and the frames sit at k / fps, leaving the end of the clip after T / fps unsampled
+            (:func:`sampling_plan`). Only with the ``exact`` sampler (``qwen_vl_utils`` spreads its frames already).
     """
 
     fps: float = 2.0
@@ -72,6 +95,10 @@ class VideoSettings:
     total_pixels: int | None = None
     sampler: str = "exact"
     pixel_factor: int = IMAGE_FACTOR
+    total_tokens: int | None = None
+    min_tokens: int | None = None
+    budget_lowers_fps: bool = False
+    cover_tail: bool = False
 
     def __post_init__(self):
         problems = []
@@ -81,14 +108,40 @@ class VideoSettings:
             problems.append(f"fps must be > 0 (got {self.fps})")
         if not 1 <= self.min_frames <= self.max_frames:
             problems.append(f"need 1 ≤ min_frames ≤ max_frames (got {self.min_frames}, {self.max_frames})")
-        if not 0 < self.min_pixels <= self.max_pixels:
-            problems.append(f"need 0 < min_pixels ≤ max_pixels (got {self.min_pixels}, {self.max_pixels})")
-        if self.total_pixels is not None and self.total_pixels <= 0:
-            problems.append(f"total_pixels must be > 0 or None (got {self.total_pixels})")
         if self.pixel_factor <= 0 or self.pixel_factor % 2:
             problems.append(f"pixel_factor must be a positive even number (got {self.pixel_factor})")
+        for name in ("total_pixels", "total_tokens", "min_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value <= 0):
+                problems.append(f"{name} must be > 0 or None (got {value})")
+        if self.total_tokens is not None and self.total_pixels is not None:
+            problems.append(f"give total_tokens ({self.total_tokens}) or total_pixels ({self.total_pixels}), not both")
+        if self.min_tokens is not None and self.min_pixels != DEFAULT_MIN_PIXELS:
+            problems.append(f"give min_tokens ({self.min_tokens}) or min_pixels ({self.min_pixels}), not both")
+        if not problems and not 0 < self.floor_pixels <= self.max_pixels:
+            problems.append(f"need 0 < min_pixels ≤ max_pixels (got {self.floor_pixels}, {self.max_pixels})")
+        if self.budget_lowers_fps and self.total_pixels is None and self.total_tokens is None:
+            problems.append("budget_lowers_fps needs a budget (total_tokens or total_pixels)")
+        if self.cover_tail and self.sampler != "exact":
+            problems.append(f"cover_tail is for the exact sampler ({self.sampler!r} spreads its frames over the clip "
+                            "already)")
         if problems:
             raise ValueError("invalid VideoSettings: " + "; ".join(problems))
+
+    @property
+    def budget_pixels(self) -> int | None:
+        """The clip's budget T·H·W / 2 in pixels: ``total_tokens · pixel_factor²``, else ``total_pixels`` (None: no
+        budget, qwen-vl-utils' default)."""
+        if self.total_tokens is not None:
+            return self.total_tokens * self.pixel_factor ** 2
+        return self.total_pixels
+
+    @property
+    def floor_pixels(self) -> int:
+        """The per-frame floor H·W: ``min_tokens · pixel_factor²``, else ``min_pixels``."""
+        if self.min_tokens is not None:
+            return self.min_tokens * self.pixel_factor ** 2
+        return self.min_pixels
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,9 +160,11 @@ class SampledVideo:
         timestamps: seconds of each sampled frame: its presentation time (the container's pts, in display order)
             minus the first frame's, as annotations count from the start of the video; index / source_fps when the
             container has no usable pts.
-        sampled_fps: the effective sampling rate f (fps, or T / duration when max_frames or min_frames change T);
-            Qwen2.5-VL's ``second_per_grid_ts`` is 2 / f.
+        sampled_fps: the effective sampling rate f (fps, or T / duration when max_frames, min_frames, the budget or
+            ``cover_tail`` change the scale); Qwen2.5-VL's ``second_per_grid_ts`` is 2 / f.
         backend: the decoder that produced the frames ("decord" or "pyav").
+        window: ``(start, end)`` in seconds when only that part of the video was sampled (:func:`sample_window`;
+            ``timestamps`` are then still seconds from the start of the video), None for the whole video.
     """
 
     path: str
@@ -120,40 +175,94 @@ class SampledVideo:
     timestamps: list[float]
     sampled_fps: float
     backend: str = "decord"
+    window: tuple[float, float] | None = None
 
     @property
     def num_frames(self) -> int:
         return int(self.frames.shape[0])
 
+    def sampling(self) -> dict:
+        """What was sampled, for a per-sample record: ``{"fps": f, "frames": T, "height": H, "width": W}`` (and
+        ``"window": [start, end]`` for a window), f rounded to 6 decimals."""
+        out = {"fps": round(float(self.sampled_fps), 6), "frames": self.num_frames,
+               "height": int(self.frames.shape[1]), "width": int(self.frames.shape[2])}
+        if self.window is not None:
+            out["window"] = [float(self.window[0]), float(self.window[1])]
+        return out
+
+
+def budget_max_frames(settings: VideoSettings) -> int | None:
+    """With ``budget_lowers_fps``: the most frames the budget holds before the frames fall to the floor, else None.
+
+    The rule: qwen-vl-utils gives each of T frames at most ``max(budget · 2 / T, ⌊1.05 · min_pixels⌋)`` pixels
+    (:func:`frame_size`); once ``budget · 2 / T`` drops below ``⌊1.05 · min_pixels⌋`` the frames stop shrinking and
+    T · H · W / 2 grows past the budget. So T ≤ ``floor2(2 · budget / ⌊1.05 · min_pixels⌋)`` (at least 2): the rate is
+    lowered rather than the budget exceeded. With TimeLens2's training budget (16,384 tokens, ``min_tokens`` 64,
+    factor 32) that is 486 frames; with its scripts' ``min_tokens`` 1 it is 31,212 (never binding).
+    """
+    if not settings.budget_lowers_fps:
+        return None
+    floor = int(settings.floor_pixels * 1.05)
+    return max(FRAME_FACTOR, int(FRAME_FACTOR * settings.budget_pixels // floor) // FRAME_FACTOR * FRAME_FACTOR)
+
+
+def _max_frames(settings: VideoSettings) -> int:
+    """``max_frames``, lowered to :func:`budget_max_frames` when that applies."""
+    cap = budget_max_frames(settings)
+    return settings.max_frames if cap is None else min(settings.max_frames, cap)
+
 
 def num_sampled_frames(settings: VideoSettings, total_frames: int, source_fps: float) -> int:
-    """T, from ``qwen_vl_utils.vision_process.smart_nframes`` (fps, min_frames, max_frames; even; ≤ total_frames).
+    """T, from ``qwen_vl_utils.vision_process.smart_nframes`` (fps, min_frames, max_frames — lowered by
+    :func:`budget_max_frames` with ``budget_lowers_fps``; even; ≤ total_frames).
 
     Raises:
         ValueError: when fewer than 2 frames can be sampled (from ``smart_nframes``).
     """
     return smart_nframes(
-        {"fps": settings.fps, "min_frames": settings.min_frames, "max_frames": settings.max_frames},
+        {"fps": settings.fps, "min_frames": settings.min_frames, "max_frames": _max_frames(settings)},
         total_frames=total_frames,
         video_fps=source_fps,
     )
 
 
-def frame_times(num_frames: int, duration: float, fps: float) -> tuple[np.ndarray, float]:
+def frame_times(num_frames: int, duration: float, fps: float, cover_tail: bool = False) -> tuple[np.ndarray, float]:
     """Sampling times t_k = k / f for k < T, and f.
 
     f = fps when T frames at that rate fit in the clip and T is what fps alone asks for (T = floor2(duration·fps));
-    otherwise (T capped by max_frames or raised by min_frames) f = T / duration, an exact time scale over the clip.
+    otherwise (T capped by max_frames or the budget, or raised by min_frames) and always with ``cover_tail``,
+    f = T / duration, an exact time scale over the whole clip.
 
     Returns:
         (times in seconds, shape (T,), f in frames per second).
     """
     wanted = duration * fps
-    if num_frames / fps <= duration + 1e-9 and num_frames > wanted - FRAME_FACTOR:
+    if not cover_tail and num_frames / fps <= duration + 1e-9 and num_frames > wanted - FRAME_FACTOR:
         f = fps
     else:
         f = num_frames / duration
     return np.arange(num_frames, dtype=np.float64) / f, float(f)
+
+
+# A nominal source rate for planning from a duration alone: high enough never to cap T (T ≤ total frames).
+_PLAN_SOURCE_FPS = 1000.0
+
+
+def sampling_plan(settings: VideoSettings, duration: float) -> tuple[int, float]:
+    """(T, f) for a clip of ``duration`` seconds, from the duration alone (annotation files, ``fits``): the frame
+    count :func:`num_sampled_frames` gives and the rate :func:`frame_times` gives, for a source rate that never caps
+    T. Frame k sits at k / f; the last sampled frame at (T − 1) / f, and the end of its frame period at T / f. By
+    default T = floor2(duration · fps) and f = fps, so up to about three periods at the end are not sampled (a
+    35.2 s clip at 1 fps: 34 frames, the last at 33 s, the last textual timestamp ``<32.5 seconds>``); with
+    ``cover_tail`` f = T / duration and T / f is the clip's end.
+
+    Raises:
+        ValueError: duration ≤ 0, or fewer than 2 frames.
+    """
+    if not duration > 0:
+        raise ValueError(f"duration must be > 0 (got {duration})")
+    frames = num_sampled_frames(settings, max(FRAME_FACTOR, round(duration * _PLAN_SOURCE_FPS)), _PLAN_SOURCE_FPS)
+    return frames, frame_times(frames, duration, settings.fps, settings.cover_tail)[1]
 
 
 def frame_size(height: int, width: int, num_frames: int, settings: VideoSettings) -> tuple[int, int]:
@@ -165,8 +274,8 @@ def frame_size(height: int, width: int, num_frames: int, settings: VideoSettings
     ``max_pixels``, then ``smart_resize`` to multiples of the factor.
     """
     factor = settings.pixel_factor
-    min_pixels = settings.min_pixels
-    total_pixels = settings.total_pixels
+    min_pixels = settings.floor_pixels
+    total_pixels = settings.budget_pixels
     if total_pixels is None:
         total_pixels = MODEL_SEQ_LEN * factor * factor * 0.9
     frame_max = VIDEO_MAX_TOKEN_NUM * factor * factor
@@ -194,9 +303,51 @@ def sample_indices(total_frames: int, source_fps: float, settings: VideoSettings
     """
     if total_frames < 2 or not source_fps or source_fps <= 0:
         raise ValueError(f"{total_frames} frame(s) at fps {source_fps}; need at least 2 frames and a positive fps")
-    times, f = frame_times(num_sampled_frames(settings, total_frames, source_fps), total_frames / source_fps, settings.fps)
+    times, f = frame_times(num_sampled_frames(settings, total_frames, source_fps), total_frames / source_fps,
+                           settings.fps, settings.cover_tail)
     indices = np.minimum(np.round(times * source_fps).astype(np.int64), total_frames - 1)
     return indices.tolist(), f
+
+
+def window_indices(total_frames: int, source_fps: float, settings: VideoSettings, start: float, end: float
+                   ) -> tuple[list[int], float]:
+    """Source frame indices for the window [start, end] (seconds) of a clip, and the effective sampled fps f.
+
+    The frames sit on the whole clip's time grid t_k = k / fps: every k with start ≤ k / fps ≤ end, T = floor2 of
+    their number, so the frames are exactly those a whole-clip sampling at fps takes in the window (index
+    round(t_k · source_fps)). When min_frames, max_frames or the budget change T, or with ``cover_tail``, the T
+    frames go on the exact scale f = T / (end − start) over the window instead (t_j = start + j / f). ``end`` past
+    the clip is cut to its duration.
+
+    Raises:
+        WindowError: a window that is empty or starts before 0 or after the clip, fewer than 2 source frames in it,
+            or fewer than 2 frames to sample.
+        ValueError: fewer than 2 frames in the clip, or a non-positive source fps.
+    """
+    if total_frames < 2 or not source_fps or source_fps <= 0:
+        raise ValueError(f"{total_frames} frame(s) at fps {source_fps}; need at least 2 frames and a positive fps")
+    duration = total_frames / source_fps
+    end = min(float(end), duration)
+    if not 0.0 <= start < end:
+        raise WindowError(f"window [{start}, {end}] is empty or outside the clip (0 to {duration:.3f} s)")
+    eps = 1e-9
+    available = min(math.floor(end * source_fps + eps), total_frames - 1) - math.ceil(start * source_fps - eps) + 1
+    if available < FRAME_FACTOR:
+        raise WindowError(f"window [{start}, {end}] holds {available} source frame(s); need at least 2")
+    first, last = math.ceil(start * settings.fps - eps), math.floor(end * settings.fps + eps)
+    wanted = max(0, last - first + 1) // FRAME_FACTOR * FRAME_FACTOR
+    lowest = math.ceil(settings.min_frames / FRAME_FACTOR) * FRAME_FACTOR
+    frames = min(max(wanted, lowest), _max_frames(settings) // FRAME_FACTOR * FRAME_FACTOR,
+                 available // FRAME_FACTOR * FRAME_FACTOR)
+    if frames < FRAME_FACTOR:
+        raise WindowError(f"window [{start}, {end}] gives {frames} frame(s) to sample; need at least 2")
+    if frames == wanted and not settings.cover_tail:
+        f, times = float(settings.fps), (first + np.arange(frames, dtype=np.float64)) / settings.fps
+    else:
+        f = frames / (end - start)
+        times = start + np.arange(frames, dtype=np.float64) / f
+    indices = np.clip(np.round(times * source_fps).astype(np.int64), 0, total_frames - 1)
+    return indices.tolist(), float(f)
 
 
 # Source frames decoded (and resized) at a time: the peak memory of sampling a clip is one chunk of source-size frames
@@ -204,17 +355,19 @@ def sample_indices(total_frames: int, source_fps: float, settings: VideoSettings
 CHUNK_FRAMES = 16
 
 
-def _decode_decord(path: str, settings: VideoSettings, num_threads: int):
-    """Decode and resize the sampled frames with decord, ``CHUNK_FRAMES`` source frames at a time (``get_batch``).
+def _decode_decord(path: str, settings: VideoSettings, num_threads: int, plan=None):
+    """Decode and resize the sampled frames with decord, ``CHUNK_FRAMES`` source frames at a time (``get_batch``,
+    which seeks to the key frame before a frame it has not reached rather than decoding every frame).
 
-    Returns (frames (T, H, W, 3) uint8 at :func:`frame_size`, total_frames, source_fps, indices, f). Raises whatever
-    decord raises.
+    ``plan(total_frames, source_fps) -> (indices, f)`` chooses the frames (default :func:`sample_indices` with
+    ``settings``). Returns (frames (T, H, W, 3) uint8 at :func:`frame_size`, total_frames, source_fps, indices, f).
+    Raises whatever decord raises.
     """
     import decord
 
     reader = decord.VideoReader(path, num_threads=num_threads)
     total, source_fps = len(reader), float(reader.get_avg_fps())
-    indices, f = sample_indices(total, source_fps, settings)
+    indices, f = (plan or (lambda t, r: sample_indices(t, r, settings)))(total, source_fps)
     frames = None
     for start in range(0, len(indices), CHUNK_FRAMES):
         batch = reader.get_batch(indices[start:start + CHUNK_FRAMES])
@@ -252,11 +405,12 @@ def _pyav_pass(path: str, indices: list[int], num_threads: int, settings: VideoS
     return [kept[i] for i in indices if i in kept], count
 
 
-def _decode_pyav(path: str, settings: VideoSettings, num_threads: int):
-    """PyAV fallback for files decord cannot open or seek: sequential decoding, each kept frame resized at once.
+def _decode_pyav(path: str, settings: VideoSettings, num_threads: int, plan=None):
+    """PyAV fallback for files decord cannot open or seek: sequential decoding of every frame (no seeking), each kept
+    frame resized at once.
 
     The frame count comes from a demux pass (no decoding); if decoding yields a different count the indices are
-    planned again from the decoded count and the file is decoded once more. Same return value as
+    planned again from the decoded count and the file is decoded once more. ``plan`` and the return value as
     :func:`_decode_decord`.
     """
     import av
@@ -265,8 +419,9 @@ def _decode_pyav(path: str, settings: VideoSettings, num_threads: int):
         stream = container.streams.video[0]
         source_fps = float(stream.average_rate or stream.guessed_rate or 0)
         total = sum(1 for packet in container.demux(stream) if packet.size)
+    plan = plan or (lambda t, r: sample_indices(t, r, settings))
     for _ in range(2):
-        indices, f = sample_indices(total, source_fps, settings)
+        indices, f = plan(total, source_fps)
         frames, decoded = _pyav_pass(path, indices, num_threads, settings)
         if decoded == total:
             return np.stack(frames), total, source_fps, indices, f
@@ -376,6 +531,46 @@ def sample_frames(
     return video
 
 
+def sample_window(path: str | Path, start: float, end: float, settings: VideoSettings = VideoSettings(),
+                  num_threads: int | None = None) -> SampledVideo:
+    """Sample the part [start, end] (seconds) of a clip, with absolute times: what a zoom pass or a crop tool feeds
+    the model.
+
+    The frames are chosen by :func:`window_indices` (on the whole clip's grid k / fps, so they are exactly the frames
+    :func:`sample_frames` takes in [start, end], unless a frame cap or ``cover_tail`` puts them on the scale
+    T / (end − start)) and sized by :func:`frame_size` for T frames. ``timestamps`` are presentation times from the
+    start of the video, so Qwen3-VL's ``<t seconds>`` are absolute; Qwen2.5-VL's ``second_per_grid_ts`` = 2 / f
+    carries only the spacing (its time starts at the window's first frame, ``timestamps[0]``).
+
+    Raises:
+        WindowError: an empty window, or one outside the clip or too short (:func:`window_indices`).
+        ValueError: a sampler other than ``exact``.
+        VideoLoadError: as :func:`sample_frames`.
+    """
+    if settings.sampler != "exact":
+        raise ValueError(f"sample_window uses the exact sampler (got {settings.sampler!r})")
+    path = str(Path(path).resolve())
+    if not Path(path).is_file():
+        raise VideoLoadError(f"{path}: no such video file")
+    threads = decode_threads() if num_threads is None else num_threads
+    plan = lambda total, rate: window_indices(total, rate, settings, start, end)  # noqa: E731
+    errors = []
+    for backend, decode in (("decord", _decode_decord), ("pyav", _decode_pyav)):
+        try:
+            frames, total, source_fps, indices, f = decode(path, settings, threads, plan)
+            break
+        except WindowError:  # the window itself: the same for every decoder
+            raise
+        except Exception as err:  # decoder errors: try the next backend
+            errors.append(f"{backend}: {str(err).strip() or type(err).__name__}"[:300])
+    else:
+        raise VideoLoadError(f"{path}: cannot read video ({'; '.join(errors)})")
+    times = presentation_times(path, total, source_fps)
+    return SampledVideo(path=path, frames=frames, source_fps=source_fps, duration=total / source_fps,
+                        frame_indices=indices, timestamps=[times[i] for i in indices], sampled_fps=f,
+                        backend=backend, window=(float(start), min(float(end), total / source_fps)))
+
+
 def _sample_qwen_vl_utils(path: str, settings: VideoSettings) -> SampledVideo:
     """Frames, indices and claimed fps exactly as ``qwen_vl_utils.fetch_video`` gives them (its reader: decord here).
 
@@ -387,9 +582,10 @@ def _sample_qwen_vl_utils(path: str, settings: VideoSettings) -> SampledVideo:
     from qwen_vl_utils.vision_process import fetch_video
 
     element = {"video": path, "fps": settings.fps, "min_frames": settings.min_frames,
-               "max_frames": settings.max_frames, "min_pixels": settings.min_pixels, "max_pixels": settings.max_pixels}
-    if settings.total_pixels is not None:
-        element["total_pixels"] = settings.total_pixels
+               "max_frames": _max_frames(settings), "min_pixels": settings.floor_pixels,
+               "max_pixels": settings.max_pixels}
+    if settings.budget_pixels is not None:
+        element["total_pixels"] = settings.budget_pixels
     try:
         (frames, metadata), claimed_fps = fetch_video(element, return_video_sample_fps=True,
                                                       return_video_metadata=True)

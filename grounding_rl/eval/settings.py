@@ -7,9 +7,11 @@ settings and a sentence saying where they came from, which both commands print.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
+from grounding_rl.data.video import VideoSettings
 from grounding_rl.errors import check_number
 from grounding_rl.family import VIDEO_LAYOUTS
 from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
@@ -19,7 +21,17 @@ from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
 DEFAULT_MAX_NEW_TOKENS = 256
 
 # Command-line names of the VideoSettings fields that may be overridden.
-VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "min_frames", "max_frames", "sampler")
+VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "min_frames", "max_frames", "sampler",
+                   "total_tokens", "min_tokens", "budget_lowers_fps", "cover_tail")
+# A budget or floor given one way on the command line replaces the saved one given the other way.
+_REPLACES = {"total_tokens": "total_pixels", "total_pixels": "total_tokens", "min_tokens": "min_pixels",
+             "min_pixels": "min_tokens"}
+
+
+def video_overrides(args) -> dict:
+    """The :data:`VIDEO_OVERRIDES` given by the flags of :func:`add_preprocessing_overrides` (absent ones None):
+    the keyword arguments of :func:`resolve_config`."""
+    return {name: getattr(args, "video_sampler" if name == "sampler" else name, None) for name in VIDEO_OVERRIDES}
 
 
 def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None, fallback: GroundingConfig | None = None,
@@ -58,7 +70,10 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
         config, source = GroundingConfig(), f"built-in defaults ({model_dir} has no {CONFIG_NAME})"
     changed = {k: v for k, v in video_overrides.items() if v is not None}
     if changed:
-        config = dataclasses.replace(config, video=dataclasses.replace(config.video, **changed))
+        defaults = VideoSettings()
+        cleared = {other: getattr(defaults, other) for name, other in _REPLACES.items()
+                   if name in changed and other not in changed}
+        config = dataclasses.replace(config, video=dataclasses.replace(config.video, **cleared, **changed))
     if prompt_template is not None:
         config = dataclasses.replace(config, prompt_template=prompt_template)  # __post_init__ validates the name
         changed["prompt_template"] = prompt_template
@@ -98,6 +113,14 @@ def add_preprocessing_overrides(parser) -> None:
     parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
     parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
     parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+    parser.add_argument("--total-tokens", type=int, default=None,
+                        help="override the budget in merged video tokens a clip (replaces a saved total_pixels)")
+    parser.add_argument("--min-tokens", type=int, default=None,
+                        help="override the per-frame floor in merged tokens (replaces a saved min_pixels)")
+    parser.add_argument("--budget-lowers-fps", action=argparse.BooleanOptionalAction, default=None,
+                        help="take fewer frames when the budget cannot hold them above the floor")
+    parser.add_argument("--cover-tail", action=argparse.BooleanOptionalAction, default=None,
+                        help="frames on the scale T / duration, covering the clip to its end")
     parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
                         help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
                         "Time-R1 and VideoChat-R1 checkpoints were evaluated)")
@@ -109,7 +132,7 @@ def check_video_flags(args) -> None:
     Raises:
         UserError: one line naming the flag, e.g. ``--fps must be > 0 (got 0.0)``.
     """
-    for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames"):
+    for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "total_tokens", "min_tokens"):
         check_number("--" + name.replace("_", "-"), getattr(args, name, None), above=0)
 
 
@@ -131,5 +154,7 @@ def describe_config(config: GroundingConfig) -> str:
     """One line: template and video settings, for logs and reports."""
     v = config.video
     return (f"prompt_template={config.prompt_template} video_layout={config.video_layout} fps={v.fps} "
-            f"min_pixels={v.min_pixels} max_pixels={v.max_pixels} total_pixels={v.total_pixels} frames=[{v.min_frames}, {v.max_frames}] "
-            f"sampler={v.sampler} pixel_factor={v.pixel_factor}")
+            f"min_pixels={v.floor_pixels} max_pixels={v.max_pixels} total_pixels={v.budget_pixels} "
+            + (f"(tokens {v.min_tokens}..{v.total_tokens}) " if v.min_tokens or v.total_tokens else "")
+            + f"frames=[{v.min_frames}, {v.max_frames}] sampler={v.sampler} pixel_factor={v.pixel_factor}"
+            + (" budget_lowers_fps" if v.budget_lowers_fps else "") + (" cover_tail" if v.cover_tail else ""))

@@ -58,6 +58,11 @@ class Family:
         """The ``transformers.video_utils.VideoMetadata`` of a sampled clip for this family's processor."""
         raise NotImplementedError
 
+    def time_text_tokens(self, timestamps) -> int:
+        """Prompt text tokens this family adds to say when frames taken at ``timestamps`` (seconds, T of them) were
+        taken: none here (the time scale is in the position ids), so the video's prompt is its merged tokens alone."""
+        return 0
+
     def processor_kwargs(self) -> dict:
         """Keyword arguments of every processor call: frames are already sampled and sized by us
         (:func:`grounding_rl.data.video.sample_frames`), so the processor neither samples, resizes nor caps them."""

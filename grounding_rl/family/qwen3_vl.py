@@ -49,6 +49,15 @@ class Qwen3VLFamily(Family):
         return VideoMetadata(total_num_frames=video.num_frames, fps=float(TICKS_PER_SECOND), frames_indices=ticks,
                              duration=video.duration)
 
+    def time_text_tokens(self, timestamps) -> int:
+        """Text tokens of the ``<t seconds>`` the processor writes before each temporal pair (t the mean of the
+        pair's times, one decimal): ``len(f"{t:.1f}") + 3`` each, as Qwen3-VL's tokenizer splits digits one by one
+        (``<``, the digits, ``.``, the decimal, `` seconds``, ``>``: ``<3.5 seconds>`` is 6 tokens, ``<3412.5
+        seconds>`` 9). An hour's 256 pairs add 2,225 tokens to the video's merged tokens; the prompt-length
+        check counts them (the processor's ids), and so does ``grounding-rl fits``."""
+        times = list(timestamps)
+        return sum(len(f"{(times[i] + times[i + 1]) / 2:.1f}") + 3 for i in range(0, len(times) - 1, 2))
+
     def video_prompt(self, processor, text: str, layout: str = DEFAULT_VIDEO_LAYOUT) -> str:
         """``released``: each ``<|vision_start|><|video_pad|><|vision_end|>`` of ``text`` becomes a bare
         ``<|video_pad|>`` (the processor writes the groups with nothing around them); ``transformers5``: unchanged.

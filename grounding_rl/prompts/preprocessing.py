@@ -6,6 +6,7 @@ settings and the reward settings, so evaluation and inference reuse exactly the 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -126,13 +127,32 @@ class PreprocessingArguments:
         metadata={"help": "Frame sampler: 'exact' (frame k at k / fps, ours) or 'qwen_vl_utils' (fetch_video's frames "
                   "and claimed fps, how TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and evaluated)."},
     )
+    video_total_tokens: int | None = field(
+        default=None, metadata={"help": "Budget of merged video tokens a clip (TimeLens2: 16384): total_pixels = "
+                                "tokens * factor^2 with the model family's factor (28 Qwen2.5-VL, 32 Qwen3-VL). Not "
+                                "with video_total_pixels."})
+    video_min_tokens: int | None = field(
+        default=None, metadata={"help": "Per-frame floor in merged tokens (TimeLens2's scripts: 1): min_pixels = "
+                                "tokens * factor^2. Not with a video_min_pixels of its own."})
+    video_budget_lowers_fps: bool = field(
+        default=False, metadata={"help": "When the budget cannot hold the frames fps asks for above the per-frame floor, "
+                                 "take fewer frames spread over the clip (T <= 2 * budget / (1.05 * min_pixels))."})
+    video_cover_tail: bool = field(
+        default=False, metadata={"help": "Put the T frames on the scale T / duration so they cover the clip to its end "
+                                 "(default: frame k at k / fps, the last ~3 frame periods unsampled)."})
 
     @property
     def video_settings(self) -> VideoSettings:
-        """The frame-sampling settings as a :class:`VideoSettings`."""
+        """The frame-sampling settings as a :class:`VideoSettings`.
+
+        Raises:
+            ValueError: contradictory settings (:class:`VideoSettings`; :meth:`preprocessing_problems` lists them).
+        """
         return VideoSettings(fps=self.video_fps, min_frames=self.video_min_frames, max_frames=self.video_max_frames,
                              min_pixels=self.video_min_pixels, max_pixels=self.video_max_pixels,
-                             total_pixels=self.video_total_pixels, sampler=self.video_sampler)
+                             total_pixels=self.video_total_pixels, sampler=self.video_sampler,
+                             total_tokens=self.video_total_tokens, min_tokens=self.video_min_tokens,
+                             budget_lowers_fps=self.video_budget_lowers_fps, cover_tail=self.video_cover_tail)
 
     def preprocessing_problems(self) -> list[str]:
         """Messages for invalid or contradictory settings (empty when all is well)."""
@@ -151,6 +171,13 @@ class PreprocessingArguments:
             problems.append(f"video_sampler {self.video_sampler!r} is not one of {VIDEO_SAMPLERS}")
         if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:
             problems.append("video_min_pixels/min_frames must not exceed video_max_pixels/max_frames")
+        if not problems:  # the rest of VideoSettings' rules (tokens against pixels, the budget rule, cover_tail)
+            try:
+                self.video_settings
+            except ValueError as err:
+                problems.append(re.sub(r"\b(total_tokens|total_pixels|min_tokens|min_pixels|max_pixels|"
+                                       r"budget_lowers_fps|cover_tail)\b", r"video_\1",
+                                       str(err).removeprefix("invalid VideoSettings: ")))
         return problems
 
 

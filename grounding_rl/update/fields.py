@@ -152,7 +152,8 @@ FIELDS: dict[str, Honour] = {
     # --- PreprocessingArguments (both stages: prompt and frames)
     "prompt_template": _O, "video_layout": _O, "max_prompt_length": _O, "video_fps": _O, "video_min_frames": _O,
     "video_max_frames": _O, "video_min_pixels": _O, "video_max_pixels": _O, "video_total_pixels": _O,
-    "video_sampler": _O,
+    "video_sampler": _O, "video_total_tokens": _O, "video_min_tokens": _O, "video_budget_lowers_fps": _O,
+    "video_cover_tail": _O,
     # --- GroundingSFTConfig
     "think_text": Honour(None, OURS),
     # --- GroundingGRPOConfig: TRL 1.16's GRPO knobs and ours (grounding_rl/update/config.py)

@@ -1,0 +1,317 @@
+"""Hour-long videos: the token budget, the unsampled tail, windows of a clip, Qwen3-VL's timestamp tokens, and the
+Ego4D-NLQ and ExtremeWhenBench readers (synthetic files of their shapes; the data cannot be fetched here)."""
+import importlib.util
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from grounding_rl.data.readers import read_annotations
+from grounding_rl.data.samples import Sample, validate
+from grounding_rl.data.video import (
+    VideoSettings,
+    WindowError,
+    budget_max_frames,
+    frame_size,
+    sample_frames,
+    sample_window,
+    sampling_plan,
+    window_indices,
+)
+from grounding_rl.paths import REPO_ROOT
+
+# TimeLens2's training budget (grpo/scripts/train.sh, grpo/timelens/data/video.py): 2 fps, 16,384 tokens of 32x32
+# pixels a clip, at least 1 token a frame, 512 frames at most (its fps_max_frames for 16k), Qwen3-VL's factor.
+TIMELENS2 = VideoSettings(fps=2.0, max_frames=512, total_tokens=16384, min_tokens=1, max_pixels=768 * 32 * 32,
+                          pixel_factor=32)
+
+
+# ------------------------------------------------------------------------------------------------- token budget
+def test_token_budget_is_timelens2s_pixel_rule():
+    """total_pixels = total_tokens · factor², min_pixels = min_tokens · factor²: the same frames as the pixel form."""
+    assert (TIMELENS2.budget_pixels, TIMELENS2.floor_pixels) == (16384 * 1024, 1024)
+    pixels = VideoSettings(fps=2.0, max_frames=512, total_pixels=16384 * 1024, min_pixels=1024,
+                           max_pixels=768 * 32 * 32, pixel_factor=32)
+    for size, frames in (((720, 1280), 512), ((360, 640), 120), ((1080, 1920), 8)):
+        assert frame_size(*size, frames, TIMELENS2) == frame_size(*size, frames, pixels)
+    # an hour of 720p: 512 frames (max_frames), 256 pairs of 192x320 = 60 tokens: 15,360 ≤ 16,384
+    frames, f = sampling_plan(TIMELENS2, 3600.0)
+    height, width = frame_size(720, 1280, frames, TIMELENS2)
+    assert (frames, f, height, width) == (512, 512 / 3600, 192, 320)
+    assert frames // 2 * height * width // 32**2 == 15360 <= 16384
+    # the same number of tokens means the family's own pixels: Qwen2.5-VL's factor 28
+    qwen25 = replace(TIMELENS2, pixel_factor=28, max_pixels=768 * 28 * 28)
+    assert (qwen25.budget_pixels, qwen25.floor_pixels) == (16384 * 784, 784)
+
+
+def test_budget_lowers_fps_once_frames_reach_the_floor():
+    # min_tokens 64 (TimeLens2's config default): floor 65,536 px; 2 · 16,777,216 / ⌊1.05 · 65,536⌋ = 487.6 → 486
+    rule = VideoSettings(fps=2.0, max_frames=512, total_tokens=16384, min_tokens=64, max_pixels=768 * 32 * 32,
+                         pixel_factor=32, budget_lowers_fps=True)
+    assert budget_max_frames(rule) == 486 and budget_max_frames(TIMELENS2) is None
+    assert budget_max_frames(replace(rule, min_tokens=1)) == 31212  # TimeLens2's scripts: never binding
+    assert sampling_plan(rule, 3600.0) == (486, 486 / 3600)  # spread over the hour, exact scale
+    assert sampling_plan(rule, 60.0) == (120, 2.0)  # a minute: 120 frames fit, fps kept
+    for frames in (486, 400, 120):  # under the rule the budget holds whatever the source size
+        for size in ((720, 1280), (480, 640), (1080, 1920)):
+            height, width = frame_size(*size, frames, rule)
+            assert frames // 2 * height * width <= rule.budget_pixels, (frames, size)
+    # without the rule, 768 frames (max_frames 768) of 720p sit at the floor, 192x320: 384 · 61,440 > 16,777,216
+    free = replace(rule, budget_lowers_fps=False, max_frames=768)
+    assert sampling_plan(free, 3600.0) == (768, 768 / 3600)
+    assert frame_size(720, 1280, 768, free) == (192, 320) and 384 * 192 * 320 == 23592960 > rule.budget_pixels
+    assert sampling_plan(replace(free, budget_lowers_fps=True), 3600.0) == (486, 486 / 3600)
+
+
+def test_contradictory_budgets_are_refused():
+    with pytest.raises(ValueError, match="total_tokens .* or total_pixels .*, not both"):
+        VideoSettings(total_tokens=100, total_pixels=10**6)
+    with pytest.raises(ValueError, match="min_tokens .* or min_pixels .*, not both"):
+        VideoSettings(min_tokens=4, min_pixels=3136)
+    with pytest.raises(ValueError, match="budget_lowers_fps needs a budget"):
+        VideoSettings(budget_lowers_fps=True)
+    with pytest.raises(ValueError, match="cover_tail is for the exact sampler"):
+        VideoSettings(cover_tail=True, sampler="qwen_vl_utils")
+    with pytest.raises(ValueError, match="total_tokens must be > 0"):
+        VideoSettings(total_tokens=0)
+
+
+def test_training_arguments_carry_the_long_video_settings():
+    from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
+
+    args = PreprocessingArguments(video_total_tokens=16384, video_min_tokens=1, video_budget_lowers_fps=True,
+                                  video_cover_tail=True)
+    assert args.preprocessing_problems() == []
+    video = args.video_settings
+    assert (video.total_tokens, video.min_tokens, video.budget_lowers_fps, video.cover_tail) == (16384, 1, True, True)
+    saved = GroundingConfig(video=video).to_dict()  # grounding_config.json: read back as written
+    assert GroundingConfig.from_dict(json.loads(json.dumps(saved))).video == video
+    assert PreprocessingArguments(video_total_tokens=8, video_total_pixels=9).preprocessing_problems() == [
+        "give video_total_tokens (8) or video_total_pixels (9), not both"]
+
+
+def test_eval_overrides_replace_a_budget_given_the_other_way(tmp_path):
+    from grounding_rl.eval.settings import resolve_config
+    from grounding_rl.prompts.preprocessing import GroundingConfig
+
+    GroundingConfig(video=VideoSettings(total_pixels=3584 * 28 * 28, min_pixels=16 * 28 * 28)).save(tmp_path)
+    config, source = resolve_config(tmp_path, total_tokens=16384, min_tokens=1, cover_tail=True)
+    video = config.video
+    assert (video.total_pixels, video.total_tokens, video.min_tokens, video.cover_tail) == (None, 16384, 1, True)
+    assert "cover_tail" in source and "total_tokens" in source
+
+
+# ---------------------------------------------------------------------------------------------------- the tail
+def test_the_tail_of_a_35_2_second_clip_at_1_fps():
+    frames, f = sampling_plan(VideoSettings(fps=1.0), 35.2)
+    assert (frames, f) == (34, 1.0)  # frames at 0..33 s: the last pair's timestamp <32.5 seconds>, 33 to 35.2 unseen
+    assert (frames - 2 + frames - 1) / 2 / f == 32.5
+    frames, f = sampling_plan(VideoSettings(fps=1.0, cover_tail=True), 35.2)
+    assert frames == 34 and f == pytest.approx(34 / 35.2) and frames / f == pytest.approx(35.2)
+
+
+def _bench_tail():
+    spec = importlib.util.spec_from_file_location("bench_tail", REPO_ROOT / "scripts" / "bench_tail.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tail_figures_by_hand():
+    def sample(end, duration):
+        return Sample("v.mp4", "q", 0.0, end, duration, "x", "jsonl")
+
+    # 10.9 s at 1 fps: T = 10, frames at 0..9 s; ends 10.5 (past both), 9.5 (past the last frame only), 8 (neither)
+    figures = _bench_tail().tail_figures([sample(10.5, 10.9), sample(9.5, 10.9), sample(8.0, 10.9)],
+                                         VideoSettings(fps=1.0))
+    assert figures["queries"] == 3
+    assert figures["after_period_pct"] == pytest.approx(100 / 3)
+    assert figures["after_period_depth_s"] == pytest.approx(0.5)
+    assert figures["after_last_frame_pct"] == pytest.approx(200 / 3)
+    assert figures["after_last_frame_depth_s"] == pytest.approx((1.5 + 0.5) / 2)
+
+
+def test_charades_sta_tail_figures(benchmarks_dir):
+    samples, _ = validate(read_annotations("charades_sta", benchmarks_dir / "charades_sta" / "charades_sta_test.txt",
+                                           durations=benchmarks_dir / "charades_sta" / "charades.json"), log_limit=0)
+    figures = _bench_tail().tail_figures(samples, VideoSettings(fps=2.0))
+    assert figures["queries"] == 3720
+    assert round(figures["after_period_pct"], 1) == 15.5 and round(figures["after_period_depth_s"], 2) == 0.49
+    assert round(figures["after_last_frame_pct"], 1) == 17.7 and round(figures["after_last_frame_depth_s"], 2) == 0.91
+    covered = _bench_tail().tail_figures(samples, VideoSettings(fps=2.0, cover_tail=True))
+    assert covered["after_period_pct"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------------------ windows
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    """8 s of 64x48 at 24 fps (192 frames, h264 with B-frames), each frame a different picture."""
+    import av
+
+    path = tmp_path_factory.mktemp("clip") / "clip.mp4"
+    rng = np.random.default_rng(0)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=24)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = {"preset": "ultrafast", "bframes": "2", "g": "50"}
+        for i in range(192):
+            image = np.full((48, 64, 3), (i * 5) % 256, np.uint8)
+            image[rng.integers(0, 48), :, :] = 255 - image[0, 0]
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+SMALL = VideoSettings(fps=2.0, min_pixels=32 * 32, max_pixels=64 * 64)  # no budget: the size does not depend on T
+
+
+def test_window_is_the_whole_samplings_frames(clip):
+    whole = sample_frames(clip, SMALL)
+    assert whole.num_frames == 16 and whole.sampled_fps == 2.0  # 0, 0.5, ..., 7.5 s
+    window = sample_window(clip, 2.1, 5.0, SMALL)  # grid times 2.5, 3.0, ..., 5.0: six frames
+    assert window.window == (2.1, 5.0) and window.sampled_fps == 2.0 and window.num_frames == 6
+    assert window.frame_indices == whole.frame_indices[5:11]
+    assert window.timestamps == whole.timestamps[5:11] and window.timestamps[0] == 2.5  # absolute times
+    np.testing.assert_array_equal(window.frames, whole.frames[5:11])
+    assert window.sampling() == {"fps": 2.0, "frames": 6, "height": 56, "width": 56, "window": [2.1, 5.0]}
+    assert whole.sampling() == {"fps": 2.0, "frames": 16, "height": 56, "width": 56}
+
+
+def test_window_with_a_frame_cap_or_cover_tail_spreads_over_the_window(clip):
+    capped = sample_window(clip, 1.0, 7.0, replace(SMALL, max_frames=4))
+    assert capped.num_frames == 4 and capped.sampled_fps == pytest.approx(4 / 6.0)
+    assert capped.timestamps == pytest.approx([1.0, 2.5, 4.0, 5.5])  # 1 + 1.5 j
+    indices, f = window_indices(192, 24.0, replace(SMALL, cover_tail=True), 1.0, 7.0)  # 13 grid points → 12 frames
+    assert f == pytest.approx(2.0) and indices == [24 + 12 * j for j in range(12)]
+    indices, f = window_indices(192, 24.0, replace(SMALL, cover_tail=True), 1.0, 6.8)  # 12 grid points → 12 frames
+    assert len(indices) == 12 and f == pytest.approx(12 / 5.8)
+    with pytest.raises(WindowError, match="empty or outside"):
+        sample_window(clip, 5.0, 5.0, SMALL)
+    with pytest.raises(WindowError, match="empty or outside"):
+        window_indices(192, 24.0, SMALL, 9.0, 12.0)
+
+
+def test_qwen3_vl_timestamps_of_a_window_are_absolute(clip):
+    from grounding_rl.family.qwen3_vl import QWEN3_VL, TICKS_PER_SECOND
+
+    window = sample_window(clip, 4.0, 6.0, SMALL)
+    meta = QWEN3_VL.video_metadata(window)
+    assert [i / TICKS_PER_SECOND for i in meta.frames_indices] == [4.0, 4.5, 5.0, 5.5]  # <4.2 seconds>, <5.2 …>
+
+
+# -------------------------------------------------------------------------------------- Qwen3-VL timestamp text
+def test_qwen3_vl_timestamp_tokens_match_its_tokenizer(qwen3_processor_dir):
+    from transformers import AutoTokenizer
+
+    from grounding_rl.family.qwen2_5_vl import QWEN2_5_VL
+    from grounding_rl.family.qwen3_vl import QWEN3_VL
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3_processor_dir))
+    times = [0.0, 0.5, 31.0, 34.0, 3410.0, 3415.0, 12344.9, 12345.1]
+    pairs = [f"<{(a + b) / 2:.1f} seconds>" for a, b in zip(times[::2], times[1::2])]
+    counted = sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in pairs)
+    assert pairs[2] == "<3412.5 seconds>" and QWEN3_VL.time_text_tokens(times) == counted == 6 + 7 + 9 + 10
+    assert QWEN2_5_VL.time_text_tokens(times) == 0
+    frames, f = sampling_plan(TIMELENS2, 3600.0)  # an hour: 256 pairs of mostly four-digit times
+    assert QWEN3_VL.time_text_tokens(np.arange(frames) / f) == 6 + 6 * 7 + 64 * 8 + 185 * 9 == 2225
+
+
+# ------------------------------------------------------------------------------------------------------ readers
+def _nlq(tmp_path):
+    """An nlq_val.json of Ego4D's shape: one video, two clips; a query without text and one without an annotation id."""
+    def query(start, end, text="where did I put the keys?"):
+        item = {"clip_start_sec": start, "clip_end_sec": end, "clip_start_frame": int(start * 30),
+                "clip_end_frame": int(end * 30), "video_start_sec": start + 120.0, "video_end_sec": end + 120.0,
+                "template": "Objects: Where is object X?", "slot_x": "keys"}
+        if text is not None:
+            item["query"] = text
+        return item
+
+    data = {"version": "v2", "videos": [{"video_uid": "vid-a", "clips": [
+        {"clip_uid": "clip-1", "video_start_sec": 120.0, "video_end_sec": 600.0, "annotations": [
+            {"annotation_uid": "ann-1", "language_queries": [query(10.5, 14.0), query(30.0, 31.5, None),
+                                                            query(470.0, 480.0, "  who did I talk to? ")]}]},
+        {"clip_uid": "clip-2", "video_start_sec": 900.0, "video_end_sec": 1380.0, "annotations": [
+            {"language_queries": [query(0.0, 2.0, "what did I cut")]}]}]}]}
+    path = tmp_path / "nlq_val.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_ego4d_nlq_reader_clip_time(tmp_path, caplog):
+    path = _nlq(tmp_path)
+    samples = list(read_annotations("ego4d_nlq", path, video_root=tmp_path / "clips"))
+    assert [s.qid for s in samples] == ["ann-1:0", "ann-1:1", "ann-1:2", "ego4d_nlq:clip-2#0.0"]
+    assert samples[0].video == str(tmp_path / "clips" / "clip-1.mp4")
+    assert (samples[0].start, samples[0].end, samples[0].duration) == (10.5, 14.0, 480.0)
+    assert "1 of 4 language queries have no text" in caplog.text
+    kept, counts = validate(samples)
+    assert counts == {"kept": 3, "dropped": 1, "clamped": 0}  # the query without text
+    assert kept[1].query == "who did I talk to?" and kept[2].video.endswith("clip-2.mp4")
+
+
+def test_ego4d_nlq_reader_video_time(tmp_path):
+    path = _nlq(tmp_path)
+    durations = {"vid-a": 2400.0}
+    samples = list(read_annotations("ego4d_nlq_video", path, video_root=tmp_path, durations=durations))
+    assert all(s.video == str(tmp_path / "vid-a.mp4") and s.duration == 2400.0 for s in samples)
+    assert [(s.start, s.end) for s in samples] == [(130.5, 134.0), (150.0, 151.5), (590.0, 600.0), (900.0, 902.0)]
+    assert samples[0].source == "ego4d_nlq_video"
+    from grounding_rl.data.samples import AnnotationError
+
+    with pytest.raises(AnnotationError, match="no duration for video 'vid-a'"):
+        list(read_annotations("ego4d_nlq_video", path, video_root=tmp_path))
+
+
+def test_ego4d_nlq_reader_names_the_clip_of_a_bad_query(tmp_path):
+    from grounding_rl.data.samples import AnnotationError
+
+    path = _nlq(tmp_path)
+    data = json.loads(path.read_text())
+    data["videos"][0]["clips"][1]["annotations"][0]["language_queries"][0]["clip_end_sec"] = "late"
+    path.write_text(json.dumps(data))
+    with pytest.raises(AnnotationError, match=r"nlq_val\.json: clip clip-2, annotation 0, query 0: clip_end_sec must "
+                                              r"be a number of seconds, got 'late'"):
+        list(read_annotations("ego4d_nlq", path))
+    path.write_text(json.dumps({"version": "v2"}))
+    with pytest.raises(AnnotationError, match="expected Ego4D-NLQ's"):
+        list(read_annotations("ego4d_nlq", path))
+
+
+EWB = [  # the dataset card's example row, and a second query on the same video
+    {"qid": "-WnyRMZqV1U_q042", "video_id": "-WnyRMZqV1U", "source_corpus": "VideoMME",
+     "question": "When does an elderly woman with round glasses speak into a microphone?",
+     "correct_interval": [1805, 1822], "duration_s": 17, "video_duration_s": 4271, "category": "reaction"},
+    {"qid": "-WnyRMZqV1U_q043", "video_id": "-WnyRMZqV1U", "source_corpus": "VideoMME", "question": "When is it dark?",
+     "correct_interval": [4260, 4300], "duration_s": 40, "video_duration_s": 4271, "category": "scene"},
+]
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "list", "questions"])
+def test_extremewhenbench_reader(tmp_path, layout):
+    path = tmp_path / ("ewb.jsonl" if layout == "jsonl" else "ewb.json")
+    text = {"jsonl": "\n".join(json.dumps(row) for row in EWB) + "\n\n", "list": json.dumps(EWB),
+            "questions": json.dumps({"questions": EWB})}[layout]
+    path.write_text(text)
+    samples = list(read_annotations("extremewhenbench", path, video_root=tmp_path / "videos"))
+    assert [s.qid for s in samples] == ["-WnyRMZqV1U_q042", "-WnyRMZqV1U_q043"]
+    first = samples[0]
+    assert first.video == str(tmp_path / "videos" / "-WnyRMZqV1U.mp4") and first.source == "extremewhenbench"
+    assert (first.start, first.end, first.duration) == (1805.0, 1822.0, 4271.0)  # video_duration_s, not duration_s
+    kept, counts = validate(samples)
+    assert counts == {"kept": 2, "dropped": 0, "clamped": 1} and kept[1].end == 4271.0 and kept[1].raw_end == 4300.0
+
+
+def test_extremewhenbench_reader_errors_name_the_row(tmp_path):
+    from grounding_rl.data.samples import AnnotationError
+
+    path = tmp_path / "ewb.jsonl"
+    path.write_text(json.dumps(EWB[0]) + "\n" + json.dumps({**EWB[1], "correct_interval": [1, 2, 3]}) + "\n")
+    with pytest.raises(AnnotationError, match=r"ewb\.jsonl:2: a timestamp must be \[start, end\]"):
+        list(read_annotations("extremewhenbench", path))
+    path.write_text(json.dumps({**EWB[0], "video_duration_s": None}) + "\n")
+    with pytest.raises(AnnotationError, match=r"ewb\.jsonl:1: no duration for video '-WnyRMZqV1U'"):
+        list(read_annotations("extremewhenbench", path))
