@@ -315,3 +315,45 @@ def test_extremewhenbench_reader_errors_name_the_row(tmp_path):
     path.write_text(json.dumps({**EWB[0], "video_duration_s": None}) + "\n")
     with pytest.raises(AnnotationError, match=r"ewb\.jsonl:1: no duration for video '-WnyRMZqV1U'"):
         list(read_annotations("extremewhenbench", path))
+
+
+# ------------------------------------------------------------------------------------------------ evaluation cost
+def test_a_video_with_many_queries_is_decoded_once(monkeypatch):
+    """ExtremeWhenBench asks about 12 questions of each video: one decode for all of them, whatever the batch size,
+    and every row of the video holds the same clip object (so its rows in a batch share one vision encoding)."""
+    from grounding_rl.rollout import runner
+
+    decoded = []
+
+    def fake_sample_frames(path, settings, cache=None):
+        decoded.append(path)
+        return object()
+
+    monkeypatch.setattr(runner, "sample_frames", fake_sample_frames)
+    videos = ["long.mp4"] * 12 + ["other.mp4"] * 2
+    batches = list(runner.clip_batches(runner.group_by_video(videos), VideoSettings(), batch_size=5, num_workers=0))
+    assert decoded == ["long.mp4", "other.mp4"]
+    assert [len(b) for b in batches] == [5, 5, 4]
+    clips = {id(clip) for batch in batches for position, clip, _ in batch if position < 12}
+    assert len(clips) == 1 and sorted(p for b in batches for p, _, _ in b) == list(range(14))
+
+
+# ------------------------------------------------------------------------------------------------ benchmark files
+def test_long_video_benchmark_definitions(tmp_path):
+    from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
+
+    ego = load_benchmark(REPO_ROOT / "evaluation" / "ego4d_nlq_val.yaml", data_root_dir=str(tmp_path))
+    ewb = load_benchmark(REPO_ROOT / "evaluation" / "extremewhenbench.yaml", data_root_dir=str(tmp_path))
+    assert (ego.format, ewb.format) == ("ego4d_nlq", "extremewhenbench")
+    assert (ego.expected_queries, ewb.expected_queries) == (None, 2273)
+    # TimeLens2's Ego4D-NLQ protocol: 2 fps, ≤ 2,048 frames, 1 to 128,000 tokens, ≤ 480x480 px a frame
+    video = replace(ego.protocol.video, pixel_factor=32)  # as a Qwen3-VL checkpoint gets it
+    assert (video.fps, video.max_frames, video.floor_pixels, video.budget_pixels, video.max_pixels) == (
+        2.0, 2048, 1024, 128000 * 1024, 480 * 480)
+    assert {a["method"]: a["mIoU"] for a in ego.anchors} == {"TimeLens2-8B (Qwen3-VL-8B)": 19.0}
+    # ExtremeWhenBench's reference run: 768 frames over each video (an hour: f = 768 / 3600)
+    assert sampling_plan(ewb.protocol.video, 3600.0) == (768, 768 / 3600) and ewb.max_new_tokens == 128
+    best = {a["method"]: a["mIoU"] for a in ewb.anchors if a["setting"].startswith("best")}
+    assert best == {"Qwen3.5-9B": 11.0, "InternVL3.5-8B": 0.3, "LLaVA-OneVision-7B": 0.3, "LLaVA-NextVideo-7B": 0.1}
+    page = (REPO_ROOT / "evaluation" / "anchors.md").read_text()
+    assert anchors_table(ego.anchors) in page and anchors_table(ewb.anchors) in page

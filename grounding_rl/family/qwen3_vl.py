@@ -53,8 +53,9 @@ class Qwen3VLFamily(Family):
         """Text tokens of the ``<t seconds>`` the processor writes before each temporal pair (t the mean of the
         pair's times, one decimal): ``len(f"{t:.1f}") + 3`` each, as Qwen3-VL's tokenizer splits digits one by one
         (``<``, the digits, ``.``, the decimal, `` seconds``, ``>``: ``<3.5 seconds>`` is 6 tokens, ``<3412.5
-        seconds>`` 9). An hour's 256 pairs add 2,225 tokens to the video's merged tokens; the prompt-length
-        check counts them (the processor's ids), and so does ``grounding-rl fits``."""
+        seconds>`` 9; checked against the Qwen3-VL-8B-Instruct tokenizer). An hour in 512 frames (256 pairs) adds
+        2,225 tokens to the video's merged tokens; the prompt-length check counts them (the processor's ids), and so
+        does ``grounding-rl fits``."""
         times = list(timestamps)
         return sum(len(f"{(times[i] + times[i + 1]) / 2:.1f}") + 3 for i in range(0, len(times) - 1, 2))
 
