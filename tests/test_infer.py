@@ -15,7 +15,7 @@ from grounding_rl.paths import REPO_ROOT
 torch.set_num_threads(1)
 
 FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens", "12"]
-KEYS = {"query", "start", "end", "answer", "reasoning"}
+KEYS = {"query", "start", "end", "answer", "reasoning", "sampling"}
 QUERIES = ["person sitting down in a chair.", "a person is eating some food."]
 
 
@@ -67,6 +67,7 @@ def test_infer_real_tiny_model_json_and_plot(tiny_model_dir, videos_dir, tmp_pat
     alone = [generate_answers(loaded["model"], loaded["processor"], [q], [clip], "default",
                               SamplingParams.greedy(12))[0] for q in QUERIES]
     assert [r["answer"] for r in results] == alone
+    assert results[0]["sampling"] == clip.sampling() == {"fps": 1.0, "frames": 34, "height": 84, "width": 140}
     width, height = _png_size(plot)
     assert width > 800 and height > 300
 

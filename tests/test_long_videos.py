@@ -357,3 +357,19 @@ def test_long_video_benchmark_definitions(tmp_path):
     assert best == {"Qwen3.5-9B": 11.0, "InternVL3.5-8B": 0.3, "LLaVA-OneVision-7B": 0.3, "LLaVA-NextVideo-7B": 0.1}
     page = (REPO_ROOT / "evaluation" / "anchors.md").read_text()
     assert anchors_table(ego.anchors) in page and anchors_table(ewb.anchors) in page
+
+
+def test_each_answer_records_the_rate_and_size_of_its_clip(monkeypatch, clip):
+    from grounding_rl.reward.records import prediction_record
+    from grounding_rl.rollout import runner
+
+    video = sample_frames(clip, SMALL)
+    monkeypatch.setattr(runner, "generate_answers", lambda model, processor, queries, videos, *a, **k:
+                        ["<answer>1 to 2</answer>"] * len(queries))
+    batch = [(0, video, None), (1, None, "x.mp4: no such video file"), (2, video, None)]
+    rows = runner.answer_batch(None, None, batch, ["a", "b", "c"], "default", 8)
+    assert [(p, e is None, s) for p, _, e, s in rows] == [(0, True, video.sampling()), (1, False, None),
+                                                          (2, True, video.sampling())]
+    record = prediction_record(Sample("v.mp4", "a", 1.0, 2.0, 8.0, "q", "jsonl"), rows[0][1], None, rows[0][3])
+    assert record["sampling"] == {"fps": 2.0, "frames": 16, "height": 56, "width": 56} and record["iou"] == 1.0
+    assert "sampling" not in prediction_record(Sample("v.mp4", "a", 1.0, 2.0, 8.0, "q", "jsonl"), None, "broken")

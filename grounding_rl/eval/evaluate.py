@@ -372,8 +372,8 @@ def evaluate(args: argparse.Namespace) -> dict | None:
         failed = 0
         try:
             for batch in batches:
-                for position, answer, error in batch:
-                    record = prediction_record(shard[position], answer, error)
+                for position, answer, error, sampling in batch:
+                    record = prediction_record(shard[position], answer, error, sampling)
                     writer.write(record)
                     failed += record.get("error") is not None
                 bar.update(len(batch))

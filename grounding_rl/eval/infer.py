@@ -93,7 +93,8 @@ def infer(model, processor, video: SampledVideo, queries: list[str], template: s
     """Answer every query on one sampled clip (greedy, batched). The clip was decoded once and is encoded once per
     batch of queries (the rows share its vision features). ``engine``: another rollout engine (``--engine vllm``;
     ``model`` unused); ``video_layout``: see :data:`grounding_rl.family.VIDEO_LAYOUTS`. Returns one
-    :func:`answer_result` per query."""
+    :func:`answer_result` per query, with the rate and size the clip was sampled at (``sampling``:
+    :meth:`grounding_rl.data.video.SampledVideo.sampling`)."""
     results = []
     step = max(1, batch_size)
     for i in range(0, len(queries), step):
@@ -101,7 +102,8 @@ def infer(model, processor, video: SampledVideo, queries: list[str], template: s
         answers = generate_answers(model, processor, chunk, [video] * len(chunk), template,
                                    SamplingParams.greedy(max_new_tokens), **({"engine": engine} if engine else {}),
                                    video_layout=video_layout)
-        results += [answer_result(q, a, video.duration) for q, a in zip(chunk, answers)]
+        results += [{**answer_result(q, a, video.duration), "sampling": video.sampling()}
+                    for q, a in zip(chunk, answers)]
     return results
 
 
@@ -115,7 +117,8 @@ def format_prompt(processor, video: SampledVideo, query: str, template: str,
 
 def format_text(results: list[dict], video: SampledVideo) -> str:
     """Human-readable output: per query its interval, answer text and reasoning."""
-    lines = [f"{video.path}  ({video.duration:.2f} s)"]
+    lines = [f"{video.path}  ({video.duration:.2f} s; {video.num_frames} frames of {video.frames.shape[1]}x"
+             f"{video.frames.shape[2]} at {video.sampled_fps:.4g} fps)"]
     for i, r in enumerate(results, 1):
         lines.append(f"[{i}] {r['query']}")
         if r["start"] is None:

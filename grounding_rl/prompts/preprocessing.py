@@ -135,8 +135,9 @@ class PreprocessingArguments:
         default=None, metadata={"help": "Per-frame floor in merged tokens (TimeLens2's scripts: 1): min_pixels = "
                                 "tokens * factor^2. Not with a video_min_pixels of its own."})
     video_budget_lowers_fps: bool = field(
-        default=False, metadata={"help": "When the budget cannot hold the frames fps asks for above the per-frame floor, "
-                                 "take fewer frames spread over the clip (T <= 2 * budget / (1.05 * min_pixels))."})
+        default=False, metadata={"help": "When the budget cannot hold the frames fps asks for above the per-frame "
+                                 "floor, take fewer frames spread over the clip (T <= 2 * budget / (1.05 * "
+                                 "min_pixels))."})
     video_cover_tail: bool = field(
         default=False, metadata={"help": "Put the T frames on the scale T / duration so they cover the clip to its end "
                                  "(default: frame k at k / fps, the last ~3 frame periods unsampled)."})

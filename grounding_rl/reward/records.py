@@ -13,18 +13,21 @@ from grounding_rl.reward.parsing import extract_think, parse_answer
 from grounding_rl.reward.rewards import query_iou
 
 
-def prediction_record(sample: Sample, answer: str | None, error: str | None = None) -> dict:
+def prediction_record(sample: Sample, answer: str | None, error: str | None = None,
+                      sampling: dict | None = None) -> dict:
     """One line of ``predictions.jsonl`` for ``sample``.
 
     Args:
         sample: the annotated query (ground truth in seconds).
         answer: the decoded completion, or None when there is none (the clip failed to load).
         error: why there is no answer (recorded as ``error``).
+        sampling: the rate and size the clip was sampled at (``{"fps", "frames", "height", "width"}``,
+            :meth:`grounding_rl.data.video.SampledVideo.sampling`), recorded as ``sampling`` when given.
 
     Returns:
         ``{"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer",
-        "reasoning", "start", "end", "iou"}`` (+ ``error``): ``gt_start``/``gt_end`` clamped into the clip,
-        ``gt_raw_*`` as annotated, ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
+        "reasoning", "start", "end", "iou"}`` (+ ``error``, ``sampling``): ``gt_start``/``gt_end`` clamped into the
+        clip, ``gt_raw_*`` as annotated, ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
         :func:`grounding_rl.reward.rewards.query_iou` (prediction clamped to [0, duration]; reversed or none → 0).
     """
     parsed = parse_answer(answer) if answer is not None else None
@@ -39,6 +42,8 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
     }
     if error is not None:
         record["error"] = error
+    if sampling is not None:
+        record["sampling"] = sampling
     return record
 
 

@@ -109,8 +109,10 @@ def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, b
 
 def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], queries: Sequence[str],
                  template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None,
-                 video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list[tuple[int, str | None, str | None]]:
-    """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None)``.
+                 video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list[tuple[int, str | None, str | None, dict | None]]:
+    """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None,
+    sampling | None)``, ``sampling`` the rate and size the clip was sampled at
+    (:meth:`grounding_rl.data.video.SampledVideo.sampling`; None when the clip did not load).
 
     A row whose clip did not load keeps its load error. On out-of-memory with more than one clip the clips are retried
     one at a time; a single clip that still does not fit gets the error ``"out of memory: …"``, like a clip that does
@@ -134,6 +136,7 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
             results[position] = (position, None, error)
         else:
             ok.append((position, video))
+    sampling = {position: video.sampling() for position, video in ok}
     groups = [ok] if ok else []
     while groups:
         group = groups.pop(0)
@@ -152,16 +155,17 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
             continue
         for (position, _), answer in zip(group, answers):
             results[position] = (position, answer, None)
-    return [results[position] for position, _, _ in batch]
+    return [(*results[position], sampling.get(position)) for position, _, _ in batch]
 
 
 def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
                           template: str, max_new_tokens: int, batch_size: int, num_workers: int = 2,
                           frame_cache: str | None = None, frame_cache_bytes: int = 0,
                           synced_gpus: bool | None = None, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT
-                          ) -> Iterator[list[tuple[int, str | None, str | None]]]:
+                          ) -> Iterator[list[tuple[int, str | None, str | None, dict | None]]]:
     """Greedy answers to the queries ``(videos[i], queries[i])``, grouped by video, one list per batch of at most
-    ``batch_size`` rows: ``(position, answer | None, error | None)`` (:func:`answer_batch`); every position appears
+    ``batch_size`` rows: ``(position, answer | None, error | None, sampling | None)`` (:func:`answer_batch`); every
+    position appears
     exactly once over all batches. What ``grounding-rl eval`` runs on its shard and the GRPO trainer's evaluation
     runs on its own (:func:`shard_by_video` chooses a rank's videos).
 

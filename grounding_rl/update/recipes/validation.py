@@ -136,8 +136,8 @@ class ValidationMixin:
                             args.max_completion_length, args.per_device_eval_batch_size, args.dataloader_num_workers,
                             cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False,
                             video_layout=args.video_layout):
-                        local += [(mine[k], prediction_record(samples[mine[k]], answer, error))
-                                  for k, answer, error in batch]
+                        local += [(mine[k], prediction_record(samples[mine[k]], answer, error, sampling))
+                                  for k, answer, error, sampling in batch]
         finally:
             self.model.train(training)
             random.setstate(python_state)
