@@ -373,3 +373,18 @@ def test_each_answer_records_the_rate_and_size_of_its_clip(monkeypatch, clip):
     record = prediction_record(Sample("v.mp4", "a", 1.0, 2.0, 8.0, "q", "jsonl"), rows[0][1], None, rows[0][3])
     assert record["sampling"] == {"fps": 2.0, "frames": 16, "height": 56, "width": 56} and record["iou"] == 1.0
     assert "sampling" not in prediction_record(Sample("v.mp4", "a", 1.0, 2.0, 8.0, "q", "jsonl"), None, "broken")
+
+
+def test_fits_answers_for_a_16k_token_video_prompt(shared, capsys):
+    from grounding_rl.cli import main
+
+    zero3 = REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"
+    assert main(["fits", "configs/qwen3_vl_8b_charades_timelens.yaml", "--gpus", "8", "--accelerate-config",
+                 str(zero3), "--video-tokens", "16384", "--video-seconds", "3600", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # after DeepSpeed's first-import notice
+    work, video = report["workload"], report["video"]
+    # the recipe takes 448 frames (224 pairs) of the hour: their <t seconds> are 1,947 tokens of text
+    assert (video["frames"], work["video_tokens"], work["time_tokens"]) == (448, 16384, 1947)
+    assert work["prompt_tokens"] == 16384 + 1947 + 300 and report["prompt_refused"]  # max_prompt_length 18,432
+    (row,) = report["strategies"]
+    assert row["name"] == "zero3" and row["bytes"]["total"] > 0

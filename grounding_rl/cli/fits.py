@@ -8,9 +8,12 @@ the reference model, an activations estimate and the total, with DeepSpeed's own
 DeepSpeed's tables (``estimate_zero2_model_states_mem_needs_all_cold`` / ``estimate_zero3_..._all_cold``) below.
 The rules are in :mod:`grounding_rl.models.memory`. Memory is in GiB (2**30 bytes), as ``nvidia-smi`` reports MiB.
 
-The video length sets the prompt: a ``--video-seconds`` clip of ``--frame-size`` at the recipe's fps and pixel budget,
-capped at ``max_prompt_length``; ``--model`` swaps the recipe's model (e.g. ``Qwen/Qwen3-VL-8B-Instruct``). ``--json``
-prints one JSON object instead of the table.
+The video length sets the prompt: a ``--video-seconds`` clip of ``--frame-size`` at the recipe's fps and pixel budget
+(its merged tokens, plus for Qwen3-VL the ``<t seconds>`` text before each pair of frames), or ``--video-tokens N``
+merged tokens (a 16k-token video prompt: ``--video-tokens 16384 --video-seconds 3600``; the timestamps still follow
+the frames the recipe takes of ``--video-seconds``). A prompt longer than the recipe's ``max_prompt_length`` is
+estimated as asked and flagged (training would refuse it: raise ``max_prompt_length``). ``--model`` swaps the recipe's
+model (e.g. ``Qwen/Qwen3-VL-8B-Instruct``). ``--json`` prints one JSON object instead of the table.
 """
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None, help="estimate another model with the recipe's settings")
     parser.add_argument("--video-seconds", type=float, default=30.0, help="clip length setting the prompt (s)")
     parser.add_argument("--frame-size", type=_frame_size, default=(480, 640), help="source frame HEIGHTxWIDTH")
+    parser.add_argument("--video-tokens", type=int, default=None,
+                        help="merged video tokens of the prompt (default: what the recipe takes of the clip)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -60,24 +65,32 @@ def parse_recipe(config: str):
                                "grounding-rl fits")
 
 
-def video_tokens(settings, seconds: float, frame_size: tuple[int, int], token_pixels: int,
-                 max_tokens: int | None) -> int:
-    """Merged video tokens of a clip: T frames (fps, min/max frames) at the per-frame size of qwen-vl-utils, T/2
-    temporal groups of ``H·W / token_pixels²`` tokens (28 for Qwen2.5-VL: patch 14 × merge 2), capped at
-    ``max_tokens``."""
-    from grounding_rl.data.video import frame_size as size_of, num_sampled_frames
+def video_prompt(settings, seconds: float, frame_size: tuple[int, int], token_pixels: int, family=None) -> dict:
+    """A clip's share of the prompt: T frames and their rate f (:func:`grounding_rl.data.video.sampling_plan`: fps,
+    min/max frames, the budget rule) at the per-frame size of qwen-vl-utils, T/2 temporal groups of ``H·W /
+    token_pixels²`` merged tokens (28 for Qwen2.5-VL: patch 14 × merge 2; 32 for Qwen3-VL), and the text tokens
+    ``family`` writes to time them (:meth:`grounding_rl.family.Family.time_text_tokens`).
 
-    source_fps = 30.0
-    frames = num_sampled_frames(settings, max(int(seconds * source_fps), 2), source_fps)
+    Returns:
+        ``{"frames", "fps", "height", "width", "video_tokens", "time_tokens"}``.
+    """
+    import numpy as np
+
+    from grounding_rl.data.video import frame_size as size_of, sampling_plan
+
+    frames, f = sampling_plan(settings, seconds)
     height, width = size_of(*frame_size, frames, settings)
-    tokens = (frames // 2) * round(height * width / token_pixels**2)
-    return min(tokens, max_tokens) if max_tokens else tokens
+    time_tokens = family.time_text_tokens(np.arange(frames) / f) if family is not None else 0
+    return {"frames": frames, "fps": f, "height": height, "width": width,
+            "video_tokens": (frames // 2) * round(height * width / token_pixels**2), "time_tokens": time_tokens}
 
 
 def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], model: str | None = None,
-                    video_seconds: float = 30.0, frame_size: tuple[int, int] = (480, 640), nodes: int = 1) -> dict:
-    """Per-GPU memory of a recipe under each accelerate config: ``{"recipe", "model", "shape", "workload",
-    "strategies": [{"name", "zero_stage", ..., "bytes": {...}, "deepspeed_model_states"}]}``.
+                    video_seconds: float = 30.0, frame_size: tuple[int, int] = (480, 640), nodes: int = 1,
+                    video_tokens: int | None = None) -> dict:
+    """Per-GPU memory of a recipe under each accelerate config: ``{"recipe", "model", "shape", "workload", "video",
+    "max_prompt_length", "prompt_refused", "strategies": [{"name", "zero_stage", ..., "bytes": {...},
+    "deepspeed_model_states"}]}``. ``video_tokens`` replaces the merged tokens the recipe takes of the clip.
 
     Raises:
         UserError: the model's config cannot be found, or an accelerate config cannot be read.
@@ -102,13 +115,18 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     shape = memory.model_shape(meta, freeze_vision=script_args.freeze_vision_tower, peft_config=peft_config)
     vision = model_config.vision_config
     token_pixels = vision.patch_size * vision.spatial_merge_size
-    settings = args.video_settings
-    max_video = args.max_prompt_length - memory.TEXT_TOKENS if args.max_prompt_length else None
+    from grounding_rl.family import family_of
+
+    family = family_of(model_config)
+    settings = family.video_settings(args.video_settings)
+    video = video_prompt(settings, video_seconds, frame_size, token_pixels, family)
+    if video_tokens is not None:
+        video["video_tokens"] = video_tokens
     work = memory.Workload(
         rows=args.per_device_train_batch_size,
         generation_rows=args.per_device_train_batch_size * args.steps_per_generation,
         num_generations=args.num_generations,
-        video_tokens=video_tokens(settings, video_seconds, frame_size, token_pixels, max_video),
+        video_tokens=video["video_tokens"], time_tokens=video["time_tokens"],
         completion_tokens=args.max_completion_length,
         dtype_bytes=4 if model_args.dtype in ("float32", None) and not args.bf16 else 2,
         checkpointing=bool(args.gradient_checkpointing), beta=args.beta, use_peft=bool(model_args.use_peft),
@@ -123,7 +141,10 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
         rows.append({**asdict(strategy), "bytes": {**asdict(result), "model_states": result.model_states},
                      "deepspeed_model_states": memory.deepspeed_model_states(shape, strategy, gpus, nodes)})
     return {"recipe": config, "model": name, "gpus": gpus, "nodes": nodes, "shape": asdict(shape),
-            "workload": {**asdict(work), "sequence_tokens": work.sequence_tokens}, "strategies": rows}
+            "workload": {**asdict(work), "prompt_tokens": work.prompt_tokens, "sequence_tokens": work.sequence_tokens},
+            "video": video, "max_prompt_length": args.max_prompt_length,
+            "prompt_refused": bool(args.max_prompt_length) and work.prompt_tokens > args.max_prompt_length,
+            "strategies": rows}
 
 
 def _deepspeed_tables(shape: dict, stages: set[int], gpus: int, nodes: int) -> str:
@@ -149,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--gpus {args.gpus} must be a positive multiple of --nodes {args.nodes}")
     check_number("--gpu-memory", args.gpu_memory, above=0)
     check_number("--video-seconds", args.video_seconds, above=0)
+    check_number("--video-tokens", args.video_tokens, minimum=1)
     if min(args.frame_size) < 1:
         raise UserError(f"--frame-size must be positive (got {args.frame_size[0]}x{args.frame_size[1]})")
     configs = [Path(p) for p in args.accelerate_config] if args.accelerate_config else sorted(
@@ -157,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             raise UserError(f"{path}: no such accelerate config")
     report = estimate_recipe(args.config, args.gpus, configs, args.model, args.video_seconds, args.frame_size,
-                             args.nodes)
+                             args.nodes, args.video_tokens)
     budget = args.gpu_memory * GIB
     for row in report["strategies"]:
         row["fits"] = row["bytes"]["total"] <= budget
@@ -173,9 +195,17 @@ def main(argv: list[str] | None = None) -> int:
           f"G {work['num_generations']}")
     from grounding_rl.models.memory import TEXT_TOKENS
 
-    print(f"sequence: {work['video_tokens']} video + {TEXT_TOKENS} text + {work['completion_tokens']} completion tokens "
-          f"(a {args.video_seconds:g} s clip of {args.frame_size[0]}x{args.frame_size[1]}); activation "
-          f"checkpointing {'on' if work['checkpointing'] else 'off'}")
+    video = report["video"]
+    clip = (f"{video['frames']} frames of {video['height']}x{video['width']} at {video['fps']:.4g} fps of a "
+            f"{args.video_seconds:g} s clip of {args.frame_size[0]}x{args.frame_size[1]}")
+    print(f"sequence: {work['video_tokens']} video" + (f" + {work['time_tokens']} timestamp" if work["time_tokens"]
+                                                       else "")
+          + f" + {TEXT_TOKENS} text + {work['completion_tokens']} completion tokens ("
+          + (f"--video-tokens; timestamps of {clip}" if args.video_tokens else clip)
+          + f"); activation checkpointing {'on' if work['checkpointing'] else 'off'}")
+    if report["prompt_refused"]:
+        print(f"note: the prompt ({work['prompt_tokens']} tokens) is longer than the recipe's max_prompt_length "
+              f"({report['max_prompt_length']}): training would refuse it; raise max_prompt_length to train on it")
     print(f"per GPU, GiB, {args.gpus} GPU(s) of {args.gpu_memory:g} GiB:")
     header = (f"  {'strategy':<14} {'weights':>8} {'grads':>7} {'optim':>7} {'ref':>6} {'activ':>7} {'other':>6} "
               f"{'total':>7} {'DS states':>10}  fits")

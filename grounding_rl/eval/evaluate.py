@@ -48,7 +48,7 @@ from tqdm import tqdm
 from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, add_preprocessing_overrides, check_generation_length,
-                                        check_video_flags, describe_config, resolve_config)
+                                        check_video_flags, describe_config, resolve_config, video_overrides)
 from grounding_rl.models.loading import check_model_folder, load_for_inference
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.reward.records import metrics_from_records, prediction_record
@@ -305,8 +305,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
             args.model, prompt_template=args.prompt_template, video_layout=args.video_layout,
             fallback=bench.protocol if bench else None,
             fallback_name=f"benchmark {bench.name} paper protocol" if bench else "benchmark protocol",
-            fps=args.fps, min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
-            max_frames=args.max_frames, sampler=args.video_sampler)
+            **video_overrides(args))
     except ValueError as err:  # an unknown template or video setting, a grounding_config.json that is not JSON
         raise UserError(f"{args.model}: {err}") from None
     if args.max_new_tokens is not None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from grounding_rl.data.video import SampledVideo, VideoLoadError, sample_frames
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (add_preprocessing_overrides, check_generation_length, check_video_flags,
-                                        describe_config, resolve_config)
+                                        describe_config, resolve_config, video_overrides)
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.models.loading import load_for_inference
 from grounding_rl.prompts.preprocessing import build_inputs, prompt_text
@@ -150,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config, source = resolve_config(args.model, prompt_template=args.prompt_template,
-                                        video_layout=args.video_layout, fps=args.fps,
-                                        min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                                        total_pixels=args.total_pixels, max_frames=args.max_frames,
-                                        sampler=args.video_sampler)
+                                        video_layout=args.video_layout, **video_overrides(args))
     except ValueError as err:
         print(f"grounding-rl infer: error: {err}", file=sys.stderr)
         return EXIT_VIDEO

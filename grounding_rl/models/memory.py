@@ -93,6 +93,8 @@ class Workload:
         num_generations: G; with ``share_video_encoding`` the vision tower runs once per clip (rows / G clips).
         video_tokens: merged video tokens of one clip's prompt.
         completion_tokens: ``max_completion_length``.
+        time_tokens: text tokens the family writes to time the frames (Qwen3-VL's ``<t seconds>``; 0 for
+            Qwen2.5-VL): in the sequence, not in the vision tower.
         dtype_bytes: bytes per weight and activation (2 for bf16, 4 for fp32).
         checkpointing: activation (gradient) checkpointing on.
         beta: KL weight; > 0 without LoRA adds a reference model.
@@ -112,11 +114,17 @@ class Workload:
     use_peft: bool = False
     freeze_vision: bool = False
     share_video_encoding: bool = True
+    time_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Video, its timestamps and :data:`TEXT_TOKENS`."""
+        return self.video_tokens + self.time_tokens + TEXT_TOKENS
 
     @property
     def sequence_tokens(self) -> int:
-        """Prompt (video + :data:`TEXT_TOKENS`) plus completion."""
-        return self.video_tokens + TEXT_TOKENS + self.completion_tokens
+        """Prompt (:attr:`prompt_tokens`) plus completion."""
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(frozen=True)
@@ -271,7 +279,7 @@ def activation_bytes(shape: ModelShape, work: Workload) -> tuple[int, int]:
     kv_cache = work.generation_rows * work.sequence_tokens * 2 * shape.layers * shape.kv_width * b
     prefill_rows = math.ceil(work.generation_rows / work.num_generations) if work.share_video_encoding else \
         work.generation_rows
-    prefill = prefill_rows * (work.video_tokens + TEXT_TOKENS) * per_layer  # one layer of the prefill
+    prefill = prefill_rows * work.prompt_tokens * per_layer  # one layer of the prefill
     encode = prefill_rows * work.video_tokens * shape.merge ** 2 * vision_layer  # one vision block, no graph
     generation = kv_cache + max(prefill, encode)
     return int(training), int(generation)
