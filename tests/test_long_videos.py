@@ -77,6 +77,15 @@ def test_contradictory_budgets_are_refused():
         VideoSettings(total_tokens=0)
 
 
+def test_settings_written_before_the_long_video_fields_compare_equal():
+    """Fingerprints, eval runs and frame-cache keys hold VideoSettings.to_dict(): the new fields appear only when set,
+    so a run or a cache entry made before them still matches."""
+    assert set(VideoSettings().to_dict()) == {"fps", "min_frames", "max_frames", "min_pixels", "max_pixels",
+                                              "total_pixels", "sampler", "pixel_factor"}
+    assert VideoSettings(total_tokens=8, cover_tail=True).to_dict()["total_tokens"] == 8
+    assert "budget_lowers_fps" not in VideoSettings(total_tokens=8, cover_tail=True).to_dict()
+
+
 def test_training_arguments_carry_the_long_video_settings():
     from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
 

@@ -144,7 +144,18 @@ class VideoSettings:
         return self.min_pixels
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings as a dict (``grounding_config.json``, run fingerprints, frame-cache keys). The long-video
+        fields (:data:`LONG_VIDEO_FIELDS`) are left out while at their defaults, so settings written before they
+        existed read, fingerprint and cache the same."""
+        out = asdict(self)
+        for name in LONG_VIDEO_FIELDS:
+            if out[name] == VideoSettings.__dataclass_fields__[name].default:
+                del out[name]
+        return out
+
+
+# Fields added for long videos, recorded only when set (VideoSettings.to_dict).
+LONG_VIDEO_FIELDS = ("total_tokens", "min_tokens", "budget_lowers_fps", "cover_tail")
 
 
 @dataclass

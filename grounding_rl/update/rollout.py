@@ -168,7 +168,8 @@ def check_prompt_lengths(batch: dict, items: list[dict], limit: int | None) -> N
             raise ValueError(
                 f"sample {item['index']} (qid {item['qid']}, {item['video']}): prompt is {length} tokens, more "
                 f"than max_prompt_length {limit}; prompts are never truncated (that would cut video tokens): "
-                "lower video_fps / video_max_pixels / video_total_pixels or raise max_prompt_length")
+                "lower video_fps / video_max_pixels / video_total_pixels (video_total_tokens) or raise "
+                "max_prompt_length")
 
 
 def sanitise(trainer, items: list[dict], completion_ids: torch.Tensor, sampling_logps: torch.Tensor | None,

@@ -115,7 +115,7 @@ class SFTCollator:
             if self.max_prompt_length is not None and len(prompt_ids) > self.max_prompt_length:
                 raise ValueError(f"sample {row['qid']} ({row['video']}): prompt has {len(prompt_ids)} tokens > "
                                  f"max_prompt_length {self.max_prompt_length}; lower video_max_pixels / "
-                                 f"video_total_pixels / video_fps or raise max_prompt_length")
+                                 f"video_total_pixels (video_total_tokens) / video_fps or raise max_prompt_length")
             target = torch.tensor(target_ids[i], dtype=prompt_ids.dtype)
             ids.append(torch.cat([prompt_ids, target]))
             mm.append(torch.cat([prompt["mm_token_type_ids"][i][keep], torch.zeros_like(target)]))
