@@ -475,6 +475,27 @@ def decode_threads() -> int:
     return max(1, min(8, cpus))
 
 
+def _decode(path: str, settings: VideoSettings, num_threads: int | None, plan=None):
+    """Decode with decord, else PyAV: ``(frames, total_frames, source_fps, indices, f, backend)`` (``plan`` as in
+    :func:`_decode_decord`; ``num_threads`` None = :func:`decode_threads`).
+
+    Raises:
+        WindowError: from ``plan`` (the same for every decoder).
+        VideoLoadError: neither decoder reads the file (the message names it and both reasons).
+    """
+    if num_threads is None:
+        num_threads = decode_threads()
+    errors = []
+    for backend, decode in (("decord", _decode_decord), ("pyav", _decode_pyav)):
+        try:
+            return (*decode(path, settings, num_threads, plan), backend)
+        except WindowError:
+            raise
+        except Exception as err:  # decord raises DECORDError/RuntimeError, PyAV av.error.*; try the next backend
+            errors.append(f"{backend}: {str(err).strip() or type(err).__name__}"[:300])
+    raise VideoLoadError(f"{path}: cannot read video ({'; '.join(errors)})")
+
+
 def sample_frames(
     path: str | Path, settings: VideoSettings = VideoSettings(), cache=None, num_threads: int | None = None
 ) -> SampledVideo:
@@ -514,18 +535,7 @@ def sample_frames(
         if cache is not None:
             cache.put(path, settings, video)
         return video
-    if num_threads is None:
-        num_threads = decode_threads()
-    errors = []
-    for backend, decode in (("decord", _decode_decord), ("pyav", _decode_pyav)):
-        try:
-            frames, total, source_fps, indices, f = decode(path, settings, num_threads)
-            break
-        except Exception as err:  # decord raises DECORDError/RuntimeError, PyAV av.error.*; try the next backend
-            errors.append(f"{backend}: {str(err).strip() or type(err).__name__}"[:300])
-    else:
-        raise VideoLoadError(f"{path}: cannot read video ({'; '.join(errors)})")
-
+    frames, total, source_fps, indices, f, backend = _decode(path, settings, num_threads)
     times = presentation_times(path, total, source_fps)
     video = SampledVideo(
         path=path,
@@ -563,19 +573,8 @@ def sample_window(path: str | Path, start: float, end: float, settings: VideoSet
     path = str(Path(path).resolve())
     if not Path(path).is_file():
         raise VideoLoadError(f"{path}: no such video file")
-    threads = decode_threads() if num_threads is None else num_threads
-    plan = lambda total, rate: window_indices(total, rate, settings, start, end)  # noqa: E731
-    errors = []
-    for backend, decode in (("decord", _decode_decord), ("pyav", _decode_pyav)):
-        try:
-            frames, total, source_fps, indices, f = decode(path, settings, threads, plan)
-            break
-        except WindowError:  # the window itself: the same for every decoder
-            raise
-        except Exception as err:  # decoder errors: try the next backend
-            errors.append(f"{backend}: {str(err).strip() or type(err).__name__}"[:300])
-    else:
-        raise VideoLoadError(f"{path}: cannot read video ({'; '.join(errors)})")
+    frames, total, source_fps, indices, f, backend = _decode(
+        path, settings, num_threads, lambda total, rate: window_indices(total, rate, settings, start, end))
     times = presentation_times(path, total, source_fps)
     return SampledVideo(path=path, frames=frames, source_fps=source_fps, duration=total / source_fps,
                         frame_indices=indices, timestamps=[times[i] for i in indices], sampled_fps=f,
