@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from grounding_rl.data.demo import (COLOURS, FPS, MAX_DURATION, MIN_DURATION, SHAPES, background_colour,
+from grounding_rl.dev.demo import (COLOURS, FPS, MAX_DURATION, MIN_DURATION, SHAPES, background_colour,
                                     clip_spec, generate_demo, main, render_frames)
 from grounding_rl.data.samples import load_samples
 from grounding_rl.data.video import VideoSettings, sample_frames

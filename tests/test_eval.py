@@ -14,7 +14,7 @@ import grounding_rl
 from grounding_rl.data.samples import Sample
 from grounding_rl.eval import evaluate as ev
 from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
-from grounding_rl.eval.settings import resolve_config
+from grounding_rl.eval.settings import PreprocessingOverrides, resolve_config
 from grounding_rl.paths import REPO_ROOT
 from grounding_rl.prompts.preprocessing import GroundingConfig
 from grounding_rl.data.video import VideoSettings
@@ -128,11 +128,11 @@ def test_resolve_config_precedence(tmp_path):
     cfg, source = resolve_config(tmp_path, fallback=bench)  # the checkpoint's own config beats the benchmark
     assert (cfg.prompt_template, cfg.video.fps, cfg.video.max_pixels) == ("default", 1.0, 50176)
     assert "grounding_config.json" in source
-    cfg, source = resolve_config(tmp_path, prompt_template="timezero", fps=0.5, max_pixels=None)
+    cfg, source = resolve_config(tmp_path, PreprocessingOverrides(prompt_template="timezero", fps=0.5))
     assert (cfg.prompt_template, cfg.video.fps, cfg.video.max_pixels) == ("timezero", 0.5, 50176)
     assert "overridden on the command line: fps, prompt_template" in source
     with pytest.raises(ValueError, match="unknown prompt_template"):
-        resolve_config(tmp_path, prompt_template="nope")
+        resolve_config(tmp_path, PreprocessingOverrides(prompt_template="nope"))
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -215,7 +215,9 @@ def test_a_failed_model_load_leaves_no_eval_config(tiny_model_dir, videos_dir, t
     def broken(*args, **kwargs):
         raise RuntimeError("the checkpoint is missing a shard")
 
-    monkeypatch.setattr(ev, "_load_engine", broken)
+    from grounding_rl.eval import engines
+
+    monkeypatch.setattr(engines, "load_inference_engine", broken)
     with pytest.raises(RuntimeError, match="missing a shard"):
         _eval(tiny_model_dir, data, out, "--limit", "2")
     assert out.is_dir() and not (out / "eval_config.json").exists()
@@ -232,7 +234,7 @@ def test_written_files_follow_the_umask(tmp_path):
     027 (metrics.json and report files, a scored data file, canonical JSONL)."""
     from grounding_rl.data.samples import write_jsonl
     from grounding_rl.eval import report
-    from grounding_rl.eval.difficulty import write_scored
+    from grounding_rl.eval.difficulty_scores import write_scored
 
     umask = os.umask(0o027)
     try:
@@ -273,7 +275,7 @@ def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_
 
 
 def test_group_and_shard_by_video():
-    from grounding_rl.rollout.runner import group_by_video, shard_by_video
+    from grounding_rl.rollout.greedy import group_by_video, shard_by_video
 
     groups = group_by_video(["a", "b", "a", "c", "b", "d", "d", "d"])
     assert groups == [("a", [0, 2]), ("b", [1, 4]), ("c", [3]), ("d", [5, 6, 7])]

@@ -38,7 +38,7 @@ QUERY = "person opens the door."
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, qwen_processor_dir):
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_vllm"), tokenizer=qwen_processor_dir, seed=0, **SIZES)
 
@@ -197,7 +197,7 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
     presentation times) its expanded prompt, 3D positions, greedy tokens and log-probs equal transformers', in the
     released video layout (the default: no <|vision_start|> … <|vision_end|> around the groups) and in transformers
     5.x's (prompt ids and positions)."""
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     sizes = {**SIZES, "num_layers": 3}  # one LLM layer per DeepStack feature
     path = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3_vllm"), like=qwen3_processor_dir, seed=0, **sizes)

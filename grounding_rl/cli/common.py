@@ -37,7 +37,7 @@ class GroundingScriptArguments:
         max_missing_fraction: the share of missing or unreadable videos that stops the run
             (:mod:`grounding_rl.data.missing`).
         tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
-            (:func:`grounding_rl.models.tiny.ensure_from_config`).
+            (:func:`grounding_rl.dev.tiny.ensure_from_config`).
         replace_output_dir: remove the run a non-empty ``output_dir`` holds before training (:func:`claim_output_dir`;
             transformers 5 has no ``overwrite_output_dir``).
     """

@@ -6,7 +6,7 @@ for a ``Qwen/<name>`` hub id, else the hub's config.json alone; no weights). Per
 ``configs/accelerate/`` unless ``--accelerate-config`` names one — it prints weights, gradients, optimizer states,
 the reference model, an activations estimate and the total, with DeepSpeed's own model-state estimate beside it and
 DeepSpeed's tables (``estimate_zero2_model_states_mem_needs_all_cold`` / ``estimate_zero3_..._all_cold``) below.
-The rules are in :mod:`grounding_rl.models.memory`. Memory is in GiB (2**30 bytes), as ``nvidia-smi`` reports MiB.
+The rules are in :mod:`grounding_rl.dev.memory`. Memory is in GiB (2**30 bytes), as ``nvidia-smi`` reports MiB.
 
 The video length sets the prompt: a ``--video-seconds`` clip of ``--frame-size`` at the recipe's fps and pixel budget,
 capped at ``max_prompt_length``; ``--model`` swaps the recipe's model (e.g. ``Qwen/Qwen3-VL-8B-Instruct``). ``--json``
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{' (reference model)' if work['beta'] > 0 and not work['use_peft'] else ''}, "
           f"{work['rows']} completions per micro-batch, {work['generation_rows']} per generation, "
           f"G {work['num_generations']}")
-    from grounding_rl.models.memory import TEXT_TOKENS
+    from grounding_rl.dev.memory import TEXT_TOKENS
 
     print(f"sequence: {work['video_tokens']} video + {TEXT_TOKENS} text + {work['completion_tokens']} completion tokens "
           f"(a {args.video_seconds:g} s clip of {args.frame_size[0]}x{args.frame_size[1]}); activation "

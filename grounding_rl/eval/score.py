@@ -1,4 +1,4 @@
-"""``grounding-rl score``: metrics of a predictions file against canonical annotations.
+"""Metrics of a predictions file against canonical annotations (``grounding-rl score``).
 
     grounding-rl score --predictions PRED.jsonl --annotations GT.jsonl [--out metrics.json]
 
@@ -14,14 +14,13 @@ evaluators do), times clamped into [0, duration] for ``clamped``, kept as annota
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from grounding_rl.errors import UserError, excerpt, reading
-from grounding_rl.reward.metrics import format_metrics_table, metrics_by_scoring, scoring_table
+from grounding_rl.reward.metrics import metrics_by_scoring
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -101,21 +100,3 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         print(f"score: {metrics['missing_predictions']} of {len(gts)} queries have no prediction in {predictions} "
               "(each counted as IoU 0)", file=sys.stderr)
     return metrics
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="grounding-rl score", description="Score predictions against annotations (R1@m, mIoU)."
-    )
-    parser.add_argument("--predictions", type=Path, required=True, help="JSONL: qid plus answer and/or start/end")
-    parser.add_argument("--annotations", type=Path, required=True, help="canonical JSONL of the queries")
-    parser.add_argument("--out", type=Path, default=None, help="write the metrics as JSON here")
-    parser.add_argument("--prompt-template", default="default",
-                        help="the template the predictions were made with (its answer format sets the format rate)")
-    args = parser.parse_args(argv)
-    metrics = score(args.predictions, args.annotations, args.prompt_template)
-    print(scoring_table(metrics))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    return 0

@@ -181,16 +181,6 @@ class HFGenerateEngine:
             return generate(unwrapped, inputs, params)
 
 
-def make_rollout_engine(args, accelerator, model, processor) -> RolloutEngine:
-    """The rollout engine a GRPO config asks for: :class:`grounding_rl.rollout.vllm.VLLMEngine` with ``use_vllm``
-    (TRL's knobs ``vllm_*``), else :class:`HFGenerateEngine`."""
-    if getattr(args, "use_vllm", False):
-        from grounding_rl.rollout.vllm import engine_for_training
-
-        return engine_for_training(args, accelerator, model, processor)
-    return HFGenerateEngine(accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
-
-
 def completion_mask(completion_ids: torch.LongTensor, eos_token_ids) -> tuple[torch.Tensor, torch.Tensor]:
     """Mask of the tokens up to and including the first EOS of each row, and which rows never stopped (TRL's rule).
 

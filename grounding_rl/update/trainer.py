@@ -33,12 +33,14 @@ from transformers import Trainer
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
 from grounding_rl.family import family_of
+from grounding_rl.models.tokens import completion_token_ids
 from grounding_rl.models.vision import placeholder_token_ids
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name
-from grounding_rl.rollout.generation import SamplingParams, make_rollout_engine
+from grounding_rl.rollout.generation import SamplingParams
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.arguments import data_seed
 from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
 from grounding_rl.update.recipes import active_recipes
 from grounding_rl.update.recipes.validation import ValidationMixin
@@ -112,12 +114,8 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         self.share_prompt = prefix_sharing(self.model, args)
         self.rollout_engine = rollout_engine or make_rollout_engine(args, self.accelerator, self.model,
                                                                     processing_class)
-        eos = self.accelerator.unwrap_model(self.model).generation_config.eos_token_id
-        if eos is None:
-            eos = processing_class.tokenizer.eos_token_id
-        self.eos_token_ids = [eos] if isinstance(eos, int) else list(eos)
-        pad = processing_class.tokenizer.pad_token_id
-        self.pad_token_id = self.eos_token_ids[0] if pad is None else pad
+        ids = completion_token_ids(processing_class.tokenizer, self.accelerator.unwrap_model(self.model).generation_config)
+        self.eos_token_ids, self.pad_token_id = list(ids.eos), ids.pad
         self.placeholder_ids = placeholder_token_ids(self.model)
         self._metrics = defaultdict(list)
         self.timings = defaultdict(float)  # seconds per phase of the current generation (rollout.timed)

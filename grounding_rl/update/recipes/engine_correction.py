@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grounding_rl.update import grpo
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.recipes.base import Recipe
 
 
 @dataclass

@@ -1,11 +1,9 @@
-"""``grounding-rl difficulty``: score every sample of a training file with a model, for difficulty-aware GRPO.
-
-    grounding-rl difficulty --model M --data D.jsonl --out D_scored.jsonl [--work-dir DIR] [--reward-funcs ...]
-                            [--reward-weights ...] [every option of grounding-rl eval]
+"""Every sample of a training file scored with a model, for difficulty-aware GRPO (:func:`score_difficulty`, what
+``grounding-rl difficulty`` runs, :mod:`grounding_rl.cli.difficulty`).
 
 The greedy evaluation is ``grounding-rl eval`` itself (:func:`grounding_rl.eval.evaluate.evaluate`: queries grouped
 by video, background decoding, multi-process under ``accelerate launch`` / ``torchrun``, a progress bar, resumable),
-run into ``--work-dir`` (default ``D_scored.jsonl.eval/``: ``predictions.jsonl``, ``metrics.json``, ``report.md`` and
+run into a work folder (default ``D_scored.jsonl.eval/``: ``predictions.jsonl``, ``metrics.json``, ``report.md`` and
 ``iou_hist.png``, the histogram of the scores). Then every line of ``--data`` is written to ``--out`` as it was, plus
 
     "difficulty": {"iou": IoU of the greedy answer (the iou reward's clamped rule), "reward": its weighted reward,
@@ -16,39 +14,21 @@ its fingerprint, the data file and its hash, prompt and video settings, generati
 weights, and the counts. This is TimeLens's offline scoring (its
 ``training/filter/infer_qwen3_vl_tvg_dataloader_filter_data.py`` writes ``iou`` and ``pred`` per annotation) and
 Time-R1's (``src/vllm_inference/calc_difficulty.py``, IoU in percent); GRPO reads the field with
-``difficulty_sampling`` / ``difficulty_range`` (:mod:`grounding_rl.data.difficulty`).
+``difficulty_sampling`` / ``difficulty_range`` (:mod:`grounding_rl.data.selection`).
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-from grounding_rl.data.difficulty import FIELD
+from grounding_rl.data.selection import FIELD
 from grounding_rl.errors import UserError, reading
 from grounding_rl.paths import follow_umask
 
 DEFAULT_REWARD_FUNCS = ("iou", "format")  # GroundingGRPOConfig's default, for a checkpoint that records none
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from grounding_rl.eval.evaluate import build_parser as eval_parser
-
-    parser = eval_parser(prog="grounding-rl difficulty", description=__doc__.split("\n\n")[0],
-                         out_help="the scored JSONL to write (D_scored.jsonl); its sidecar D_scored.json records the "
-                                  "model and settings")
-    parser.add_argument("--work-dir", default=None,
-                        help="folder of the evaluation run (predictions, metrics; resumable); default OUT.eval/")
-    parser.add_argument("--reward-funcs", nargs="+", default=None,
-                        help="rewards for the 'reward' score (registry names, module:function, file.py:function); "
-                             "default: the checkpoint's grounding_config.json, else iou format")
-    parser.add_argument("--reward-weights", nargs="+", type=float, default=None,
-                        help="their weights (default: the checkpoint's, else 1.0 each)")
-    return parser
 
 
 def score_record(record: dict, reward_funcs, weights, prompt_template: str) -> dict:
@@ -112,62 +92,67 @@ def sidecar_of(out: Path) -> Path:
     return out.with_suffix(".json") if out.suffix != ".json" else out.with_name(out.stem + ".meta.json")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns 0. A user's mistake raises :class:`grounding_rl.errors.UserError`."""
-    from grounding_rl.data.samples import VideoProbeError
+def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | None = None,
+                     reward_weights: list[float] | None = None, work_dir: str | os.PathLike | None = None) -> dict | None:
+    """Evaluate ``request`` (an :class:`grounding_rl.eval.evaluate.EvalRequest`; its ``out`` is ignored) into
+    ``work_dir`` (default ``OUT.eval``), then write the scored copy of ``request.data`` to ``out`` and its sidecar
+    (:func:`sidecar_of`).
+
+    Args:
+        request: what to evaluate (model, data, preprocessing, …).
+        out: the scored JSONL to write.
+        reward_funcs: reward registry names (or ``module:function``) for the ``reward`` score; default the
+            checkpoint's ``grounding_config.json``, else :data:`DEFAULT_REWARD_FUNCS`.
+        reward_weights: their weights; default the checkpoint's (with its functions), else 1.0 each.
+        work_dir: the evaluation's folder (resumable).
+
+    Returns:
+        on the main process the sidecar object (counts, mean IoU, model, settings); None on other ranks.
+
+    Raises:
+        UserError: ``out`` is the data file, an unknown reward function, weights that do not match the functions, and
+            what :func:`grounding_rl.eval.evaluate.evaluate` raises.
+    """
+    import dataclasses
+
     from grounding_rl.eval.evaluate import PREDICTIONS, RUN_FILE, evaluate, read_predictions
     from grounding_rl.eval.settings import resolve_config
     from grounding_rl.reward.rewards import get_reward_funcs
 
-    args = build_parser().parse_args(argv)
-    out = Path(args.out)
-    if out.resolve() == Path(args.data).resolve():
-        raise UserError(f"--out {args.out}: give another file than --data (the scores are written beside the data)")
+    out = Path(out)
+    if out.resolve() == Path(request.data).resolve():
+        raise UserError(f"--out {out}: give another file than --data (the scores are written beside the data)")
     try:
-        config, _ = resolve_config(args.model, prompt_template=args.prompt_template)
+        config, _ = resolve_config(request.model, request.overrides)
     except ValueError as err:
-        raise UserError(f"{args.model}: {err}") from None
-    names = list(args.reward_funcs or config.reward_funcs or DEFAULT_REWARD_FUNCS)
-    weights = args.reward_weights or (config.reward_weights if not args.reward_funcs and config.reward_funcs
-                                      else None) or [1.0] * len(names)
+        raise UserError(f"{request.model}: {err}") from None
+    names = list(reward_funcs or config.reward_funcs or DEFAULT_REWARD_FUNCS)
+    weights = reward_weights or (config.reward_weights if not reward_funcs and config.reward_funcs
+                                 else None) or [1.0] * len(names)
     if len(weights) != len(names):
         raise UserError(f"--reward-weights has {len(weights)} values for {len(names)} reward functions {names}")
     try:
         funcs = get_reward_funcs(names)
     except ValueError as err:
         raise UserError(f"--reward-funcs: {err}") from None
-    work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + ".eval")
-    eval_args = argparse.Namespace(**{**vars(args), "out": str(work)})
-    try:
-        payload = evaluate(eval_args)
-    except VideoProbeError as err:
-        raise UserError(str(err)) from None
-    if payload is None:  # another rank: rank 0 writes the files
-        return 0
+    work = Path(work_dir) if work_dir else out.with_name(out.name + ".eval")
+    if evaluate(dataclasses.replace(request, out=str(work))) is None:  # another rank: rank 0 writes the files
+        return None
     records, _ = read_predictions(work / PREDICTIONS)
     run = json.loads((work / RUN_FILE).read_text())
     template = run["prompt_template"]
     scores = {str(r["qid"]): score_record(r, funcs, weights, template) for r in records}
-    counts = write_scored(args.data, out, scores, args.video_root)
+    counts = write_scored(request.data, out, scores, request.video_root)
     ious = [s["iou"] for s in scores.values()]
     sidecar = {
         "scored_file": str(out.resolve()), "data": run["data"], "data_sha256": run["data_sha256"],
         "model": run["model"], "model_fingerprint": run["model_fingerprint"], "prompt_template": template,
         "video": run["video"], "max_new_tokens": run["max_new_tokens"], "decoding": "greedy",
-        "dtype": run["dtype"], "seed": args.seed, "limit": args.limit, "reward_funcs": names,
+        "dtype": run["dtype"], "seed": request.seed, "limit": request.limit, "reward_funcs": names,
         "reward_weights": list(weights), "iou_rule": "clamped (the iou reward's)", "work_dir": str(work.resolve()),
         "counts": counts, "mean_iou": sum(ious) / len(ious) if ious else None,
         "version": run["version"],
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    sidecar_path = sidecar_of(out)
-    sidecar_path.write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
-    print(f"difficulty: scored {counts['scored']} of {counts['lines']} lines ({counts['unscored']} unscored: dropped "
-          f"by the validation policy or past --limit); mean IoU {sidecar['mean_iou']:.4f}" if ious else
-          f"difficulty: no line scored of {counts['lines']}")
-    print(f"difficulty: wrote {out} and {sidecar_path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sidecar_of(out).write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
+    return sidecar
