@@ -12,12 +12,12 @@ import yaml
 
 import grounding_rl
 from grounding_rl.data.samples import Sample
+from grounding_rl.data.video import VideoSettings
 from grounding_rl.eval import evaluate as ev
 from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
 from grounding_rl.eval.settings import PreprocessingOverrides, resolve_config
 from grounding_rl.paths import REPO_ROOT
 from grounding_rl.prompts.preprocessing import GroundingConfig
-from grounding_rl.data.video import VideoSettings
 
 torch.set_num_threads(1)
 
@@ -232,14 +232,14 @@ def test_a_failed_model_load_leaves_no_eval_config(tiny_model_dir, videos_dir, t
 def test_written_files_follow_the_umask(tmp_path):
     """Files written through a temporary file (mkstemp creates 0600) get the mode ``open()`` would: 0640 under umask
     027 (metrics.json and report files, a scored data file, canonical JSONL)."""
-    from grounding_rl.data.samples import write_jsonl
+    from grounding_rl.data.samples import write_samples
     from grounding_rl.eval import report
     from grounding_rl.eval.difficulty_scores import write_scored
 
     umask = os.umask(0o027)
     try:
         report.write_metrics_json(tmp_path / "metrics.json", {"n": 1}, {})
-        write_jsonl(tmp_path / "data.jsonl", [_sample()])
+        write_samples(tmp_path / "data.jsonl", [_sample()])
         write_scored(tmp_path / "data.jsonl", tmp_path / "scored.jsonl", {})
         with open(tmp_path / "plain.txt", "w") as handle:
             handle.write("x")
@@ -293,8 +293,8 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
     equal those of the per-query path (one query per batch, each decoded and encoded alone); with 2 background
     decoding workers too. metrics.json records the wall time and queries per second."""
     import grounding_rl.data.video as video_module
-    from grounding_rl.rollout import runner
     from grounding_rl.models.loading import load_for_inference, vision_tower
+    from grounding_rl.rollout import runner
 
     data = videos_dir / "annotations.jsonl"
     decodes, encodings = [], []

@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.cli import infer as infer_cli
 from grounding_rl.data import video as video_module
+from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.eval import engines
 from grounding_rl.eval import infer as inf
 from grounding_rl.eval.report import plot_timeline

@@ -122,7 +122,7 @@ def test_build_with_real_tokenizer(tiny_model_dir, qwen_processor_dir):
 
 
 def test_cli_without_tokenizer(tmp_path, capsys):
-    from grounding_rl.dev.tiny import main
+    from grounding_rl.cli.tiny_model import main
 
     assert main(["--out", str(tmp_path / "m"), "--hidden-size", "32", "--num-layers", "1"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -155,7 +155,7 @@ def test_like_qwen2_5_equals_tokenizer_build(tmp_path, tiny_model_dir, qwen_proc
     """--like on the Qwen2.5-VL folder builds the same model as the old --tokenizer."""
     from safetensors.torch import load_file
 
-    from grounding_rl.dev.tiny import main
+    from grounding_rl.cli.tiny_model import main
 
     assert main(["--out", str(tmp_path / "like"), "--like", str(qwen_processor_dir)]) == 0
     a, b = load_file(str(tiny_model_dir / "model.safetensors")), load_file(str(tmp_path / "like" / "model.safetensors"))

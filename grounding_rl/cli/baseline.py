@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from grounding_rl.errors import UserError
+from grounding_rl.jsonl_files import write_jsonl_atomic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         predictions = baseline_predictions(args.train, args.data)
     except ValueError as err:  # a file without a usable sample; a missing file is an OSError naming it
         raise UserError(str(err)) from None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(p) + "\n" for p in predictions), encoding="utf-8")
+    write_jsonl_atomic(args.out, predictions)
     if args.metrics is not None:
         from grounding_rl.cli.score import main as score_main
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION, check_fraction, missing_videos
 from grounding_rl.data.probe import VideoProbeError, probe_duration
 from grounding_rl.data.readers import count_several_spans, read_annotations
-from grounding_rl.data.samples import Sample, validate, write_jsonl
+from grounding_rl.data.samples import Sample, validate, write_samples
 from grounding_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
                 logger.warning("%d of %d videos are %s under %s, e.g. %s", len(videos), total, what, video_root,
                                ", ".join(videos[:3]))
     out_dir = os.path.dirname(os.path.abspath(out))
-    write_jsonl(out, (_relative_to_out(sample, out_dir) for sample in kept))
+    write_samples(out, (_relative_to_out(sample, out_dir) for sample in kept))
     counts = {**counts, "missing_videos": missing, "unreadable_videos": unreadable}
     if format_name == "timelens":
         counts["several_spans"] = count_several_spans(annotations)["several_spans"]

@@ -28,7 +28,7 @@ Formats:
     ``{video id: {duration, spans: [[s, e], ...], queries: [...]}}`` in seconds, span i paired with query i (see
     :func:`read_timelens`).
 ``jsonl``
-    The canonical JSONL (:func:`grounding_rl.data.samples.iter_jsonl`).
+    The canonical JSONL (:func:`grounding_rl.data.samples.iter_samples`).
 
 ``qid`` is the source's id where it has one (Time-R1), else ``<format>:<video id>#<index>`` with index the 0-based
 position of the query among that video's queries in the file; ``source`` is the format name.
@@ -45,7 +45,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_jsonl
+from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_samples
 from grounding_rl.errors import excerpt, reading
 
 logger = logging.getLogger(__name__)
@@ -345,10 +345,10 @@ def read_timelens(path: str | os.PathLike, *, video_root: str | os.PathLike | No
                          texts_key="queries", several_spans=True, clean=timelens_query)
 
 
-def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+def read_canonical(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
                durations: dict[str, float] | None = None) -> Iterator[Sample]:
-    """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_jsonl`)."""
-    return iter_jsonl(path, video_root=video_root, durations=durations)
+    """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_samples`)."""
+    return iter_samples(path, video_root=video_root, durations=durations)
 
 
 READERS: dict[str, Callable[..., Iterator[Sample]]] = {
@@ -358,7 +358,7 @@ READERS: dict[str, Callable[..., Iterator[Sample]]] = {
     "time_r1": read_time_r1,
     "tvgbench": read_tvgbench,
     "timelens": read_timelens,
-    "jsonl": read_jsonl,
+    "jsonl": read_canonical,
 }
 
 
@@ -386,5 +386,5 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
 
 
 __all__ = ["READERS", "Reader", "count_several_spans", "load_durations", "read_activitynet", "read_annotations",
-           "read_charades_sta", "read_jsonl", "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
+           "read_charades_sta", "read_canonical", "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
            "timelens_query"]

@@ -225,7 +225,7 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     """
     from tqdm import tqdm
 
-    from grounding_rl.data.samples import Sample, write_jsonl
+    from grounding_rl.data.samples import Sample, write_samples
 
     out = Path(out)
     (out / "videos").mkdir(parents=True, exist_ok=True)
@@ -241,5 +241,5 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     paths = {}
     for split, samples in rows.items():
         paths[split] = str(out / f"{split}.jsonl")
-        write_jsonl(paths[split], samples)
+        write_samples(paths[split], samples)
     return {**paths, "clips": len(jobs), "seconds": round(time.time() - began, 2)}

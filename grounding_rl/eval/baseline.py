@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grounding_rl.data.samples import read_jsonl, validate
+from grounding_rl.data.samples import load_samples
 
 
 def mean_normalized_interval(train_file: str | Path) -> tuple[float, float]:
@@ -18,7 +18,7 @@ def mean_normalized_interval(train_file: str | Path) -> tuple[float, float]:
     Raises:
         ValueError: the file has no sample with a positive duration.
     """
-    pairs = [(s.start / s.duration, s.end / s.duration) for s in validate(read_jsonl(train_file))[0]]
+    pairs = [(s.start / s.duration, s.end / s.duration) for s in load_samples(train_file)]
     if not pairs:
         raise ValueError(f"{train_file}: no samples with a positive duration")
     return sum(p[0] for p in pairs) / len(pairs), sum(p[1] for p in pairs) / len(pairs)
@@ -28,4 +28,4 @@ def baseline_predictions(train_file: str | Path, data_file: str | Path) -> list[
     """One prediction line ``{"qid", "start", "end"}`` (seconds) per query of ``data_file``."""
     lo, hi = mean_normalized_interval(train_file)
     return [{"qid": s.qid, "start": round(lo * s.duration, 2), "end": round(hi * s.duration, 2)}
-            for s in validate(read_jsonl(data_file))[0]]
+            for s in load_samples(data_file)]

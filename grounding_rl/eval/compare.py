@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 COLUMNS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "format_rate", "n")
 
 

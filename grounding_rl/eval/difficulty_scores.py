@@ -19,14 +19,13 @@ Time-R1's (``src/vllm_inference/calc_difficulty.py``, IoU in percent); GRPO read
 from __future__ import annotations
 
 import datetime
-import json
 import os
-import tempfile
 from pathlib import Path
 
 from grounding_rl.data.selection import FIELD
-from grounding_rl.errors import UserError, reading
-from grounding_rl.paths import follow_umask
+from grounding_rl.errors import UserError
+from grounding_rl.jsonl_files import JsonLines, write_jsonl_atomic
+from grounding_rl.run_record import read_record, write_record
 
 DEFAULT_REWARD_FUNCS = ("iou", "format")  # GroundingGRPOConfig's default, for a checkpoint that records none
 
@@ -57,33 +56,24 @@ def write_scored(data: str | os.PathLike, out: str | os.PathLike, scores: dict[s
         ``{"lines", "scored", "unscored"}``.
     """
     out = Path(out).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
     base = os.path.abspath(video_root) if video_root is not None else os.path.dirname(os.path.abspath(data))
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     counts = {"lines": 0, "scored": 0, "unscored": 0}
-    try:
-        with reading(str(data)), open(data, encoding="utf-8-sig") as source, \
-                os.fdopen(fd, "w", encoding="utf-8") as target:
-            for index, line in enumerate(source):
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if isinstance(row.get("video"), str) and not os.path.isabs(row["video"]):
-                    row["video"] = os.path.relpath(os.path.join(base, row["video"]), out.parent)
-                qid = str(row["qid"]) if row.get("qid") is not None else str(index)
-                counts["lines"] += 1
-                if qid in scores:
-                    row[FIELD] = scores[qid]
-                    counts["scored"] += 1
-                else:
-                    row.pop(FIELD, None)  # a score from another model must not survive
-                    counts["unscored"] += 1
-                target.write(json.dumps(row, ensure_ascii=False) + "\n")
-        follow_umask(tmp)  # mkstemp creates 0600
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def rows():
+        for number, row in JsonLines(data):
+            if isinstance(row.get("video"), str) and not os.path.isabs(row["video"]):
+                row["video"] = os.path.relpath(os.path.join(base, row["video"]), out.parent)
+            qid = str(row["qid"]) if row.get("qid") is not None else str(number - 1)
+            counts["lines"] += 1
+            if qid in scores:
+                row[FIELD] = scores[qid]
+                counts["scored"] += 1
+            else:
+                row.pop(FIELD, None)  # a score from another model must not survive
+                counts["unscored"] += 1
+            yield row
+
+    write_jsonl_atomic(out, rows())
     return counts
 
 
@@ -139,7 +129,7 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
     if evaluate(dataclasses.replace(request, out=str(work))) is None:  # another rank: rank 0 writes the files
         return None
     records, _ = read_predictions(work / PREDICTIONS)
-    run = json.loads((work / RUN_FILE).read_text())
+    run = read_record(work / RUN_FILE)
     template = run["prompt_template"]
     scores = {str(r["qid"]): score_record(r, funcs, weights, template) for r in records}
     counts = write_scored(request.data, out, scores, request.video_root)
@@ -154,5 +144,5 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
         "version": run["version"],
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    sidecar_of(out).write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
+    write_record(sidecar_of(out), sidecar)
     return sidecar

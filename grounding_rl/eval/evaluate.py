@@ -31,9 +31,7 @@
 from __future__ import annotations
 
 import datetime
-import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -46,10 +44,12 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOverrides, check_generation_length,
                                         describe_config, resolve_config)
+from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
 from grounding_rl.models.loading import check_model_folder
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.reward.records import metrics_from_records, prediction_record
 from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
+from grounding_rl.run_record import write_record
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,8 @@ RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "
 
 # ------------------------------------------------------------------------------------------------------ records
 def read_predictions(path: str | Path) -> tuple[list[dict], int]:
-    """Prediction records of one file, tolerating what a killed run leaves behind.
+    """Prediction records of one file, tolerating what a killed run leaves behind (:class:`grounding_rl.jsonl_files.
+    JsonLines` in ``count`` mode).
 
     Returns:
         (records with a ``qid``, number of skipped lines: invalid JSON such as a half-written last line, or objects
@@ -75,21 +76,10 @@ def read_predictions(path: str | Path) -> tuple[list[dict], int]:
     path = Path(path)
     if not path.is_file():
         return [], 0
-    records, skipped = [], 0
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                skipped += 1
-                continue
-            if isinstance(obj, dict) and obj.get("qid") is not None:
-                records.append(obj)
-            else:
-                skipped += 1
-    return records, skipped
+    lines = JsonLines(path, COUNT)
+    rows = [row for _, row in lines]
+    records = [row for row in rows if row.get("qid") is not None]
+    return records, lines.skipped + len(rows) - len(records)
 
 
 def prediction_files(outdir: Path) -> list[Path]:
@@ -128,32 +118,10 @@ def merge_predictions(outdir: Path, samples: list[Sample]) -> list[dict]:
         (ordered.append(record) if record is not None else missing.append(sample.qid))
     if missing:
         raise RuntimeError(f"{outdir}: {len(missing)} querie(s) have no prediction after the run, e.g. {missing[:3]}")
-    tmp = outdir / f".{PREDICTIONS}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for record in ordered + list(done.values()):
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, outdir / PREDICTIONS)
+    write_jsonl_atomic(outdir / PREDICTIONS, ordered + list(done.values()))
     for path in prediction_files(outdir)[1:]:
         path.unlink()
     return ordered
-
-
-class _Writer:
-    """Appends one flushed JSON line per record; repairs a half-written last line left by a killed run."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        needs_newline = path.is_file() and path.stat().st_size > 0 and path.read_bytes()[-1:] != b"\n"
-        self.handle = open(path, "a", encoding="utf-8")
-        if needs_newline:
-            self.handle.write("\n")
-
-    def write(self, record: dict) -> None:
-        self.handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self.handle.flush()
-
-    def close(self) -> None:
-        self.handle.close()
 
 
 # ------------------------------------------------------------------------------------------------------ request
@@ -322,7 +290,7 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     check_generation_length(flag, max_new_tokens, request.model)
     model_id = str(Path(request.model).resolve()) if Path(request.model).exists() else request.model
     from grounding_rl import __version__
-    from grounding_rl.data.fingerprint import file_sha256, model_fingerprint
+    from grounding_rl.run_record import file_sha256, model_fingerprint
 
     record = {"model": model_id, "model_fingerprint": model_fingerprint(request.model),
               "data": str(Path(request.data).resolve()), "data_sha256": file_sha256(request.data),
@@ -346,19 +314,11 @@ def _check_run(outdir: Path, run: dict) -> None:
     Raises:
         UserError: one line naming what changed and the two ways on (``--overwrite``, or another ``--out``).
     """
-    from grounding_rl.data.fingerprint import changes
+    from grounding_rl.run_record import check_record
 
-    path = outdir / RUN_FILE
-    if not path.is_file() or not existing_predictions(outdir):  # no predictions (e.g. a failed load): nothing to keep
-        return
-    try:
-        previous = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return
-    differ = changes(previous, run, RUN_KEYS)
-    if differ:
-        raise UserError(f"{outdir} holds predictions made by something else ({'; '.join(differ)}); rerun with "
-                        "--overwrite to replace them, or give a new --out")
+    if existing_predictions(outdir):  # no predictions (e.g. a failed load): nothing to keep, whatever the record says
+        check_record(outdir / RUN_FILE, run, RUN_KEYS, f"{outdir} holds predictions made by something else",
+                     "rerun with --overwrite to replace them, or give a new --out")
 
 
 # ------------------------------------------------------------------------------------------------------ run
@@ -408,10 +368,10 @@ def run(plan_: EvalPlan, state) -> RunResult:
     # eval_config.json only once every rank that runs queries has its model: a failed load leaves no record
     state.wait_for_everyone()
     if main_process:
-        (outdir / RUN_FILE).write_text(json.dumps(plan_.run, indent=2) + "\n")
+        write_record(outdir / RUN_FILE, plan_.run)
     if shard:
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
-        writer = _Writer(outdir / name)
+        writer = JsonlAppender(outdir / name)
         config = plan_.config
         batches = greedy_answer_batches(model, processor, [s.video for s in shard], [s.query for s in shard],
                                         config.video, config.prompt_template, plan_.max_new_tokens,

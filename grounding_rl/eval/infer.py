@@ -11,6 +11,7 @@ from grounding_rl.reward.iou import clamp_interval
 from grounding_rl.reward.parsing import extract_think, parse_answer
 from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
+
 def answer_result(query: str, answer: str, duration: float) -> dict:
     """The output object for one query: ``{"query", "start", "end", "answer", "reasoning"}``.
 
