@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from grounding_rl.models import memory
+from grounding_rl.dev import memory
 from grounding_rl.paths import REPO_ROOT
 
 torch.set_num_threads(1)

@@ -27,7 +27,8 @@ from grounding_rl.models.loading import load_policy, load_processor  # noqa: E40
 from grounding_rl.models.vision import rope_position_ids  # noqa: E402
 from grounding_rl.prompts.preprocessing import build_inputs  # noqa: E402
 from grounding_rl.rollout.generation import SamplingParams, completion_mask  # noqa: E402
-from grounding_rl.rollout.vllm import CLIPS, VLLMEngine, runner_model  # noqa: E402
+from grounding_rl.prompts.preprocessing import CLIPS  # noqa: E402
+from grounding_rl.rollout.vllm import VLLMEngine, runner_model  # noqa: E402
 from grounding_rl.update.logprobs import completion_logps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

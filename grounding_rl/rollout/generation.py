@@ -20,10 +20,9 @@ from typing import Protocol
 import torch
 
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
-from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, build_inputs
+from grounding_rl.prompts.preprocessing import CLIPS, MODEL_INPUT_KEYS, VIDEO_INDEX, build_inputs
 from grounding_rl.rollout.shared import generate_shared
 
-VIDEO_INDEX = "video_index"
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
     tokenizer = processor.tokenizer
     if engine is not None:
         inputs = dict(build_inputs(processor, queries, videos, template, video_layout=video_layout))
-        inputs["clips"] = list(videos)
+        inputs[CLIPS] = list(videos)
         new_tokens = engine.generate(None, inputs, params)
         return processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     inputs = build_inputs(processor, queries, videos, template, share_videos=True,

@@ -27,9 +27,9 @@ import os
 import torch
 
 from grounding_rl.family import family_of
+from grounding_rl.prompts.preprocessing import CLIPS
 from grounding_rl.rollout.generation import SamplingParams
 
-CLIPS = "clips"
 
 
 def vllm_video(video, family) -> tuple:
