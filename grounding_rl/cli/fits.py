@@ -84,7 +84,7 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     """
     from dataclasses import asdict
 
-    from grounding_rl.models import memory
+    from grounding_rl.dev import memory
 
     script_args, args, model_args = parse_recipe(config)
     name = model or model_args.model_name_or_path
