@@ -167,17 +167,6 @@ class PreprocessingArguments:
         return problems
 
 
-def video_metadata(video: SampledVideo, family: Family | str = "qwen2_5_vl"):
-    """Describe a sampled clip to a family's processor (:meth:`grounding_rl.family.Family.video_metadata`).
-
-    Qwen2.5-VL: fps = effective sampled fps, T frames, indices range(T), so with ``do_sample_frames=False`` the
-    processor computes ``second_per_grid_ts = temporal_patch_size / fps`` (1.0 at 2 fps; without metadata transformers
-    5.24 assumes 24 fps: 0.083, wrong). Qwen3-VL: the frames' true presentation times, from which the processor
-    writes the textual timestamps.
-    """
-    return (family_of(family) if isinstance(family, str) else family).video_metadata(video)
-
-
 class _DistinctClips:
     """A processor's video processor that preprocesses each distinct clip once: ``index[i]`` is row i's clip. It
     returns the distinct clips' patches and, per row, their grid and metadata (which the processor reads row by row to
@@ -291,6 +280,24 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
             raise RuntimeError(f"the processor returned {pixels.shape[0]} video patches for grids {sizes}")
         features[VIDEO_INDEX] = torch.tensor(index, dtype=torch.long)
     return features
+
+
+def check_prompt_length(length: int, limit: int | None, sample: str) -> None:
+    """The one prompt-length rule of GRPO and SFT: a prompt longer than ``max_prompt_length`` tokens is an error, never
+    a truncation (truncating would cut video tokens). ``limit`` None: no limit.
+
+    Args:
+        length: the prompt's tokens (video tokens included).
+        limit: ``max_prompt_length``.
+        sample: how to name the sample in the message, e.g. ``"sample 3 (qid x, a.mp4)"``.
+
+    Raises:
+        ValueError: ``"sample 3 (qid x, a.mp4): prompt is 5000 tokens, more than max_prompt_length 4096; …"``.
+    """
+    if limit is not None and length > limit:
+        raise ValueError(f"{sample}: prompt is {length} tokens, more than max_prompt_length {limit}; prompts are never "
+                         "truncated (that would cut video tokens): lower video_fps / video_max_pixels / "
+                         "video_total_pixels or raise max_prompt_length")
 
 
 def prompt_text(processor, input_ids, attention_mask=None) -> str:

@@ -20,7 +20,8 @@ from transformers import Trainer
 from grounding_rl.data.dataset import VideoCollator
 from grounding_rl.data.video import VideoSettings
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, family_of
-from grounding_rl.prompts.preprocessing import VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs
+from grounding_rl.prompts.preprocessing import (VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs,
+                                             check_prompt_length)
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
 from grounding_rl.update.arguments import BaseTrainingArguments, count_problems
 from grounding_rl.update.resume import ExactResumeMixin
@@ -112,10 +113,7 @@ class SFTCollator:
         for i, row in enumerate(rows):
             keep = prompt["attention_mask"][i].bool()
             prompt_ids = prompt["input_ids"][i][keep]
-            if self.max_prompt_length is not None and len(prompt_ids) > self.max_prompt_length:
-                raise ValueError(f"sample {row['qid']} ({row['video']}): prompt has {len(prompt_ids)} tokens > "
-                                 f"max_prompt_length {self.max_prompt_length}; lower video_max_pixels / "
-                                 f"video_total_pixels / video_fps or raise max_prompt_length")
+            check_prompt_length(len(prompt_ids), self.max_prompt_length, f"sample {row['qid']} ({row['video']})")
             target = torch.tensor(target_ids[i], dtype=prompt_ids.dtype)
             ids.append(torch.cat([prompt_ids, target]))
             mm.append(torch.cat([prompt["mm_token_type_ids"][i][keep], torch.zeros_like(target)]))
