@@ -366,7 +366,7 @@ def test_resume_uses_the_buffered_generation_of_its_step(tmp_path, tiny_model_di
 
     def prepare(self, batch):
         part = original_prepare(self, batch)
-        log.append(("train", self.state.global_step + 1, self._step % self.args.steps_per_generation))
+        log.append(("train", self.state.global_step + 1, self._micro_step % self.args.steps_per_generation))
         return part
 
     monkeypatch.setattr(trainer_module.GroundingGRPOTrainer, "generate_and_score", generate)

@@ -520,13 +520,13 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
             checkpoint without trainer state or optimizer state, or one whose ``run_fingerprint.json`` differs from
             ``fingerprint`` (:func:`run_fingerprint`; the message names what changed).
     """
-    from transformers.trainer_utils import get_last_checkpoint
+    from grounding_rl.update.resume import last_checkpoint
 
     resume = training_args.resume_from_checkpoint
     if resume is None or (isinstance(resume, str) and resume.lower() in ("false", "none", "")):
         return None
     if isinstance(resume, str) and resume.lower() in ("true", "last"):
-        found = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+        found = last_checkpoint(training_args.output_dir)
         if found is None:
             raise UserError(f"resume_from_checkpoint: no checkpoint-N folder in {training_args.output_dir}")
         resume = found

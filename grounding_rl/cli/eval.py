@@ -20,7 +20,10 @@ from grounding_rl.errors import UserError
 
 def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
     """The flags of :class:`grounding_rl.eval.settings.PreprocessingOverrides` (None = keep the checkpoint's), shared
-    by ``eval``, ``difficulty`` and ``infer``."""
+    by ``eval``, ``difficulty`` and ``infer``. One name per setting: the flag ``--video-fps`` is the YAML key
+    ``video_fps`` and ``video.fps`` in ``grounding_config.json`` (likewise ``--video-min-pixels``,
+    ``--video-max-pixels``, ``--video-total-pixels``, ``--video-max-frames``, ``--video-sampler``); the short forms
+    ``--fps``, ``--min-pixels``, ``--max-pixels``, ``--total-pixels``, ``--max-frames`` are aliases."""
     from grounding_rl.family import VIDEO_LAYOUTS
 
     parser.add_argument("--prompt-template", default=None, help="override the prompt template")
@@ -28,11 +31,16 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
                         help="override the video layout (Qwen3-VL: 'released', the per-frame blocks alone as "
                         "transformers 4.57 wrote them; 'transformers5', inside one more <|vision_start|> … "
                         "<|vision_end|> pair)")
-    parser.add_argument("--fps", type=float, default=None, help="override frames per second")
-    parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
-    parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
-    parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
-    parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
+    parser.add_argument("--video-fps", "--fps", dest="fps", type=float, default=None,
+                        help="override frames per second (video_fps)")
+    parser.add_argument("--video-min-pixels", "--min-pixels", dest="min_pixels", type=int, default=None,
+                        help="override the minimum pixels per frame (video_min_pixels)")
+    parser.add_argument("--video-max-pixels", "--max-pixels", dest="max_pixels", type=int, default=None,
+                        help="override the maximum pixels per frame (video_max_pixels)")
+    parser.add_argument("--video-total-pixels", "--total-pixels", dest="total_pixels", type=int, default=None,
+                        help="override the pixel budget per clip (video_total_pixels)")
+    parser.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
+                        help="override the maximum number of frames (video_max_frames)")
     parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
                         help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
                         "Time-R1 and VideoChat-R1 checkpoints were evaluated)")

@@ -116,7 +116,7 @@ class PreprocessingOverrides:
             UserError: one line naming the flag, e.g. ``--fps must be > 0 (got 0.0)``.
         """
         for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames"):
-            check_number("--" + name.replace("_", "-"), getattr(self, name), above=0)
+            check_number("--video-" + name.replace("_", "-"), getattr(self, name), above=0)
 
     def video(self) -> dict:
         """The video overrides as :func:`resolve_config` keywords (None values included)."""
