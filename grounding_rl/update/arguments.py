@@ -69,17 +69,18 @@ def data_seed(args) -> int:
 
 
 def trl_field(name: str, default: Any = dataclasses.MISSING, note: str = "", source=None) -> dataclasses.Field:
-    """A config field named as in TRL, its help text read from TRL's own dataclass (``trl.GRPOConfig`` unless
-    ``source`` is given) rather than copied, so it follows the installed TRL.
+    """A config field named as in TRL (or transformers), its help text read from that library's own dataclass
+    (``trl.GRPOConfig`` unless ``source`` is given, e.g. ``transformers.TrainingArguments``) rather than copied, so it
+    follows the installed version.
 
     Args:
-        name: the field's name in TRL's dataclass.
+        name: the field's name in the source dataclass.
         default: our default; unset = TRL's default (value or factory).
         note: our addition to the help text (where we differ from TRL, or what is verified here).
-        source: the TRL dataclass to read (default ``trl.GRPOConfig``).
+        source: the dataclass to read (default ``trl.GRPOConfig``).
 
     Raises:
-        KeyError: TRL's dataclass has no field ``name`` (a renamed TRL knob must fail loudly, not drift).
+        KeyError: the source has no field ``name`` (a renamed knob must fail loudly, not drift).
     """
     if source is None:
         from trl import GRPOConfig as source
