@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
+from grounding_rl.models.tokens import completion_token_ids
 from grounding_rl.prompts.preprocessing import CLIPS, MODEL_INPUT_KEYS, VIDEO_INDEX, build_inputs
 from grounding_rl.rollout.shared import generate_shared
 
@@ -119,7 +120,6 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
     """
     if not queries:
         return []
-    tokenizer = processor.tokenizer
     if engine is not None:
         inputs = dict(build_inputs(processor, queries, videos, template, video_layout=video_layout))
         inputs[CLIPS] = list(videos)
@@ -127,7 +127,7 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
         return processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     inputs = build_inputs(processor, queries, videos, template, share_videos=True,
                           video_layout=video_layout).to(model.device)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None)).pad
     if int(inputs[VIDEO_INDEX].max()) + 1 == len(queries):  # every clip distinct: nothing to share
         inputs.pop(VIDEO_INDEX)
     new_tokens = generate(model, dict(inputs), params, pad_token_id=pad)
