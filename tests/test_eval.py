@@ -294,7 +294,7 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
     decoding workers too. metrics.json records the wall time and queries per second."""
     import grounding_rl.data.video as video_module
     from grounding_rl.models.loading import load_for_inference, vision_tower
-    from grounding_rl.rollout import runner
+    from grounding_rl.rollout import greedy
 
     data = videos_dir / "annotations.jsonl"
     decodes, encodings = [], []
@@ -308,7 +308,7 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
         vision_tower(model).register_forward_hook(lambda module, args, out: encodings.append(args[0].shape[0]))
         return model, processor
 
-    monkeypatch.setattr(runner, "sample_frames", counting_sample_frames)
+    monkeypatch.setattr(greedy, "sample_frames", counting_sample_frames)
     monkeypatch.setattr(ev, "load_for_inference", counting_load)
     assert _eval(noisy_model_dir, data, tmp_path / "grouped", "--batch-size", "8") == 0
     assert len(decodes) == 6 == len(set(decodes))
@@ -319,7 +319,7 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
     assert len(encodings) == 15 and len(decodes) == 6
     videos = [row["video"] for row in _lines(data)]
     patches = dict(zip(videos, encodings))  # one query per call: that query's clip
-    order = [v for v, positions in runner.group_by_video(videos) for _ in positions]
+    order = [v for v, positions in greedy.group_by_video(videos) for _ in positions]
     expected = sum(patches[v] for v in set(order[:8])) + sum(patches[v] for v in set(order[8:]))
     assert grouped_patches == expected < sum(encodings)  # each clip once per batch of 8
     grouped, per_query = _lines(tmp_path / "grouped" / "predictions.jsonl"), _lines(tmp_path / "per_query" /
