@@ -293,6 +293,7 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
     equal those of the per-query path (one query per batch, each decoded and encoded alone); with 2 background
     decoding workers too. metrics.json records the wall time and queries per second."""
     import grounding_rl.data.video as video_module
+    from grounding_rl.eval import engines
     from grounding_rl.models.loading import load_for_inference, vision_tower
     from grounding_rl.rollout import greedy
 
@@ -309,7 +310,7 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
         return model, processor
 
     monkeypatch.setattr(greedy, "sample_frames", counting_sample_frames)
-    monkeypatch.setattr(ev, "load_for_inference", counting_load)
+    monkeypatch.setattr(engines, "load_for_inference", counting_load)
     assert _eval(noisy_model_dir, data, tmp_path / "grouped", "--batch-size", "8") == 0
     assert len(decodes) == 6 == len(set(decodes))
     grouped_patches = sum(encodings)
