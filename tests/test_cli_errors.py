@@ -161,7 +161,7 @@ CASES = {
     "infer: --max-new-tokens past the model's context": (
         lambda d: [*INFER(d, "tiny"), "--max-new-tokens", "1000000000"], ["--max-new-tokens must be ≤ 32768"]),
     "infer: --batch-size 0": (lambda d: [*INFER(d), "--batch-size", "0"], ["--batch-size must be ≥ 1"]),
-    "infer: --max-frames 0": (lambda d: [*INFER(d), "--max-frames", "0"], ["--max-frames must be > 0"]),
+    "infer: --max-frames 0": (lambda d: [*INFER(d), "--max-frames", "0"], ["--video-max-frames must be > 0"]),
     "infer: empty --query": (lambda d: ["infer", "--model", str(d), "--video", str(d / "a_file"), "--query", ""],
                              ["--query 1 of 1 is empty"]),
     "infer: whitespace --query": (
