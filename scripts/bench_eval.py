@@ -10,7 +10,7 @@ greedy decoding of exactly 32 new tokens (``min_new_tokens`` 32), batches of 8 q
 
 Arms, in one run, alternating:
 
-- ``grouped`` — what ``grounding-rl eval`` does (:mod:`grounding_rl.rollout.runner`): each video decoded once, in
+- ``grouped`` — what ``grounding-rl eval`` does (:mod:`grounding_rl.rollout.greedy`): each video decoded once, in
   ``--workers`` background DataLoader workers while the current batch generates; the rows of a clip in a batch share
   one vision encoding;
 - ``per_query`` — the sequential path: each query's clip decoded in the main process when its batch comes, every row
@@ -55,7 +55,7 @@ def workload(videos_dir: Path) -> list[tuple[str, str]]:
 
 
 def run_grouped(model, processor, rows, settings, template, workers) -> tuple[list[str], float]:
-    from grounding_rl.rollout.runner import clip_batches, group_by_video
+    from grounding_rl.rollout.greedy import clip_batches, group_by_video
     from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 
     python scripts/bench_step.py [--steps 3] [--threads N] [--mem-rows 2] [--model DIR]
 
-Model: a random-weight Qwen2.5-VL built with :func:`grounding_rl.models.tiny.build_tiny_model` and the real Qwen
+Model: a random-weight Qwen2.5-VL built with :func:`grounding_rl.dev.tiny.build_tiny_model` and the real Qwen
 tokenizer (vocabulary 151,665, rounded up to 151,680 rows), with the depth:width and MLP ratios of
 ``../shared/models/Qwen2.5-VL-3B-Instruct/config.json`` at 1/8 of its text width (:data:`SIZES`):
 
@@ -68,7 +68,7 @@ def build_model(out: Path, tokenizer: Path) -> Path:
     """The scaled-down 3B (:data:`SIZES`), saved with its processor in ``out``; reused when already there."""
     from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
 
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     if (out / "config.json").is_file():
         return out

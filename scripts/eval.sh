@@ -41,13 +41,9 @@ case "$SPEC" in
     NAME="$(basename "${SPEC%.*}")"
     OUT="${OUT:-outputs/eval/$NAME/$(basename "$MODEL")}"
     mkdir -p "$OUT"
-    PREP=()
-    while IFS= read -r line; do PREP+=("$line"); done < <(
-      "$PY" -m grounding_rl.eval.benchmarks prepare-args "$SPEC" --out "$OUT/data.jsonl" \
-        ${VIDEO_ROOT:+--video-root "$VIDEO_ROOT"} ${DATA_ROOT:+--data-root "$DATA_ROOT"} || echo "__FAILED__")
-    if [ "${#PREP[@]}" -eq 0 ] || [ "${PREP[-1]}" = "__FAILED__" ]; then exit 2; fi
     echo "eval.sh: preparing $NAME into $OUT/data.jsonl" >&2
-    "$PY" -m grounding_rl.cli prepare "${PREP[@]}"
+    "$PY" -m grounding_rl.cli prepare --benchmark "$SPEC" --out "$OUT/data.jsonl" \
+      ${VIDEO_ROOT:+--video-root "$VIDEO_ROOT"} ${DATA_ROOT:+--data-root "$DATA_ROOT"}
     EVAL_ARGS=(--data "$OUT/data.jsonl" --benchmark "$SPEC")
     if [ -n "$DATA_ROOT" ]; then EVAL_ARGS+=(--data-root "$DATA_ROOT"); fi
     ;;

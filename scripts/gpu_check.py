@@ -93,7 +93,7 @@ class Check:
         are made in :meth:`policy`)."""
         if self._model_dir is None:
             if self.dry_run:
-                from grounding_rl.models.tiny import build_tiny_model
+                from grounding_rl.dev.tiny import build_tiny_model
 
                 self._model_dir = build_tiny_model(self.workdir / "tiny", tokenizer=self.processor_dir(), seed=0)
             else:

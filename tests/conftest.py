@@ -48,7 +48,7 @@ def qwen_processor_dir(shared) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, qwen_processor_dir) -> Path:
     """A random-weight tiny Qwen2.5-VL with the real Qwen tokenizer and processor settings (built once per session)."""
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), tokenizer=qwen_processor_dir, seed=0)
 
@@ -56,7 +56,7 @@ def tiny_model_dir(tmp_path_factory, qwen_processor_dir) -> Path:
 @pytest.fixture(scope="session")
 def bpe_tiny_model_dir(tmp_path_factory) -> Path:
     """A random-weight tiny Qwen2.5-VL with the locally trained BPE tokenizer (the demo's model; built once)."""
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_bpe"), tokenizer=None, seed=0)
 
@@ -113,7 +113,7 @@ def qwen3_processor_dir(shared) -> Path:
 @pytest.fixture(scope="session")
 def tiny_qwen3_model_dir(tmp_path_factory, qwen3_processor_dir) -> Path:
     """A random-weight tiny Qwen3-VL (DeepStack kept) with the real Qwen3-VL processor (built once per session)."""
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3"), like=qwen3_processor_dir, seed=0)
 

@@ -147,8 +147,8 @@ CASES = {
         lambda d: [*EVAL(d, "tiny"), "--max-new-tokens", "1000000000"],
         ["--max-new-tokens must be ≤ 32768 (the context of", "max_position_embeddings", "(got 1000000000)"]),
     "eval: --batch-size 0": (lambda d: [*EVAL(d), "--batch-size", "0"], ["--batch-size must be ≥ 1 (got 0)"]),
-    "eval: --fps 0": (lambda d: [*EVAL(d), "--fps", "0"], ["--fps must be > 0 (got 0.0)"]),
-    "eval: --max-pixels -1": (lambda d: [*EVAL(d), "--max-pixels", "-1"], ["--max-pixels must be > 0"]),
+    "eval: --fps 0": (lambda d: [*EVAL(d), "--fps", "0"], ["--video-fps must be > 0 (got 0.0)"]),
+    "eval: --max-pixels -1": (lambda d: [*EVAL(d), "--max-pixels", "-1"], ["--video-max-pixels must be > 0"]),
     "eval: --max-missing-fraction 2": (lambda d: [*EVAL(d), "--max-missing-fraction", "2"],
                                        ["--max-missing-fraction must be ≤ 1.0 (got 2.0)"]),
     "eval: --seed -1": (lambda d: [*EVAL(d), "--seed", "-1"], ["--seed must be ≥ 0"]),
@@ -161,7 +161,7 @@ CASES = {
     "infer: --max-new-tokens past the model's context": (
         lambda d: [*INFER(d, "tiny"), "--max-new-tokens", "1000000000"], ["--max-new-tokens must be ≤ 32768"]),
     "infer: --batch-size 0": (lambda d: [*INFER(d), "--batch-size", "0"], ["--batch-size must be ≥ 1"]),
-    "infer: --max-frames 0": (lambda d: [*INFER(d), "--max-frames", "0"], ["--max-frames must be > 0"]),
+    "infer: --max-frames 0": (lambda d: [*INFER(d), "--max-frames", "0"], ["--video-max-frames must be > 0"]),
     "infer: empty --query": (lambda d: ["infer", "--model", str(d), "--video", str(d / "a_file"), "--query", ""],
                              ["--query 1 of 1 is empty"]),
     "infer: whitespace --query": (
@@ -246,7 +246,7 @@ def test_debug_shows_the_traceback(files, monkeypatch):
 
 
 def test_programming_errors_still_raise(monkeypatch):
-    import grounding_rl.eval.compare as compare
+    import grounding_rl.cli.compare as compare
 
     monkeypatch.setattr(compare, "main", lambda argv: 1 / 0)
     with pytest.raises(ZeroDivisionError):
@@ -298,24 +298,41 @@ def test_missing_videos_fail_above_max_missing_fraction(tmp_path, capsys):
 
 def test_benchmark_files_come_from_the_data_root(tmp_path, monkeypatch, capsys):
     """evaluation/*.yaml name annotation files under --data-root, else $GROUNDING_RL_DATA, else the test data; with
-    none of them the error says how to set it."""
+    none of them the error says how to set it (one line, exit 2, from ``grounding-rl prepare --benchmark``)."""
     import grounding_rl.paths as paths
+    from grounding_rl.cli import main
     from grounding_rl.eval import benchmarks
 
     yaml_path = str(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
-    assert benchmarks.main(["prepare-args", yaml_path, "--out", "o.jsonl", "--data-root", str(tmp_path),
-                            "--video-root", str(tmp_path)]) == 0
-    args = capsys.readouterr().out.splitlines()
-    assert args[args.index("--annotations") + 1] == str(tmp_path / "charades_sta" / "charades_sta_test.txt")
-    assert args[args.index("--durations") + 1] == str(tmp_path / "charades_sta" / "charades.json")
+    bench = benchmarks.load_benchmark(yaml_path, build_protocol=False, data_root_dir=str(tmp_path))
+    assert bench.annotations == str(tmp_path / "charades_sta" / "charades_sta_test.txt")
+    assert bench.durations == str(tmp_path / "charades_sta" / "charades.json")
     monkeypatch.setenv("GROUNDING_RL_DATA", str(tmp_path / "env"))
     assert benchmarks.load_benchmark(yaml_path).annotations == str(tmp_path / "env" / "charades_sta" /
                                                                    "charades_sta_test.txt")
     monkeypatch.delenv("GROUNDING_RL_DATA")
     monkeypatch.setattr(paths, "shared_dir", lambda: None)
-    assert benchmarks.main(["prepare-args", yaml_path, "--out", "o.jsonl", "--video-root", "v"]) == 2
+    assert main(["prepare", "--benchmark", yaml_path, "--out", str(tmp_path / "o.jsonl"), "--video-root", "v"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "GROUNDING_RL_DATA" in err and "--data-root" in err
+
+
+def test_prepare_from_a_benchmark(tmp_path, shared, capsys):
+    """``prepare --benchmark`` reads the YAML's format, annotations and durations: Charades-STA test keeps its 3,720
+    queries; a video root is required, and --format beside --benchmark is refused (one line, exit 2)."""
+    from grounding_rl.cli import main
+
+    yaml_path = str(REPO_ROOT / "evaluation" / "charades_sta_test.yaml")
+    out = tmp_path / "test.jsonl"
+    assert main(["prepare", "--benchmark", yaml_path, "--out", str(out)]) == 2
+    assert "video_root" in capsys.readouterr().err
+    assert main(["prepare", "--benchmark", yaml_path, "--format", "jsonl", "--out", str(out)]) == 2
+    assert "--format" in capsys.readouterr().err
+    assert main(["prepare", "--benchmark", yaml_path, "--out", str(out), "--video-root", str(tmp_path),
+                 "--max-missing-fraction", "1.0"]) == 0
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    videos = {json.loads(line)["video"] for line in out.read_text().splitlines()}
+    assert counts["kept"] == 3720 and counts["missing_videos"] == len(videos) > 1000  # none under the empty root
 
 
 def test_script_usage_texts_are_clean():

@@ -6,10 +6,11 @@ import time
 import numpy as np
 import pytest
 
-from grounding_rl.data.demo import (COLOURS, FPS, MAX_DURATION, MIN_DURATION, SHAPES, background_colour,
-                                    clip_spec, generate_demo, main, render_frames)
+from grounding_rl.cli.demo_data import main
 from grounding_rl.data.samples import load_samples
 from grounding_rl.data.video import VideoSettings, sample_frames
+from grounding_rl.dev.demo import (COLOURS, FPS, MAX_DURATION, MIN_DURATION, SHAPES, background_colour, clip_spec,
+                                   generate_demo, render_frames)
 
 DEMO_VIDEO = VideoSettings(fps=2.0, min_pixels=3136, max_pixels=3136)  # what configs/demo_sft.yaml uses
 

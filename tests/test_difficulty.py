@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grounding_rl.data.dataset import GroundingDataset, filtered_repeat_sampler
-from grounding_rl.data.difficulty import (TIMELENS_DURATION_EDGES, OnlineRangeFilter, duration_strata, in_range,
+from grounding_rl.data.selection import (TIMELENS_DURATION_EDGES, OnlineRangeFilter, duration_strata, in_range,
                                           range_filter, read_scores, select_samples, timelens_subset,
                                           timelens_weights)
 from grounding_rl.errors import UserError
@@ -202,7 +202,7 @@ def test_scored_file_written_elsewhere_still_finds_the_videos(tmp_path):
     """A relative video path is rewritten relative to the scored file's folder (an absolute one is kept)."""
     import json
 
-    from grounding_rl.eval.difficulty import write_scored
+    from grounding_rl.eval.difficulty_scores import write_scored
 
     data_dir, out_dir = tmp_path / "data", tmp_path / "runs" / "scored"
     data_dir.mkdir()

@@ -12,12 +12,12 @@ import yaml
 
 import grounding_rl
 from grounding_rl.data.samples import Sample
+from grounding_rl.data.video import VideoSettings
 from grounding_rl.eval import evaluate as ev
 from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
-from grounding_rl.eval.settings import resolve_config
+from grounding_rl.eval.settings import PreprocessingOverrides, resolve_config
 from grounding_rl.paths import REPO_ROOT
 from grounding_rl.prompts.preprocessing import GroundingConfig
-from grounding_rl.data.video import VideoSettings
 
 torch.set_num_threads(1)
 
@@ -128,11 +128,11 @@ def test_resolve_config_precedence(tmp_path):
     cfg, source = resolve_config(tmp_path, fallback=bench)  # the checkpoint's own config beats the benchmark
     assert (cfg.prompt_template, cfg.video.fps, cfg.video.max_pixels) == ("default", 1.0, 50176)
     assert "grounding_config.json" in source
-    cfg, source = resolve_config(tmp_path, prompt_template="timezero", fps=0.5, max_pixels=None)
+    cfg, source = resolve_config(tmp_path, PreprocessingOverrides(prompt_template="timezero", fps=0.5))
     assert (cfg.prompt_template, cfg.video.fps, cfg.video.max_pixels) == ("timezero", 0.5, 50176)
     assert "overridden on the command line: fps, prompt_template" in source
     with pytest.raises(ValueError, match="unknown prompt_template"):
-        resolve_config(tmp_path, prompt_template="nope")
+        resolve_config(tmp_path, PreprocessingOverrides(prompt_template="nope"))
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -215,7 +215,9 @@ def test_a_failed_model_load_leaves_no_eval_config(tiny_model_dir, videos_dir, t
     def broken(*args, **kwargs):
         raise RuntimeError("the checkpoint is missing a shard")
 
-    monkeypatch.setattr(ev, "_load_engine", broken)
+    from grounding_rl.eval import engines
+
+    monkeypatch.setattr(engines, "load_inference_engine", broken)
     with pytest.raises(RuntimeError, match="missing a shard"):
         _eval(tiny_model_dir, data, out, "--limit", "2")
     assert out.is_dir() and not (out / "eval_config.json").exists()
@@ -230,14 +232,14 @@ def test_a_failed_model_load_leaves_no_eval_config(tiny_model_dir, videos_dir, t
 def test_written_files_follow_the_umask(tmp_path):
     """Files written through a temporary file (mkstemp creates 0600) get the mode ``open()`` would: 0640 under umask
     027 (metrics.json and report files, a scored data file, canonical JSONL)."""
-    from grounding_rl.data.samples import write_jsonl
+    from grounding_rl.data.samples import write_samples
     from grounding_rl.eval import report
-    from grounding_rl.eval.difficulty import write_scored
+    from grounding_rl.eval.difficulty_scores import write_scored
 
     umask = os.umask(0o027)
     try:
         report.write_metrics_json(tmp_path / "metrics.json", {"n": 1}, {})
-        write_jsonl(tmp_path / "data.jsonl", [_sample()])
+        write_samples(tmp_path / "data.jsonl", [_sample()])
         write_scored(tmp_path / "data.jsonl", tmp_path / "scored.jsonl", {})
         with open(tmp_path / "plain.txt", "w") as handle:
             handle.write("x")
@@ -273,7 +275,7 @@ def test_unreadable_clips_are_recorded_failures(tiny_model_dir, videos_dir, tmp_
 
 
 def test_group_and_shard_by_video():
-    from grounding_rl.rollout.runner import group_by_video, shard_by_video
+    from grounding_rl.rollout.greedy import group_by_video, shard_by_video
 
     groups = group_by_video(["a", "b", "a", "c", "b", "d", "d", "d"])
     assert groups == [("a", [0, 2]), ("b", [1, 4]), ("c", [3]), ("d", [5, 6, 7])]
@@ -291,8 +293,9 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
     equal those of the per-query path (one query per batch, each decoded and encoded alone); with 2 background
     decoding workers too. metrics.json records the wall time and queries per second."""
     import grounding_rl.data.video as video_module
-    from grounding_rl.rollout import runner
+    from grounding_rl.eval import engines
     from grounding_rl.models.loading import load_for_inference, vision_tower
+    from grounding_rl.rollout import greedy
 
     data = videos_dir / "annotations.jsonl"
     decodes, encodings = [], []
@@ -306,8 +309,8 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
         vision_tower(model).register_forward_hook(lambda module, args, out: encodings.append(args[0].shape[0]))
         return model, processor
 
-    monkeypatch.setattr(runner, "sample_frames", counting_sample_frames)
-    monkeypatch.setattr(ev, "load_for_inference", counting_load)
+    monkeypatch.setattr(greedy, "sample_frames", counting_sample_frames)
+    monkeypatch.setattr(engines, "load_for_inference", counting_load)
     assert _eval(noisy_model_dir, data, tmp_path / "grouped", "--batch-size", "8") == 0
     assert len(decodes) == 6 == len(set(decodes))
     grouped_patches = sum(encodings)
@@ -317,7 +320,7 @@ def test_grouped_eval_decodes_and_encodes_each_video_once_with_per_query_answers
     assert len(encodings) == 15 and len(decodes) == 6
     videos = [row["video"] for row in _lines(data)]
     patches = dict(zip(videos, encodings))  # one query per call: that query's clip
-    order = [v for v, positions in runner.group_by_video(videos) for _ in positions]
+    order = [v for v, positions in greedy.group_by_video(videos) for _ in positions]
     expected = sum(patches[v] for v in set(order[:8])) + sum(patches[v] for v in set(order[8:]))
     assert grouped_patches == expected < sum(encodings)  # each clip once per batch of 8
     grouped, per_query = _lines(tmp_path / "grouped" / "predictions.jsonl"), _lines(tmp_path / "per_query" /

@@ -1,4 +1,4 @@
-"""Per-GPU memory of the recipes in configs/ (grounding_rl.models.memory, ``grounding-rl fits``): the real model sizes
+"""Per-GPU memory of the recipes in configs/ (grounding_rl.dev.memory, ``grounding-rl fits``): the real model sizes
 built on the meta device from ../shared/models, model states equal to DeepSpeed's own estimators, the activation
 rule on hand-computed numbers, and the command's table and JSON."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from grounding_rl.models import memory
+from grounding_rl.dev import memory
 from grounding_rl.paths import REPO_ROOT
 
 torch.set_num_threads(1)

@@ -7,7 +7,10 @@ import sys
 import pytest
 import torch
 
+from grounding_rl.cli import infer as infer_cli
+from grounding_rl.data import video as video_module
 from grounding_rl.data.video import VideoSettings, sample_frames
+from grounding_rl.eval import engines
 from grounding_rl.eval import infer as inf
 from grounding_rl.eval.report import plot_timeline
 from grounding_rl.paths import REPO_ROOT
@@ -50,10 +53,10 @@ def test_infer_real_tiny_model_json_and_plot(tiny_model_dir, videos_dir, tmp_pat
         loaded.update(model=model, processor=processor)
         return model, processor
 
-    monkeypatch.setattr(inf, "sample_frames", counting_sample_frames)
-    monkeypatch.setattr(inf, "load_for_inference", counting_load)
+    monkeypatch.setattr(video_module, "sample_frames", counting_sample_frames)
+    monkeypatch.setattr(engines, "load_for_inference", counting_load)
     plot = tmp_path / "timeline.png"
-    rc = inf.main(["--model", str(tiny_model_dir), "--video", str(videos_dir / "charades_OHOFG.mp4"),
+    rc = infer_cli.main(["--model", str(tiny_model_dir), "--video", str(videos_dir / "charades_OHOFG.mp4"),
                    "--query", QUERIES[0], "--query", QUERIES[1], "--gt", "1.0", "7.5", "--gt", "22.3", "33.0",
                    "--plot", str(plot), "--json", *FAST])
     assert rc == 0
@@ -86,14 +89,14 @@ def fake_model(monkeypatch):
         calls.append((list(queries), template, params.max_new_tokens, videos[0].num_frames, video_layout))
         return [answers[q] for q in queries]
 
-    monkeypatch.setattr(inf, "load_for_inference", lambda *a, **k: (None, None))
+    monkeypatch.setattr(engines, "load_for_inference", lambda *a, **k: (None, None))
     monkeypatch.setattr(inf, "generate_answers", generate)
     return calls
 
 
 def test_infer_json_clamps_intervals_with_a_fake_model(fake_model, videos_dir, tmp_path, capsys):
     plot = tmp_path / "t.png"
-    rc = inf.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "late",
+    rc = infer_cli.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "late",
                    "--query", "early", "--query", "none", "--json", "--plot", str(plot), "--batch-size", "2", *FAST])
     assert rc == 0
     captured = capsys.readouterr()
@@ -110,7 +113,7 @@ def test_infer_json_clamps_intervals_with_a_fake_model(fake_model, videos_dir, t
 
 
 def test_infer_text_output(fake_model, videos_dir, tmp_path, capsys):
-    rc = inf.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
+    rc = infer_cli.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
                    "--query", "none", "--video-layout", "transformers5", *FAST])
     assert rc == 0
     out = capsys.readouterr().out
@@ -120,15 +123,15 @@ def test_infer_text_output(fake_model, videos_dir, tmp_path, capsys):
 
 
 def test_missing_video_is_exit_code_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(inf, "load_for_inference", lambda *a, **k: pytest.fail("the model must not be loaded"))
+    monkeypatch.setattr(engines, "load_for_inference", lambda *a, **k: pytest.fail("the model must not be loaded"))
     missing = tmp_path / "nowhere.mp4"
-    assert inf.main(["--model", str(tmp_path), "--video", str(missing), "--query", "x"]) == 2
+    assert infer_cli.main(["--model", str(tmp_path), "--video", str(missing), "--query", "x"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(missing) in err
 
     unreadable = tmp_path / "notes.mp4"
     unreadable.write_text("not a video")
-    assert inf.main(["--model", str(tmp_path), "--video", str(unreadable), "--query", "x"]) == 2
+    assert infer_cli.main(["--model", str(tmp_path), "--video", str(unreadable), "--query", "x"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "notes.mp4" in err
 
@@ -144,7 +147,7 @@ def test_missing_video_from_the_command_line(tmp_path):
 
 def test_gt_must_match_the_queries(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
-        inf.main(["--model", str(tmp_path), "--video", "v.mp4", "--query", "a", "--query", "b", "--gt", "1", "2"])
+        infer_cli.main(["--model", str(tmp_path), "--video", "v.mp4", "--query", "a", "--query", "b", "--gt", "1", "2"])
     assert exit_.value.code == 2
     assert "one per query" in capsys.readouterr().err
 
@@ -162,7 +165,7 @@ def test_plot_timeline_draws_predictions_and_ground_truth(videos_dir, tmp_path):
 def test_an_unwritable_plot_is_a_warning_after_the_answer(fake_model, videos_dir, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    rc = inf.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
+    rc = infer_cli.main(["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
                    "--plot", str(blocker / "t.png"), *FAST])
     assert rc == 0
     captured = capsys.readouterr()
@@ -174,7 +177,7 @@ def test_print_prompt_shows_what_the_model_is_given(family_model_dir, videos_dir
     count; Qwen3-VL's textual timestamps = the frames' true times), and inference still answers."""
     from grounding_rl.family import family_of_checkpoint
 
-    rc = inf.main(["--model", str(family_model_dir), "--video", str(videos_dir / "mmaction2_eye_makeup.avi"),
+    rc = infer_cli.main(["--model", str(family_model_dir), "--video", str(videos_dir / "mmaction2_eye_makeup.avi"),
                    "--query", QUERIES[0], "--print-prompt", "--fps", "2", "--max-pixels", str(32 * 32 * 4),
                    "--min-pixels", str(32 * 32 * 4), "--max-new-tokens", "4"])
     assert rc == 0

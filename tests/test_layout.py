@@ -1,30 +1,65 @@
-"""The package's stages import one way, in data-flow order (README, "Layout"): no module imports from a later stage.
+"""The package's import graph (README, "Layout"): a table of the edges allowed between stages, and no circles.
 
-The order: base modules (``grounding_rl/__init__.py``, ``paths.py``, ``errors.py``, ``yaml_files.py``) → ``data`` → ``family`` →
-``prompts`` → ``models`` → ``rollout`` → ``reward`` → ``update`` → ``eval`` → ``cli``. Every import of
-``grounding_rl.…`` in the package, also inside functions, is read with ``ast``.
+Stages and what each may import (besides itself):
+
+    base     grounding_rl/__init__.py, paths.py, errors.py, yaml_files.py, jsonl_files.py, run_record.py: nothing
+    data     base
+    family   base, data
+    prompts  base, data, family
+    models   base, data, family, prompts
+    rollout  base, data, family, prompts, models          (rollout and reward are siblings)
+    reward   base, data, family, prompts
+    update   base, data, family, prompts, models, rollout, reward   (update and eval are siblings)
+    eval     base, data, family, prompts, models, rollout, reward
+    dev      base, data, family, prompts, models          (development tools; no runtime stage imports them)
+    cli      everything (the entry layer)
+
+Every import of ``grounding_rl.…`` in the package, also inside functions, is read with ``ast``. An edge that is not in
+the table is an arrow that runs back up (or sideways between siblings); a circle is a set of modules that import each
+other, directly or through others (Tarjan's strongly connected components over modules).
 """
 import ast
 from pathlib import Path
 
 import grounding_rl
 
-ORDER = ("data", "family", "prompts", "models", "rollout", "reward", "update", "eval", "cli")
-BASE = {"__init__", "paths", "errors", "yaml_files"}
+BASE = {"__init__", "paths", "errors", "yaml_files", "jsonl_files", "run_record"}
+_BELOW_MODELS = {"base", "data", "family", "prompts"}
+ALLOWED: dict[str, set[str]] = {
+    "base": set(),
+    "data": {"base"},
+    "family": {"base", "data"},
+    "prompts": {"base", "data", "family"},
+    "models": _BELOW_MODELS,
+    "rollout": _BELOW_MODELS | {"models"},
+    "reward": _BELOW_MODELS,
+    "update": _BELOW_MODELS | {"models", "rollout", "reward"},
+    "eval": _BELOW_MODELS | {"models", "rollout", "reward"},
+    "dev": _BELOW_MODELS | {"models"},
+    "cli": {"base", "data", "family", "prompts", "models", "rollout", "reward", "update", "eval", "dev"},
+}
 PACKAGE = Path(grounding_rl.__file__).parent
 
 
-def stage_of(module: str) -> int:
-    """-1 for base modules, else the index of the stage in ORDER. KeyError for a module outside any stage."""
+def stage_of(module: str) -> str:
+    """The stage of a module name (``base`` for the base modules). KeyError for a module outside any stage."""
     parts = module.split(".")
     assert parts[0] == "grounding_rl", module
     if len(parts) == 1 or parts[1] in BASE:
-        return -1
-    return ORDER.index(parts[1])
+        return "base"
+    if parts[1] not in ALLOWED:
+        raise KeyError(f"{module} belongs to no stage of tests/test_layout.py's table")
+    return parts[1]
 
 
-def imports_of(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every absolute import of grounding_rl in a file."""
+def module_of(path: Path) -> str:
+    parts = ("grounding_rl",) + path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, known: set[str] | None = None) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import of grounding_rl in a file; ``from grounding_rl.x import y`` names the
+    module ``grounding_rl.x.y`` when that is one of ``known``."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -32,35 +67,94 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"{path}:{node.lineno}: relative import"
             if node.module and node.module.split(".")[0] == "grounding_rl":
-                if node.module == "grounding_rl":  # from grounding_rl import x: a stage, or a name of the base
-                    out += [(node.lineno, f"grounding_rl.{a.name}" if a.name in ORDER else "grounding_rl")
-                            for a in node.names]
-                else:
-                    out.append((node.lineno, node.module))
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    out.append((node.lineno, name if known and name in known else node.module))
     return out
+
+
+def graph() -> dict[str, set[str]]:
+    """Module → the package modules it imports."""
+    paths = {module_of(p): p for p in PACKAGE.rglob("*.py")}
+    return {m: {t for _, t in imports_of(p, set(paths)) if t in paths and t != m} for m, p in paths.items()}
+
+
+def back_arrows(edges: dict[str, set[str]]) -> list[str]:
+    """The imports whose stage edge is not in :data:`ALLOWED`."""
+    return sorted(f"{m} imports {t} ({stage_of(m)} may not import {stage_of(t)})"
+                  for m, targets in edges.items() for t in targets
+                  if stage_of(t) != stage_of(m) and stage_of(t) not in ALLOWED[stage_of(m)])
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
 
 
 def test_every_module_belongs_to_a_stage():
     for path in PACKAGE.rglob("*.py"):
-        module = ".".join(("grounding_rl",) + path.relative_to(PACKAGE).with_suffix("").parts)
-        stage_of(module.removesuffix(".__init__") if module != "grounding_rl.__init__" else "grounding_rl")
+        stage_of(module_of(path))
 
 
-def test_imports_run_one_way():
-    violations = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE)
-        own = -1 if len(rel.parts) == 1 else ORDER.index(rel.parts[0])
-        for line, module in imports_of(path):
-            target = stage_of(module)
-            if target > own:
-                violations.append(f"grounding_rl/{rel}:{line} imports {module} (stage {ORDER[target]} comes after "
-                                  f"{'base' if own < 0 else ORDER[own]})")
-    assert not violations, "\n".join(violations)
+def test_no_arrow_runs_back_up():
+    assert back_arrows(graph()) == []
 
 
-def test_the_checker_sees_a_backward_import(tmp_path):
+def test_no_circles():
+    assert circles(graph()) == []
+
+
+def test_every_subcommand_and_parser_lives_in_cli():
+    """Each ``main()`` and each ``argparse`` parser of the package is in ``grounding_rl/cli/``."""
+    outside = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "cli":
+            continue
+        tree = ast.parse(path.read_text())
+        names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        uses_argparse = any(isinstance(n, (ast.Import, ast.ImportFrom)) and "argparse" in ast.unparse(n)
+                            for n in ast.walk(tree))
+        if "main" in names or uses_argparse:
+            outside.append(str(path.relative_to(PACKAGE)))
+    assert outside == []
+
+
+def test_the_checker_sees_a_sibling_import_and_a_circle(tmp_path):
+    """eval importing update is an arrow sideways, update importing cli one back up; two modules importing each other
+    are a circle."""
     bad = tmp_path / "x.py"
     bad.write_text("def f():\n    from grounding_rl.update.sft import answer_text\n")
     assert imports_of(bad) == [(2, "grounding_rl.update.sft")]
-    assert stage_of("grounding_rl.update.sft") > stage_of("grounding_rl.models.tiny")
+    edges = {"grounding_rl.eval.evaluate": {"grounding_rl.update.sft"},
+             "grounding_rl.update.sft": {"grounding_rl.cli.common"}, "grounding_rl.cli.common": set()}
+    assert len(back_arrows(edges)) == 2
+    assert circles({"grounding_rl.data.a": {"grounding_rl.data.b"}, "grounding_rl.data.b": {"grounding_rl.data.a"},
+                    "grounding_rl.data.c": {"grounding_rl.data.a"}}) == [["grounding_rl.data.a",
+                                                                           "grounding_rl.data.b"]]

@@ -101,11 +101,12 @@ def test_training_arguments_carry_the_long_video_settings():
 
 
 def test_eval_overrides_replace_a_budget_given_the_other_way(tmp_path):
-    from grounding_rl.eval.settings import resolve_config
+    from grounding_rl.eval.settings import PreprocessingOverrides, resolve_config
     from grounding_rl.prompts.preprocessing import GroundingConfig
 
     GroundingConfig(video=VideoSettings(total_pixels=3584 * 28 * 28, min_pixels=16 * 28 * 28)).save(tmp_path)
-    config, source = resolve_config(tmp_path, total_tokens=16384, min_tokens=1, cover_tail=True)
+    overrides = PreprocessingOverrides(total_tokens=16384, min_tokens=1, cover_tail=True)
+    config, source = resolve_config(tmp_path, overrides)
     video = config.video
     assert (video.total_pixels, video.total_tokens, video.min_tokens, video.cover_tail) == (None, 16384, 1, True)
     assert "cover_tail" in source and "total_tokens" in source
@@ -330,7 +331,7 @@ def test_extremewhenbench_reader_errors_name_the_row(tmp_path):
 def test_a_video_with_many_queries_is_decoded_once(monkeypatch):
     """ExtremeWhenBench asks about 12 questions of each video: one decode for all of them, whatever the batch size,
     and every row of the video holds the same clip object (so its rows in a batch share one vision encoding)."""
-    from grounding_rl.rollout import runner
+    from grounding_rl.rollout import greedy as runner
 
     decoded = []
 
@@ -370,7 +371,7 @@ def test_long_video_benchmark_definitions(tmp_path):
 
 def test_each_answer_records_the_rate_and_size_of_its_clip(monkeypatch, clip):
     from grounding_rl.reward.records import prediction_record
-    from grounding_rl.rollout import runner
+    from grounding_rl.rollout import greedy as runner
 
     video = sample_frames(clip, SMALL)
     monkeypatch.setattr(runner, "generate_answers", lambda model, processor, queries, videos, *a, **k:
@@ -397,3 +398,19 @@ def test_fits_answers_for_a_16k_token_video_prompt(shared, capsys):
     assert work["prompt_tokens"] == 16384 + 1947 + 300 and report["prompt_refused"]  # max_prompt_length 18,432
     (row,) = report["strategies"]
     assert row["name"] == "zero3" and row["bytes"]["total"] > 0
+
+
+def test_eval_and_infer_flags_carry_the_long_video_overrides():
+    from grounding_rl.cli.eval import build_parser
+    from grounding_rl.eval.settings import PreprocessingOverrides
+
+    args = build_parser().parse_args(["--model", "m", "--data", "d.jsonl", "--out", "o", "--video-total-tokens",
+                                      "16384", "--video-min-tokens", "1", "--video-cover-tail",
+                                      "--no-video-budget-lowers-fps"])
+    video = PreprocessingOverrides.from_args(args).video()
+    assert (video["total_tokens"], video["min_tokens"], video["cover_tail"], video["budget_lowers_fps"]) == (
+        16384, 1, True, False)
+    from grounding_rl.errors import UserError
+
+    with pytest.raises(UserError, match="--video-total-tokens must be > 0"):
+        PreprocessingOverrides(total_tokens=0).check()

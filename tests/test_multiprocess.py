@@ -191,7 +191,7 @@ def test_two_processes_zero3_sft_killed_and_resumed_end_bit_identical(tmp_path, 
     resumed with ``--resume_from_checkpoint true``: the same bytes in ``model.safetensors``."""
     from safetensors.torch import load_file
 
-    from grounding_rl.data.demo import generate_demo
+    from grounding_rl.dev.demo import generate_demo
 
     demo = tmp_path / "demo"
     generate_demo(demo, num_train=8, num_test=1, seed=0, progress=False)

@@ -2,7 +2,7 @@
 import json
 
 from grounding_rl.cli import main as cli_main
-from grounding_rl.data.prepare import main
+from grounding_rl.cli.prepare import main
 
 
 def _last_json(capsys):

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from grounding_rl.data.video import VideoSettings, sample_frames
-from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig, build_inputs, video_metadata
+from grounding_rl.family.qwen2_5_vl import QWEN2_5_VL
+from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig, build_inputs
 
 torch.set_num_threads(1)
 
@@ -48,7 +49,7 @@ def test_round_trip_second_per_grid_and_token_count(processor, clips):
 
 
 def test_video_metadata_describes_the_sampled_clip(clips):
-    meta = video_metadata(clips[4.0])
+    meta = QWEN2_5_VL.video_metadata(clips[4.0])
     assert meta.fps == 4.0 and meta.total_num_frames == 26 and list(meta.frames_indices) == list(range(26))
 
 

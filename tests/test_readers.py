@@ -7,8 +7,8 @@ import pytest
 
 from grounding_rl.data.probe import VideoProbeError, probe_duration
 from grounding_rl.data.readers import READERS, load_durations, read_annotations
-from grounding_rl.data.samples import (AnnotationError, Sample, load_samples, read_jsonl, validate, validate_sample,
-                                       write_jsonl)
+from grounding_rl.data.samples import (AnnotationError, Sample, iter_samples, load_samples, validate, validate_sample,
+                                       write_samples)
 
 CHARADES_JSON = "charades_sta/charades.json"
 
@@ -254,7 +254,7 @@ def test_jsonl_qid_defaults_to_line_number_and_whitespace(tmp_path):
     lines = [{"video": "v.mp4", "query": "q0", "start": 1, "end": 2, "duration": 5, "qid": "mine"},
              {"video": "v.mp4", "query": "  padded query\t", "start": 1, "end": 2, "duration": 5}]
     path.write_text(json.dumps(lines[0]) + "\n\n" + json.dumps(lines[1]) + "\n")
-    raw = read_jsonl(path)
+    raw = list(iter_samples(path))
     assert [s.qid for s in raw] == ["mine", "2"]  # 0-based line number (the blank line counts)
     assert raw[1].source == "jsonl" and raw[1].video == str(tmp_path / "v.mp4")
     kept = load_samples(path)
@@ -266,10 +266,10 @@ def test_jsonl_missing_duration_and_video_names_the_line(tmp_path):
     path.write_text('{"video": "v.mp4", "query": "q", "start": 1, "end": 2, "duration": 5}\n'
                     '{"video": "gone.mp4", "query": "q", "start": 1, "end": 2}\n')
     with pytest.raises(AnnotationError, match=r"a\.jsonl:2: no duration.*gone\.mp4"):
-        read_jsonl(path)
+        list(iter_samples(path))
     path.write_text('{"video": "v.mp4", "query": "q", "start": "soon", "end": 2, "duration": 5}\n')
     with pytest.raises(AnnotationError, match=r"a\.jsonl:1: start must be a number"):
-        read_jsonl(path)
+        list(iter_samples(path))
 
 
 def test_jsonl_probes_duration_from_video(tmp_path, videos_dir):
@@ -284,8 +284,8 @@ def test_write_and_read_jsonl_round_trip(tmp_path):
     samples = [Sample(str(tmp_path / "v.mp4"), "é query", 0.5, 2.25, 10.0, "q1", "s"),
                Sample(str(tmp_path / "w.mp4"), "other", 1.0, 3.0, 7.5, "q2", "s")]
     out = tmp_path / "sub" / "out.jsonl"
-    assert write_jsonl(out, samples) == 2
-    assert read_jsonl(out) == samples
+    assert write_samples(out, samples) == 2
+    assert list(iter_samples(out)) == samples
     assert json.loads(out.read_text(encoding="utf-8").splitlines()[0])["query"] == "é query"
     assert sorted(p.name for p in out.parent.iterdir()) == ["out.jsonl"]  # no temporary file left
 

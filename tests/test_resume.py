@@ -127,7 +127,7 @@ def test_a_checkpoint_inside_a_generation_window_is_refused(tmp_path, tiny_model
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    from grounding_rl.data.demo import generate_demo
+    from grounding_rl.dev.demo import generate_demo
 
     out = tmp_path_factory.mktemp("demo")
     generate_demo(out, num_train=6, num_test=2, seed=0, progress=False)

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from grounding_rl.cli import main as cli_main
-from grounding_rl.eval.score import main, score
+from grounding_rl.cli.score import main
+from grounding_rl.eval.score import score
 
 
 def write_jsonl(path, rows):

@@ -17,7 +17,7 @@ DEMO_VIDEO = dict(fps=2.0, min_pixels=3136, max_pixels=3136)
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    from grounding_rl.data.demo import generate_demo
+    from grounding_rl.dev.demo import generate_demo
 
     out = tmp_path_factory.mktemp("demo")
     generate_demo(out, num_train=6, num_test=2, seed=0, progress=False)
@@ -56,7 +56,6 @@ def test_target_round_trips_through_the_answer_parser():
 def test_collator_trains_only_the_target(which, demo_dir, bpe_model_dir, qwen_processor_dir):
     from transformers import AutoProcessor
 
-    from grounding_rl.data.samples import load_samples
     from grounding_rl.data.video import VideoSettings, sample_frames
     from grounding_rl.prompts.preprocessing import build_inputs
     from grounding_rl.prompts.templates import render_prompt
@@ -108,7 +107,6 @@ def test_collator_thinking_free_target_is_the_answer_alone(demo_dir, bpe_model_d
 def test_collator_rejects_long_prompts_naming_the_sample(demo_dir, bpe_model_dir):
     from transformers import AutoProcessor
 
-    from grounding_rl.data.samples import load_samples
     from grounding_rl.data.video import VideoSettings
 
     processor = AutoProcessor.from_pretrained(bpe_model_dir)

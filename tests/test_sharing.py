@@ -117,8 +117,7 @@ def test_build_inputs_preprocesses_each_distinct_clip_once(family_model_dir, vid
 
 
 # ------------------------------------------------------------------------------------------------------ generation
-@pytest.mark.parametrize("prefill_once", [True, False])
-def test_generation_is_identical_and_encodes_each_clip_once(family_model_dir, videos_dir, prefill_once):
+def test_generation_is_identical_and_encodes_each_clip_once(family_model_dir, videos_dir):
     processor = load_processor(str(family_model_dir))
     model = load_policy(str(family_model_dir)).eval()
     calls = VisionCalls(model)
@@ -135,7 +134,7 @@ def test_generation_is_identical_and_encodes_each_clip_once(family_model_dir, vi
     calls.calls.clear()
     torch.manual_seed(3)
     video_index = shared.pop("video_index")
-    out, width = generate_shared(model, shared, video_index, prefill_once=prefill_once, **gen)
+    out, width = generate_shared(model, shared, video_index, **gen)
     assert width == per_row["input_ids"].shape[1]  # a GRPO group keeps its left-padded layout
     assert calls.calls == [(False, _patches(per_row, [0, 1]))]  # each distinct clip once
 

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from grounding_rl.models.tiny import QWEN_TOKEN_IDS, build_tiny_model
-from grounding_rl.models.tiny_tokenizer import SPECIAL_TOKENS, build_processor, special_token_ids, train_bpe, \
+from grounding_rl.dev.tiny import QWEN_TOKEN_IDS, build_tiny_model
+from grounding_rl.dev.tiny_tokenizer import SPECIAL_TOKENS, build_processor, special_token_ids, train_bpe, \
     training_corpus
 
 torch.set_num_threads(1)
@@ -122,7 +122,7 @@ def test_build_with_real_tokenizer(tiny_model_dir, qwen_processor_dir):
 
 
 def test_cli_without_tokenizer(tmp_path, capsys):
-    from grounding_rl.models.tiny import main
+    from grounding_rl.cli.tiny_model import main
 
     assert main(["--out", str(tmp_path / "m"), "--hidden-size", "32", "--num-layers", "1"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -155,7 +155,7 @@ def test_like_qwen2_5_equals_tokenizer_build(tmp_path, tiny_model_dir, qwen_proc
     """--like on the Qwen2.5-VL folder builds the same model as the old --tokenizer."""
     from safetensors.torch import load_file
 
-    from grounding_rl.models.tiny import main
+    from grounding_rl.cli.tiny_model import main
 
     assert main(["--out", str(tmp_path / "like"), "--like", str(qwen_processor_dir)]) == 0
     a, b = load_file(str(tiny_model_dir / "model.safetensors")), load_file(str(tmp_path / "like" / "model.safetensors"))
@@ -197,7 +197,7 @@ def test_like_qwen3_with_the_local_tokenizer(tmp_path, qwen3_processor_dir):
     (the demo's), and the BPE vocabulary does not depend on which templates exist beyond the corpus's two."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from grounding_rl.models.tiny_tokenizer import build_tokenizer
+    from grounding_rl.dev.tiny_tokenizer import build_tokenizer
 
     out = build_tiny_model(tmp_path / "q3bpe", tokenizer="local", like=qwen3_processor_dir, num_layers=3)
     processor = AutoProcessor.from_pretrained(out)

@@ -12,7 +12,7 @@ from test_resume import dataset as train_set, grpo_args
 
 from grounding_rl.data.samples import Sample
 from grounding_rl.models.loading import load_policy, load_processor
-from grounding_rl.rollout import runner
+from grounding_rl.rollout import greedy
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.trainer import GroundingGRPOTrainer
 
@@ -46,7 +46,7 @@ def test_eval_steps_log_metrics_and_the_best_checkpoint_is_loaded(tmp_path, tiny
         step = trainer.state.global_step
         return [f"<think>t</think><answer>{answers[step][0 if q == 'a' else 1]}</answer>" for q in queries]
 
-    monkeypatch.setattr(runner, "generate_answers", fixed_answers)
+    monkeypatch.setattr(greedy, "generate_answers", fixed_answers)
     trainer = GroundingGRPOTrainer(
         load_policy(str(tiny_model_dir)),
         args_for(tmp_path / "val", eval_strategy="steps", eval_steps=1, eval_file="eval.jsonl",

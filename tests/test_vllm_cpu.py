@@ -27,7 +27,8 @@ from grounding_rl.models.loading import load_policy, load_processor  # noqa: E40
 from grounding_rl.models.vision import rope_position_ids  # noqa: E402
 from grounding_rl.prompts.preprocessing import build_inputs  # noqa: E402
 from grounding_rl.rollout.generation import SamplingParams, completion_mask  # noqa: E402
-from grounding_rl.rollout.vllm import CLIPS, VLLMEngine, runner_model  # noqa: E402
+from grounding_rl.prompts.preprocessing import CLIPS  # noqa: E402
+from grounding_rl.rollout.vllm import VLLMEngine, runner_model  # noqa: E402
 from grounding_rl.update.logprobs import completion_logps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ QUERY = "person opens the door."
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, qwen_processor_dir):
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_vllm"), tokenizer=qwen_processor_dir, seed=0, **SIZES)
 
@@ -197,7 +198,7 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
     presentation times) its expanded prompt, 3D positions, greedy tokens and log-probs equal transformers', in the
     released video layout (the default: no <|vision_start|> … <|vision_end|> around the groups) and in transformers
     5.x's (prompt ids and positions)."""
-    from grounding_rl.models.tiny import build_tiny_model
+    from grounding_rl.dev.tiny import build_tiny_model
 
     sizes = {**SIZES, "num_layers": 3}  # one LLM layer per DeepStack feature
     path = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3_vllm"), like=qwen3_processor_dir, seed=0, **sizes)

@@ -6,32 +6,37 @@ import torch
 
 from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.family import family_of
+from grounding_rl.family.qwen2_5_vl import QWEN2_5_VL, transformers_mrope_positions
+from grounding_rl.family.qwen3_vl import QWEN3_VL
 from grounding_rl.models.loading import load_policy, load_processor
 from grounding_rl.models.vision import rope_position_ids
 from grounding_rl.prompts.preprocessing import build_inputs
 from grounding_rl.prompts.templates import render_prompt
-from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams, make_rollout_engine
-from grounding_rl.rollout.vllm import (collapse_video, sampling_kwargs, transformers_mrope_positions, vllm_prompts,
-                                       vllm_video)
+from grounding_rl.rollout.generation import HFGenerateEngine, SamplingParams
+from grounding_rl.rollout.vllm import sampling_kwargs, vllm_prompts, vllm_video
+from grounding_rl.update.engines import make_rollout_engine
 
 QUERY = "person opens the door."
 
 
 def test_collapse_video_of_either_family_and_layout_and_errors():
-    assert collapse_video([1, 7, 9, 9, 9, 8, 2], video_id=9, start_id=7, end_id=8) == [1, 7, 9, 8, 2]
+    assert QWEN2_5_VL.collapse_video([1, 7, 9, 9, 9, 8, 2], video_id=9, start_id=7, end_id=8) == [1, 7, 9, 8, 2]
     stamp = {(5, 6): "<0.5 seconds>"}  # ids 5, 6: a timestamp
 
     def decode(ids):
         return stamp.get(tuple(ids), "x")
 
     # Qwen3-VL's groups, released layout (nothing around them) and transformers5's (the template's pair kept)
-    assert collapse_video([1, 5, 6, 7, 9, 9, 8, 5, 6, 7, 9, 9, 8, 2], 9, 7, 8, decode) == [1, 9, 2]
-    assert collapse_video([1, 7, 5, 6, 7, 9, 9, 8, 5, 6, 7, 9, 9, 8, 8, 2], 9, 7, 8, decode) == [1, 7, 9, 8, 2]
-    assert collapse_video([1, 2, 3], video_id=9, start_id=7, end_id=8) == [1, 2, 3]
-    with pytest.raises(ValueError, match="enclosed"):
-        collapse_video([1, 9, 9, 8], video_id=9, start_id=7, end_id=8)
+    assert QWEN3_VL.collapse_video([1, 5, 6, 7, 9, 9, 8, 5, 6, 7, 9, 9, 8, 2], 9, 7, 8, decode) == [1, 9, 2]
+    assert QWEN3_VL.collapse_video([1, 7, 5, 6, 7, 9, 9, 8, 5, 6, 7, 9, 9, 8, 8, 2], 9, 7, 8, decode) == [1, 7, 9, 8, 2]
+    for family in (QWEN2_5_VL, QWEN3_VL):
+        assert family.collapse_video([1, 2, 3], video_id=9, start_id=7, end_id=8) == [1, 2, 3]
+        with pytest.raises(ValueError, match="enclosed"):
+            family.collapse_video([1, 9, 9, 8], video_id=9, start_id=7, end_id=8)
     with pytest.raises(ValueError, match="timestamp"):
-        collapse_video([1, 7, 9, 5, 7, 9, 8], video_id=9, start_id=7, end_id=8, decode=lambda ids: "x")
+        QWEN3_VL.collapse_video([1, 7, 9, 5, 7, 9, 8], video_id=9, start_id=7, end_id=8, decode=lambda ids: "x")
+    with pytest.raises(ValueError, match="Qwen2.5-VL"):  # a Qwen3-VL expansion is not Qwen2.5-VL's
+        QWEN2_5_VL.collapse_video([1, 5, 6, 7, 9, 9, 8, 5, 6, 7, 9, 9, 8, 2], 9, 7, 8, decode)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""The ``grounding-rl`` command: the entry layer on top of the stages. Each subcommand lives in a module exposing
-``main(argv) -> int``; ``train`` and ``sft`` share :mod:`grounding_rl.cli.common`.
+"""The ``grounding-rl`` command: the entry layer on top of the stages. Every subcommand is a module of this package
+exposing ``main(argv) -> int`` (its argument parser lives there too; the work it calls lives in the stages);
+``train`` and ``sft`` share :mod:`grounding_rl.cli.common`.
 
 Modules are imported only when their subcommand runs, so ``grounding-rl --help`` is instant. A user's mistake raised
 by any subcommand (:func:`grounding_rl.errors.user_message`: a :class:`grounding_rl.errors.UserError`, a path that is
@@ -13,21 +14,21 @@ import sys
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "prepare": ("grounding_rl.data.prepare", "convert benchmark annotations to canonical JSONL"),
-    "score": ("grounding_rl.eval.score", "score predictions against annotations (R1@m, mIoU)"),
+    "prepare": ("grounding_rl.cli.prepare", "convert benchmark annotations to canonical JSONL"),
+    "score": ("grounding_rl.cli.score", "score predictions against annotations (R1@m, mIoU)"),
     "train": ("grounding_rl.cli.train", "GRPO training (--config X.yaml plus --key value overrides)"),
     "sft": ("grounding_rl.cli.sft", "supervised warm start on the answer format (--config X.yaml ...)"),
     "merge-lora": ("grounding_rl.cli.merge_lora", "merge a LoRA checkpoint into full weights"),
     "fits": ("grounding_rl.cli.fits", "per-GPU memory a recipe needs (weights, gradients, optimizer, activations)"),
-    "eval": ("grounding_rl.eval.evaluate", "evaluate a checkpoint on a canonical JSONL"),
-    "difficulty": ("grounding_rl.eval.difficulty",
+    "eval": ("grounding_rl.cli.eval", "evaluate a checkpoint on a canonical JSONL"),
+    "difficulty": ("grounding_rl.cli.difficulty",
                    "score each training sample's IoU under a model (greedy eval) for difficulty-aware GRPO"),
-    "infer": ("grounding_rl.eval.infer", "ask when something happens in a video"),
-    "baseline": ("grounding_rl.eval.baseline", "predict the training set's mean normalized interval (a prior)"),
-    "compare": ("grounding_rl.eval.compare", "one table of several runs' metrics"),
-    "tiny-model": ("grounding_rl.models.tiny",
+    "infer": ("grounding_rl.cli.infer", "ask when something happens in a video"),
+    "baseline": ("grounding_rl.cli.baseline", "predict the training set's mean normalized interval (a prior)"),
+    "compare": ("grounding_rl.cli.compare", "one table of several runs' metrics"),
+    "tiny-model": ("grounding_rl.cli.tiny_model",
                    "build a random-weight tiny Qwen-VL model (--like FOLDER) for tests and the demo"),
-    "demo-data": ("grounding_rl.data.demo", "write procedural demo clips and splits"),
+    "demo-data": ("grounding_rl.cli.demo_data", "write procedural demo clips and splits"),
 }
 
 

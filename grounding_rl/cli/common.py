@@ -37,7 +37,7 @@ class GroundingScriptArguments:
         max_missing_fraction: the share of missing or unreadable videos that stops the run
             (:mod:`grounding_rl.data.missing`).
         tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
-            (:func:`grounding_rl.models.tiny.ensure_from_config`).
+            (:func:`grounding_rl.dev.tiny.ensure_from_config`).
         replace_output_dir: remove the run a non-empty ``output_dir`` holds before training (:func:`claim_output_dir`;
             transformers 5 has no ``overwrite_output_dir``).
     """
@@ -411,12 +411,12 @@ SAMPLING_KEYS = ("num_generations", "max_completion_length", "temperature", "top
 def run_fingerprint(script_args, training_args, model_args) -> dict:
     """What produced a run's checkpoints, written into each as ``run_fingerprint.json``
     (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
-    file and its content hash, the model and its fingerprint (:func:`grounding_rl.data.fingerprint.model_fingerprint`),
+    file and its content hash, the model and its fingerprint (:func:`grounding_rl.run_record.model_fingerprint`),
     prompt template, video layout, video and sampling settings, the difficulty-aware data selection, LoRA settings
     (:func:`lora_settings`), seed, data seed and package version (not the git commit). ``max_steps``,
     learning rate and the like are not in it: a finished run may be continued with more steps."""
     from grounding_rl import __version__
-    from grounding_rl.data.fingerprint import file_sha256, model_fingerprint
+    from grounding_rl.run_record import file_sha256, model_fingerprint
     from grounding_rl.update.config import DATA_SELECTION_KEYS
 
     return {
@@ -434,27 +434,13 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     }
 
 
-def _fingerprint_changes(path: Path, fingerprint: dict) -> list[str]:
-    """What differs between the ``run_fingerprint.json`` at ``path`` and ``fingerprint`` (``"key: old → new"``);
-    where the train file and the model are may change, what they are may not."""
-    import json
+def _check_fingerprint(path: Path, fingerprint: dict | None, what: str, advice: str) -> None:
+    """Refuse (UserError, :func:`grounding_rl.run_record.check_record`) when the ``run_fingerprint.json`` at ``path``
+    differs from ``fingerprint``; where the train file and the model are may change, what they are may not."""
+    from grounding_rl.run_record import check_record
 
-    from grounding_rl.data.fingerprint import changes
-
-    paths = ("train_file", "model")
-    return changes(json.loads(path.read_text(encoding="utf-8")), fingerprint,
-                   [k for k in fingerprint if k not in paths])
-
-
-def _check_fingerprint(folder: str, fingerprint: dict | None) -> None:
-    """Raises UserError when the checkpoint's ``run_fingerprint.json`` differs from ``fingerprint``."""
-    path = Path(folder) / FINGERPRINT_FILE
-    if fingerprint is None or not path.is_file():
-        return
-    differ = _fingerprint_changes(path, fingerprint)
-    if differ:
-        raise UserError(f"resume_from_checkpoint: {folder} was written by another run ({'; '.join(differ)}); resume "
-                        "with the settings that wrote it, or start afresh with a new --output_dir")
+    if fingerprint is not None:
+        check_record(path, fingerprint, [k for k in fingerprint if k not in ("train_file", "model")], what, advice)
 
 
 # What a training run leaves in its output_dir (besides checkpoint-N folders): only a folder holding one of them is
@@ -493,11 +479,9 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
             raise UserError(f"replace_output_dir: true would delete {resume}, the checkpoint this run resumes from; "
                             "drop one of the two")
         for path in [out / FINGERPRINT_FILE, *(p / FINGERPRINT_FILE for p in checkpoints)]:
-            differ = _fingerprint_changes(path, fingerprint) if fingerprint and path.is_file() else []
-            if differ:
-                raise UserError(f"output_dir: {path} was written by another run ({'; '.join(differ)}); resume with "
-                                "the settings that wrote it, replace it with --replace_output_dir true, or give a new "
-                                "--output_dir")
+            _check_fingerprint(path, fingerprint, f"output_dir: {path} was written by another run",
+                               "resume with the settings that wrote it, replace it with --replace_output_dir true, or "
+                               "give a new --output_dir")
         return
     if not is_run:
         raise UserError(f"output_dir: {out} is not empty ({names}) and holds no training run; give an empty or new "
@@ -536,19 +520,21 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
             checkpoint without trainer state or optimizer state, or one whose ``run_fingerprint.json`` differs from
             ``fingerprint`` (:func:`run_fingerprint`; the message names what changed).
     """
-    from transformers.trainer_utils import get_last_checkpoint
+    from grounding_rl.update.resume import last_checkpoint
 
     resume = training_args.resume_from_checkpoint
     if resume is None or (isinstance(resume, str) and resume.lower() in ("false", "none", "")):
         return None
     if isinstance(resume, str) and resume.lower() in ("true", "last"):
-        found = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+        found = last_checkpoint(training_args.output_dir)
         if found is None:
             raise UserError(f"resume_from_checkpoint: no checkpoint-N folder in {training_args.output_dir}")
         resume = found
     elif not Path(resume).is_dir():
         raise UserError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
-    _check_fingerprint(resume, fingerprint)
+    _check_fingerprint(Path(resume) / FINGERPRINT_FILE, fingerprint,
+                       f"resume_from_checkpoint: {resume} was written by another run",
+                       "resume with the settings that wrote it, or start afresh with a new --output_dir")
     return _check_resumable(resume)
 
 
@@ -570,7 +556,7 @@ def _check_resumable(folder: str) -> str:
 
 def finish_training(trainer, result) -> None:
     """Save the final model into ``output_dir`` (with processor, ``grounding_config.json`` and model card, through
-    :class:`grounding_rl.update.saving.GroundingFilesCallback`), then the files open-r1 and TRL scripts leave:
+    :class:`grounding_rl.update.saving.GroundingSaveMixin`), then the files open-r1 and TRL scripts leave:
     ``train_results.json`` / ``all_results.json`` (``save_metrics``) and ``trainer_state.json`` with
     ``log_history`` (``save_state``), also when ``save_strategy`` is ``"no"``. All ranks leave together."""
     output_dir = trainer.args.output_dir

@@ -6,7 +6,7 @@ for a ``Qwen/<name>`` hub id, else the hub's config.json alone; no weights). Per
 ``configs/accelerate/`` unless ``--accelerate-config`` names one — it prints weights, gradients, optimizer states,
 the reference model, an activations estimate and the total, with DeepSpeed's own model-state estimate beside it and
 DeepSpeed's tables (``estimate_zero2_model_states_mem_needs_all_cold`` / ``estimate_zero3_..._all_cold``) below.
-The rules are in :mod:`grounding_rl.models.memory`. Memory is in GiB (2**30 bytes), as ``nvidia-smi`` reports MiB.
+The rules are in :mod:`grounding_rl.dev.memory`. Memory is in GiB (2**30 bytes), as ``nvidia-smi`` reports MiB.
 
 The video length sets the prompt: a ``--video-seconds`` clip of ``--frame-size`` at the recipe's fps and pixel budget
 (its merged tokens, plus for Qwen3-VL the ``<t seconds>`` text before each pair of frames), or ``--video-tokens N``
@@ -97,7 +97,7 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     """
     from dataclasses import asdict
 
-    from grounding_rl.models import memory
+    from grounding_rl.dev import memory
 
     script_args, args, model_args = parse_recipe(config)
     name = model or model_args.model_name_or_path
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{' (reference model)' if work['beta'] > 0 and not work['use_peft'] else ''}, "
           f"{work['rows']} completions per micro-batch, {work['generation_rows']} per generation, "
           f"G {work['num_generations']}")
-    from grounding_rl.models.memory import TEXT_TOKENS
+    from grounding_rl.dev.memory import TEXT_TOKENS
 
     video = report["video"]
     clip = (f"{video['frames']} frames of {video['height']}x{video['width']} at {video['fps']:.4g} fps of a "

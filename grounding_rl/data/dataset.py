@@ -37,8 +37,8 @@ class GroundingDataset(Dataset):
     def from_jsonl(cls, path: str | Path, video_root: str | Path | None = None) -> "GroundingDataset":
         """Read a canonical JSONL with :func:`grounding_rl.data.samples.load_samples` (its validation policy, for
         training: intervals outside the video are dropped and counted); a line's ``difficulty`` score
-        (``grounding-rl difficulty``) is kept on its sample (:func:`grounding_rl.data.difficulty.read_scores`)."""
-        from grounding_rl.data.difficulty import FIELD, read_scores
+        (``grounding-rl difficulty``) is kept on its sample (:func:`grounding_rl.data.selection.read_scores`)."""
+        from grounding_rl.data.selection import FIELD, read_scores
         from grounding_rl.data.samples import load_samples
 
         scores = read_scores(path)
@@ -166,7 +166,7 @@ def resumable_repeat_sampler(data_source, mini_repeat_count: int, batch_size: in
 
 def filtered_repeat_sampler(data_source, selection, mini_repeat_count: int, batch_size: int, repeat_count: int,
                             seed: int, on_advance=None):
-    """TRL's ``RepeatSampler`` over the samples an :class:`grounding_rl.data.difficulty.OnlineRangeFilter` keeps.
+    """TRL's ``RepeatSampler`` over the samples an :class:`grounding_rl.data.selection.OnlineRangeFilter` keeps.
 
     An epoch keeps the full set's length (``len(data_source) // batch_size`` generation batches, as ``RepeatSampler``),
     because ``transformers.Trainer`` counts steps per epoch once and resumes by that count: epoch e cycles through the

@@ -1,9 +1,7 @@
-"""``grounding-rl prepare``: convert a benchmark annotation file to canonical JSONL.
+"""Benchmark annotation file → canonical JSONL (what ``grounding-rl prepare``, :mod:`grounding_rl.cli.prepare`, runs).
 
-    grounding-rl prepare --format NAME --annotations FILE [--durations FILE] [--video-root DIR] --out OUT.jsonl
-
-Reads with the reader ``NAME`` of :data:`grounding_rl.data.readers.READERS`, applies the one validation policy
-(:func:`grounding_rl.data.samples.validate`), writes ``OUT.jsonl`` atomically and prints, as the last stdout line,
+:func:`prepare` reads with the reader ``NAME`` of :data:`grounding_rl.data.readers.READERS`, applies the one validation policy
+(:func:`grounding_rl.data.samples.validate`), writes the output atomically and returns the counts the command prints,
 ``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos"}``. With ``--video-root`` the distinct videos
 of the kept samples are checked: ``missing_videos`` counts those that are not files, ``unreadable_videos`` those that
 exist but whose duration cannot be read (each opened once with :func:`grounding_rl.data.probe.probe_duration`, a tqdm
@@ -17,8 +15,6 @@ refused, naming the qid and both queries.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import sys
@@ -27,30 +23,11 @@ from tqdm import tqdm
 
 from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION, check_fraction, missing_videos
 from grounding_rl.data.probe import VideoProbeError, probe_duration
-from grounding_rl.data.readers import READERS, count_several_spans, read_annotations
-from grounding_rl.data.samples import Sample, validate, write_jsonl
-from grounding_rl.errors import UserError, check_number
+from grounding_rl.data.readers import count_several_spans, read_annotations
+from grounding_rl.data.samples import Sample, validate, write_samples
+from grounding_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grounding-rl prepare",
-                                     description="Convert benchmark annotations to canonical JSONL "
-                                                 "(video, query, start, end, duration, qid, source; seconds).")
-    parser.add_argument("--format", required=True, choices=list(READERS), help="annotation format (reader name)")
-    parser.add_argument("--annotations", required=True, help="annotation file to read")
-    parser.add_argument("--durations", default=None,
-                        help="video durations by id: a Charades json ({id: {duration}}) or a csv with 'id' and "
-                             "'length' columns; used where the annotations have none")
-    parser.add_argument("--video-root", default=None,
-                        help="folder of the videos (relative video paths resolve here; default: the annotation "
-                             "file's folder); also turns on the check for missing and unreadable videos")
-    parser.add_argument("--out", required=True, help="output canonical JSONL (written atomically)")
-    parser.add_argument("--max-missing-fraction", type=float, default=DEFAULT_MAX_MISSING_FRACTION,
-                        help="with --video-root: fail when more than this share of the videos is missing or unreadable "
-                             "(1.0: never)")
-    return parser
 
 
 def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
@@ -137,36 +114,8 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
                 logger.warning("%d of %d videos are %s under %s, e.g. %s", len(videos), total, what, video_root,
                                ", ".join(videos[:3]))
     out_dir = os.path.dirname(os.path.abspath(out))
-    write_jsonl(out, (_relative_to_out(sample, out_dir) for sample in kept))
+    write_samples(out, (_relative_to_out(sample, out_dir) for sample in kept))
     counts = {**counts, "missing_videos": missing, "unreadable_videos": unreadable}
     if format_name == "timelens":
         counts["several_spans"] = count_several_spans(annotations)["several_spans"]
     return counts
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point (``grounding-rl prepare``). Returns 0 on success.
-
-    Raises:
-        UserError: an unknown format, an output path that is a folder, a video that cannot be probed, an input with
-            no usable line; the readers' :class:`AnnotationError` (a subclass) for a bad file or line. The
-            ``grounding-rl`` command prints each as one line with exit status 2.
-    """
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    check_number("--max-missing-fraction", args.max_missing_fraction, minimum=0.0, maximum=1.0)
-    if os.path.isdir(args.out):
-        raise UserError(f"{args.out}: --out is a folder; give the path of the .jsonl file to write")
-    try:
-        counts = prepare(args.format, args.annotations, args.out, durations=args.durations,
-                         video_root=args.video_root, max_missing_fraction=args.max_missing_fraction)
-    except (KeyError, VideoProbeError) as err:
-        raise UserError(err.args[0] if err.args else str(err)) from None
-    if counts["missing_videos"] is None:
-        print("prepare: missing and unreadable videos not checked (give --video-root to check them)", file=sys.stderr)
-    print(json.dumps(counts))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -35,7 +35,7 @@ Formats:
     ExtremeWhenBench rows ``{qid, video_id, source_corpus, question, correct_interval, video_duration_s}`` (JSONL, a
     JSON list or ``{"questions": [...]}``; see :func:`read_extremewhenbench`).
 ``jsonl``
-    The canonical JSONL (:func:`grounding_rl.data.samples.iter_jsonl`).
+    The canonical JSONL (:func:`grounding_rl.data.samples.iter_samples`).
 
 ``qid`` is the source's id where it has one (Time-R1, ExtremeWhenBench; Ego4D-NLQ's ``annotation_uid:query index``),
 else ``<format>:<video id>#<index>`` with index the 0-based position of the query among that video's queries in the
@@ -53,8 +53,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_jsonl
+from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_samples
 from grounding_rl.errors import excerpt, reading
+from grounding_rl.jsonl_files import JsonLines
 
 logger = logging.getLogger(__name__)
 
@@ -451,14 +452,8 @@ def _rows(path: str) -> Iterator[tuple[str, Any]]:
     """``(where, row)`` of a file of JSON rows: a ``.jsonl`` file (one object a line; blank lines skipped), a JSON
     list, or a JSON object with a list ``questions`` (what ExtremeWhenBench's reference script reads)."""
     if path.lower().endswith(".jsonl"):
-        with reading(path), open(path, encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise AnnotationError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-                    yield f"{path}:{number}", row
+        for number, row in JsonLines(path):
+            yield f"{path}:{number}", row
         return
     data = _load_json(path, object)
     if isinstance(data, dict):
@@ -502,10 +497,10 @@ def read_extremewhenbench(path: str | os.PathLike, *, video_root: str | os.PathL
                      source="extremewhenbench")
 
 
-def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+def read_canonical(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
                durations: dict[str, float] | None = None) -> Iterator[Sample]:
-    """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_jsonl`)."""
-    return iter_jsonl(path, video_root=video_root, durations=durations)
+    """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_samples`)."""
+    return iter_samples(path, video_root=video_root, durations=durations)
 
 
 READERS: dict[str, Callable[..., Iterator[Sample]]] = {
@@ -518,7 +513,7 @@ READERS: dict[str, Callable[..., Iterator[Sample]]] = {
     "ego4d_nlq": read_ego4d_nlq,
     "ego4d_nlq_video": read_ego4d_nlq_video,
     "extremewhenbench": read_extremewhenbench,
-    "jsonl": read_jsonl,
+    "jsonl": read_canonical,
 }
 
 
@@ -546,5 +541,6 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
 
 
 __all__ = ["READERS", "Reader", "count_several_spans", "load_durations", "read_activitynet", "read_annotations",
-           "read_charades_sta", "read_ego4d_nlq", "read_ego4d_nlq_video", "read_extremewhenbench", "read_jsonl", "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
+           "read_canonical", "read_charades_sta", "read_ego4d_nlq", "read_ego4d_nlq_video", "read_extremewhenbench",
+           "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
            "timelens_query"]

@@ -13,14 +13,13 @@ import json
 import logging
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from grounding_rl.data.probe import VideoProbeError, probe_duration
-from grounding_rl.errors import UserError, excerpt, reading
-from grounding_rl.paths import follow_umask
+from grounding_rl.errors import UserError, excerpt
+from grounding_rl.jsonl_files import JsonLines, write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -252,8 +251,8 @@ def as_seconds(value: Any, what: str, where: str) -> float:
         raise AnnotationError(f"{where}: {what} must be a number of seconds, got {excerpt(value)}") from None
 
 
-def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
-               durations: dict[str, float] | None = None) -> Iterator[Sample]:
+def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                 durations: dict[str, float] | None = None) -> Iterator[Sample]:
     """Read a canonical JSONL file (not validated: see :func:`validate`).
 
     Each non-blank line is an object with ``video``, ``query``, ``start``, ``end`` and optionally ``duration``,
@@ -268,79 +267,42 @@ def iter_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None 
     Yields:
         Sample per line.
     Raises:
-        AnnotationError: a line is not a JSON object, lacks a field, has a non-numeric time, or has no duration and
-            no readable video; the message is ``FILE:LINE`` (1-based) plus the reason.
+        AnnotationError: a line lacks a field, has a non-numeric time, or has no duration and no readable video;
+            JsonlError: a line is not UTF-8, not JSON or not an object (:class:`grounding_rl.jsonl_files.JsonLines`);
+            the message is ``FILE:LINE`` (1-based) plus the reason.
         VideoProbeError: a video exists but cannot be read.
     """
     path = str(path)
     resolver = VideoResolver(path, video_root)
-    with reading(path), open(path, encoding="utf-8-sig") as handle:
-        for index, line in enumerate(handle):
-            if not line.strip():
-                continue
-            where = f"{path}:{index + 1}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise AnnotationError(f"{where}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise AnnotationError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            missing = [key for key in ("video", "query", "start", "end") if key not in row]
-            if missing:
-                raise AnnotationError(f"{where}: missing field(s) {', '.join(missing)}")
-            if not isinstance(row["video"], str) or not isinstance(row["query"], str):
-                raise AnnotationError(f"{where}: video and query must be strings")
-            video = resolver.path(row["video"])
-            if row.get("duration") is not None:
-                duration = as_seconds(row["duration"], "duration", where)
-            elif durations and Path(row["video"]).stem in durations:
-                duration = durations[Path(row["video"]).stem]
-            else:
-                duration = resolver.duration(video)
-                if duration is None:
-                    raise AnnotationError(f"{where}: no duration, and the video {video} to probe it from is missing")
-            yield Sample(video=video, query=row["query"], start=as_seconds(row["start"], "start", where),
-                         end=as_seconds(row["end"], "end", where), duration=duration,
-                         qid=str(row["qid"]) if row.get("qid") is not None else str(index),
-                         source=str(row.get("source") or "jsonl"),
-                         raw_start=None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start",
-                                                                                        where),
-                         raw_end=None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where))
+    for number, row in JsonLines(path):
+        where = f"{path}:{number}"
+        missing = [key for key in ("video", "query", "start", "end") if key not in row]
+        if missing:
+            raise AnnotationError(f"{where}: missing field(s) {', '.join(missing)}")
+        if not isinstance(row["video"], str) or not isinstance(row["query"], str):
+            raise AnnotationError(f"{where}: video and query must be strings")
+        video = resolver.path(row["video"])
+        if row.get("duration") is not None:
+            duration = as_seconds(row["duration"], "duration", where)
+        elif durations and Path(row["video"]).stem in durations:
+            duration = durations[Path(row["video"]).stem]
+        else:
+            duration = resolver.duration(video)
+            if duration is None:
+                raise AnnotationError(f"{where}: no duration, and the video {video} to probe it from is missing")
+        yield Sample(video=video, query=row["query"], start=as_seconds(row["start"], "start", where),
+                     end=as_seconds(row["end"], "end", where), duration=duration,
+                     qid=str(row["qid"]) if row.get("qid") is not None else str(number - 1),
+                     source=str(row.get("source") or "jsonl"),
+                     raw_start=None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start",
+                                                                                    where),
+                     raw_end=None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where))
 
 
-def read_jsonl(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None) -> list[Sample]:
-    """All samples of a canonical JSONL file, unvalidated (see :func:`iter_jsonl` for rules and errors)."""
-    return list(iter_jsonl(path, video_root=video_root))
-
-
-def write_jsonl(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
-    """Write samples as canonical JSONL, atomically (temporary file in the same folder, then ``os.replace``).
-
-    Args:
-        path: output file; its folder is created if needed.
-        samples: samples to write, one line each.
-    Returns:
-        the number of lines written.
-    """
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for sample in samples:
-                handle.write(sample.to_json() + "\n")
-                count += 1
-            handle.flush()
-            os.fsync(handle.fileno())
-        follow_umask(tmp)  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return count
+def write_samples(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
+    """Write samples as canonical JSONL, atomically (:func:`grounding_rl.jsonl_files.write_jsonl_atomic`; the folder is
+    created). Returns the number of lines written."""
+    return write_jsonl_atomic(path, (sample.to_json() for sample in samples))
 
 
 def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
@@ -348,7 +310,7 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     """Read a canonical JSONL file and apply the validation policy: what training and evaluation call.
 
     Relative ``video`` paths resolve against ``video_root`` or the file's folder; missing durations are probed from
-    the videos (see :func:`iter_jsonl`); :func:`validate` drops and clamps, and the counts are logged (info level).
+    the videos (see :func:`iter_samples`); :func:`validate` drops and clamps, and the counts are logged (info level).
 
     Args:
         path: canonical JSONL file (e.g. written by ``grounding-rl prepare``).
@@ -359,9 +321,9 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     Returns:
         the kept samples, in file order.
     Raises:
-        AnnotationError, VideoProbeError: see :func:`iter_jsonl`.
+        AnnotationError, VideoProbeError: see :func:`iter_samples`.
     """
-    samples, found = validate(iter_jsonl(path, video_root=video_root), training=training)
+    samples, found = validate(iter_samples(path, video_root=video_root), training=training)
     logger.info("%s: %s", path, found)
     if counts is not None:
         counts.update(found)
@@ -369,5 +331,5 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
 
 
 __all__ = ["AnnotationError", "FIELDS", "Sample", "VIDEO_EXTENSIONS", "VideoProbeError", "VideoResolver",
-           "as_seconds", "has_video_extension", "iter_jsonl", "load_samples", "read_jsonl", "validate",
-           "validate_sample", "write_jsonl"]
+           "as_seconds", "has_video_extension", "iter_samples", "load_samples", "validate",
+           "validate_sample", "write_samples"]

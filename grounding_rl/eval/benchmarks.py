@@ -17,23 +17,17 @@ A definition is a small YAML file::
     anchors:                                  # published results, each with its source
       - {method: ..., setting: ..., "R1@0.3": 83.3, "R1@0.5": 72.5, "R1@0.7": 47.9, mIoU: null, source: ...}
 
-Paths are relative to the repository root (``../shared/...`` honours ``$GROUNDING_RL_SHARED``).
-
-    python -m grounding_rl.eval.benchmarks prepare-args BENCH.yaml --out DATA.jsonl [--video-root DIR]
-
-prints, one per line, the arguments of ``grounding-rl prepare`` for the benchmark (used by ``scripts/eval.sh``; it
-imports neither torch nor transformers, so it starts in a fraction of a second).
+Paths are relative to the repository root (``../shared/...`` honours ``$GROUNDING_RL_SHARED``). ``grounding-rl
+prepare --benchmark BENCH.yaml`` writes the benchmark's canonical JSONL (``scripts/eval.sh`` does it first).
 """
 from __future__ import annotations
 
-import argparse
 import errno
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grounding_rl.errors import UserError, user_message
+from grounding_rl.errors import UserError
 from grounding_rl.paths import DATA_ENV, data_root, resolve_config_path
 
 if TYPE_CHECKING:  # importing the preprocessing pulls in transformers: only when a protocol is built
@@ -191,45 +185,3 @@ def dropped_annotations(bench: Benchmark) -> int:
 
     return validate(read_annotations(bench.format, bench.annotations, durations=bench.durations), log_limit=0)[1][
         "dropped"]
-
-
-def prepare_args(bench: Benchmark, out: str, video_root: str | None = None) -> list[str]:
-    """Arguments of ``grounding-rl prepare`` for ``bench`` writing ``out``.
-
-    Raises:
-        BenchmarkError: neither ``video_root`` nor the YAML's ``video_root`` is set.
-    """
-    root = video_root or bench.video_root
-    if not root:
-        raise BenchmarkError(f"{bench.path}: no video_root in the benchmark; pass --video-root DIR (the folder of the "
-                             f"{bench.name} videos)")
-    args = ["--format", bench.format, "--annotations", bench.annotations, "--video-root", root, "--out", out]
-    if bench.durations:
-        args += ["--durations", bench.durations]
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m grounding_rl.eval.benchmarks prepare-args YAML --out OUT [--video-root DIR]`` (scripts/eval.sh).
-
-    Exit code 2 with a one-line message when the YAML is missing or incomplete (e.g. no video root)."""
-    parser = argparse.ArgumentParser(prog="python -m grounding_rl.eval.benchmarks")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare-args", help="print grounding-rl prepare arguments, one per line")
-    p.add_argument("yaml")
-    p.add_argument("--out", required=True)
-    p.add_argument("--video-root", default=None)
-    p.add_argument("--data-root", default=None,
-                   help=f"folder of the benchmark annotation files (default: ${DATA_ENV}, else the test data)")
-    args = parser.parse_args(argv)
-    try:
-        bench = load_benchmark(args.yaml, build_protocol=False, data_root_dir=args.data_root)
-        print("\n".join(prepare_args(bench, args.out, args.video_root)))
-    except (FileNotFoundError, UserError) as err:  # BenchmarkError, a repeated key, a file not UTF-8
-        print(f"error: {user_message(err)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``grounding-rl compare``: one table of several runs' metrics, e.g. baseline vs SFT vs GRPO.
+"""One table of several runs' metrics, e.g. baseline vs SFT vs GRPO (``grounding-rl compare``).
 
     grounding-rl compare NAME=PATH [NAME=PATH ...] [--json-key metric ...]
 
@@ -7,11 +7,8 @@ format rate, one row per run; with ``--json-key`` a last line of JSON ``{"<name>
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
-
-from grounding_rl.errors import UserError
 
 COLUMNS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "format_rate", "n")
 
@@ -45,28 +42,3 @@ def comparison_table(runs: dict[str, dict]) -> str:
     lines = ["| run | " + " | ".join(COLUMNS) + " |", "|---|" + "|".join("---:" for _ in COLUMNS) + "|"]
     lines += [f"| {name} | " + " | ".join(cell(m.get(c)) for c in COLUMNS) + " |" for name, m in runs.items()]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="grounding-rl compare", description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", help="NAME=PATH (metrics.json or a folder holding one)")
-    parser.add_argument("--json-key", action="append", default=[], metavar="NAME:METRIC",
-                        help="add NAME_METRIC to the last JSON line (e.g. grpo:mIoU); repeatable")
-    args = parser.parse_args(argv)
-    runs = {}
-    try:
-        for spec in args.runs:
-            name, sep, path = spec.partition("=")
-            if not sep:
-                raise ValueError(f"expected NAME=PATH, got {spec!r}")
-            runs[name] = load_metrics(path)
-    except (OSError, ValueError) as err:  # a missing path, a file that is not JSON, a run not written NAME=PATH
-        raise UserError(str(err)) from None
-    print(comparison_table(runs))
-    if args.json_key:
-        summary = {}
-        for key in args.json_key:
-            name, _, metric = key.partition(":")
-            summary[f"{name}_{metric}"] = runs.get(name, {}).get(metric)
-        print(json.dumps(summary))
-    return 0

@@ -1,4 +1,4 @@
-"""``grounding-rl score``: metrics of a predictions file against canonical annotations.
+"""Metrics of a predictions file against canonical annotations (``grounding-rl score``).
 
     grounding-rl score --predictions PRED.jsonl --annotations GT.jsonl [--out metrics.json]
 
@@ -14,42 +14,25 @@ evaluators do), times clamped into [0, duration] for ``clamped``, kept as annota
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-from grounding_rl.errors import UserError, excerpt, reading
-from grounding_rl.reward.metrics import format_metrics_table, metrics_by_scoring, scoring_table
-
-
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """``(0-based line number, object)`` for each non-blank line; UserError naming file and 1-based line when bad."""
-    with reading(path), open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{i + 1}: invalid JSON: {err.msg}") from err
-            if not isinstance(obj, dict):
-                raise UserError(f"{path}:{i + 1}: expected a JSON object, got {type(obj).__name__}")
-            yield i, obj
+from grounding_rl.errors import UserError, excerpt
+from grounding_rl.jsonl_files import JsonLines
+from grounding_rl.reward.metrics import metrics_by_scoring
 
 
 def _index(path: Path) -> dict[str, tuple[int, dict]]:
-    """``{qid: (line number, object)}`` of a predictions file; UserError on a missing or duplicate qid."""
+    """``{qid: (1-based line number, object)}`` of a predictions file; UserError on a missing or duplicate qid."""
     out: dict[str, tuple[int, dict]] = {}
-    for i, obj in _read_jsonl(path):
+    for number, obj in JsonLines(path):
         qid = obj.get("qid")
         if qid is None:
-            raise UserError(f"{path}:{i + 1}: prediction has no 'qid'")
+            raise UserError(f"{path}:{number}: prediction has no 'qid'")
         qid = str(qid)
         if qid in out:
-            raise UserError(f"{path}:{i + 1}: duplicate qid {qid!r} (first on line {out[qid][0] + 1})")
-        out[qid] = (i, obj)
+            raise UserError(f"{path}:{number}: duplicate qid {qid!r} (first on line {out[qid][0]})")
+        out[qid] = (number, obj)
     return out
 
 
@@ -63,10 +46,10 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         UserError: bad JSON, a missing or duplicate qid, or a bad field (naming file and line); a predictions file
             without any prediction, or annotations without any usable query.
     """
-    from grounding_rl.data.samples import read_jsonl, validate
+    from grounding_rl.data.samples import iter_samples, validate
 
     # the one validation policy, as eval applies it (start ≥ end dropped, end past the video clamped)
-    kept, counts = validate(read_jsonl(annotations))
+    kept, counts = validate(iter_samples(annotations))
     gts = {s.qid: s for s in kept}
     if len(gts) != len(kept):
         raise UserError(f"{annotations}: duplicate qids")
@@ -84,11 +67,11 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         pred = preds.get(qid, (None, {}))[1]
         answer = pred.get("answer")
         if answer is not None and not isinstance(answer, str):
-            raise UserError(f"{predictions}:{preds[qid][0] + 1}: 'answer' must be a string, got {excerpt(answer)}")
+            raise UserError(f"{predictions}:{preds[qid][0]}: 'answer' must be a string, got {excerpt(answer)}")
         for key in ("start", "end"):
             value = pred.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise UserError(f"{predictions}:{preds[qid][0] + 1}: {key!r} must be seconds or null, got {excerpt(value)}")
+                raise UserError(f"{predictions}:{preds[qid][0]}: {key!r} must be seconds or null, got {excerpt(value)}")
         records.append({
             "qid": f"{qid} ({annotations})",
             "start": gt.start, "end": gt.end, "duration": gt.duration, "raw_start": gt.raw_start, "raw_end": gt.raw_end,
@@ -101,21 +84,3 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         print(f"score: {metrics['missing_predictions']} of {len(gts)} queries have no prediction in {predictions} "
               "(each counted as IoU 0)", file=sys.stderr)
     return metrics
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="grounding-rl score", description="Score predictions against annotations (R1@m, mIoU)."
-    )
-    parser.add_argument("--predictions", type=Path, required=True, help="JSONL: qid plus answer and/or start/end")
-    parser.add_argument("--annotations", type=Path, required=True, help="canonical JSONL of the queries")
-    parser.add_argument("--out", type=Path, default=None, help="write the metrics as JSON here")
-    parser.add_argument("--prompt-template", default="default",
-                        help="the template the predictions were made with (its answer format sets the format rate)")
-    args = parser.parse_args(argv)
-    metrics = score(args.predictions, args.annotations, args.prompt_template)
-    print(scoring_table(metrics))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    return 0

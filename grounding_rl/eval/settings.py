@@ -7,36 +7,28 @@ settings and a sentence saying where they came from, which both commands print.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
 from grounding_rl.data.video import VideoSettings
 from grounding_rl.errors import check_number
-from grounding_rl.family import VIDEO_LAYOUTS
 from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
 
 # Greedy decoding budget for real checkpoints: TimeZero-style answers ("<think>…</think><answer>a to b</answer>") fit
 # comfortably; raise it for long reasoning (Time-R1 evaluates with 1024).
 DEFAULT_MAX_NEW_TOKENS = 256
 
-# Command-line names of the VideoSettings fields that may be overridden.
-VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "min_frames", "max_frames", "sampler",
-                   "total_tokens", "min_tokens", "budget_lowers_fps", "cover_tail")
+# The VideoSettings fields that may be overridden on the command line (:class:`PreprocessingOverrides`).
+VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "sampler", "total_tokens",
+                   "min_tokens", "budget_lowers_fps", "cover_tail")
 # A budget or floor given one way on the command line replaces the saved one given the other way.
 _REPLACES = {"total_tokens": "total_pixels", "total_pixels": "total_tokens", "min_tokens": "min_pixels",
              "min_pixels": "min_tokens"}
 
 
-def video_overrides(args) -> dict:
-    """The :data:`VIDEO_OVERRIDES` given by the flags of :func:`add_preprocessing_overrides` (absent ones None):
-    the keyword arguments of :func:`resolve_config`."""
-    return {name: getattr(args, "video_sampler" if name == "sampler" else name, None) for name in VIDEO_OVERRIDES}
-
-
-def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None, fallback: GroundingConfig | None = None,
-                   fallback_name: str = "benchmark protocol", video_layout: str | None = None,
-                   **video_overrides) -> tuple[GroundingConfig, str]:
+def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | None" = None, *,
+                   fallback: GroundingConfig | None = None,
+                   fallback_name: str = "benchmark protocol") -> tuple[GroundingConfig, str]:
     """The preprocessing and prompt to evaluate ``model_dir`` with, and where they came from.
 
     Precedence: non-None keyword overrides > ``model_dir/grounding_config.json`` > ``fallback`` > defaults
@@ -45,22 +37,18 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
 
     Args:
         model_dir: checkpoint folder (a hub id or a folder without ``grounding_config.json`` has no saved config).
-        prompt_template: override of the template name (None = keep).
+        overrides: the command line's (:class:`PreprocessingOverrides`; None or None fields = keep).
         fallback: settings used when the checkpoint has no config (e.g. a benchmark's paper protocol).
         fallback_name: how to name ``fallback`` in the returned description.
-        video_layout: override of the video layout (None = keep).
-        video_overrides: any of :data:`VIDEO_OVERRIDES`; None values are ignored.
 
     Returns:
         (config, description), e.g. ``(cfg, "grounding_config.json of ckpt/ (overridden: fps)")``.
 
     Raises:
-        ValueError: unknown override name, unknown template or video layout, or an invalid ``grounding_config.json``
-            (names the file).
+        ValueError: unknown template or video layout, or an invalid ``grounding_config.json`` (names the file).
     """
-    unknown = set(video_overrides) - set(VIDEO_OVERRIDES)
-    if unknown:
-        raise ValueError(f"unknown video setting(s) {sorted(unknown)}; known: {list(VIDEO_OVERRIDES)}")
+    overrides = overrides or PreprocessingOverrides()
+    prompt_template, video_layout = overrides.prompt_template, overrides.video_layout
     saved = GroundingConfig.load(model_dir) if Path(model_dir).is_dir() else None
     if saved is not None:
         config, source = saved, f"{CONFIG_NAME} of {model_dir}"
@@ -68,7 +56,7 @@ def resolve_config(model_dir: str | Path, *, prompt_template: str | None = None,
         config, source = fallback, f"{fallback_name} ({model_dir} has no {CONFIG_NAME})"
     else:
         config, source = GroundingConfig(), f"built-in defaults ({model_dir} has no {CONFIG_NAME})"
-    changed = {k: v for k, v in video_overrides.items() if v is not None}
+    changed = {k: v for k, v in overrides.video().items() if v is not None}
     if changed:
         defaults = VideoSettings()
         cleared = {other: getattr(defaults, other) for name, other in _REPLACES.items()
@@ -101,39 +89,54 @@ def _family(model_dir):
         return None
 
 
-def add_preprocessing_overrides(parser) -> None:
-    """The command-line overrides of the saved preprocessing shared by ``eval`` and ``infer`` (None = keep)."""
-    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
-    parser.add_argument("--video-layout", default=None, choices=list(VIDEO_LAYOUTS),
-                        help="override the video layout (Qwen3-VL: 'released', the per-frame blocks alone as "
-                        "transformers 4.57 wrote them; 'transformers5', inside one more <|vision_start|> … "
-                        "<|vision_end|> pair)")
-    parser.add_argument("--fps", type=float, default=None, help="override frames per second")
-    parser.add_argument("--min-pixels", type=int, default=None, help="override the minimum pixels per frame")
-    parser.add_argument("--max-pixels", type=int, default=None, help="override the maximum pixels per frame")
-    parser.add_argument("--total-pixels", type=int, default=None, help="override the pixel budget per clip")
-    parser.add_argument("--max-frames", type=int, default=None, help="override the maximum number of frames")
-    parser.add_argument("--total-tokens", type=int, default=None,
-                        help="override the budget in merged video tokens a clip (replaces a saved total_pixels)")
-    parser.add_argument("--min-tokens", type=int, default=None,
-                        help="override the per-frame floor in merged tokens (replaces a saved min_pixels)")
-    parser.add_argument("--budget-lowers-fps", action=argparse.BooleanOptionalAction, default=None,
-                        help="take fewer frames when the budget cannot hold them above the floor")
-    parser.add_argument("--cover-tail", action=argparse.BooleanOptionalAction, default=None,
-                        help="frames on the scale T / duration, covering the clip to its end")
-    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
-                        help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
-                        "Time-R1 and VideoChat-R1 checkpoints were evaluated)")
+@dataclasses.dataclass(frozen=True)
+class PreprocessingOverrides:
+    """The command-line overrides of a checkpoint's saved preprocessing that ``eval``, ``difficulty`` and ``infer``
+    share (None = keep the saved value; :func:`resolve_config`).
 
-
-def check_video_flags(args) -> None:
-    """The frame-sampling overrides of :func:`add_preprocessing_overrides` that were given are > 0.
-
-    Raises:
-        UserError: one line naming the flag, e.g. ``--fps must be > 0 (got 0.0)``.
+    Attributes:
+        prompt_template, video_layout: names (:data:`grounding_rl.prompts.templates.TEMPLATES`,
+            :data:`grounding_rl.family.VIDEO_LAYOUTS`).
+        fps, min_pixels, max_pixels, total_pixels, max_frames, sampler: the :class:`grounding_rl.data.video.
+            VideoSettings` fields of the same names (frames per second, pixels per frame and per clip, frames).
+        total_tokens, min_tokens, budget_lowers_fps, cover_tail: the long-video fields of the same names (the
+            budget and floor in merged tokens; a budget or floor given one way replaces the saved one given the
+            other way).
     """
-    for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "total_tokens", "min_tokens"):
-        check_number("--" + name.replace("_", "-"), getattr(args, name, None), above=0)
+
+    prompt_template: str | None = None
+    video_layout: str | None = None
+    fps: float | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    total_pixels: int | None = None
+    max_frames: int | None = None
+    sampler: str | None = None
+    total_tokens: int | None = None
+    min_tokens: int | None = None
+    budget_lowers_fps: bool | None = None
+    cover_tail: bool | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "PreprocessingOverrides":
+        """The overrides of arguments parsed with :func:`grounding_rl.cli.eval.add_preprocessing_overrides`."""
+        return cls(prompt_template=args.prompt_template, video_layout=args.video_layout, fps=args.fps,
+                   min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
+                   max_frames=args.max_frames, sampler=args.video_sampler, total_tokens=args.total_tokens,
+                   min_tokens=args.min_tokens, budget_lowers_fps=args.budget_lowers_fps, cover_tail=args.cover_tail)
+
+    def check(self) -> None:
+        """The frame-sampling overrides that were given are > 0.
+
+        Raises:
+            UserError: one line naming the flag, e.g. ``--fps must be > 0 (got 0.0)``.
+        """
+        for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "total_tokens", "min_tokens"):
+            check_number("--video-" + name.replace("_", "-"), getattr(self, name), above=0)
+
+    def video(self) -> dict:
+        """The video overrides as :func:`resolve_config` keywords (None values included)."""
+        return {name: getattr(self, name) for name in VIDEO_OVERRIDES if hasattr(self, name)}
 
 
 def check_generation_length(flag: str, max_new_tokens: int, model: str) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from grounding_rl.data.video import SampledVideo
-from grounding_rl.family import Family
+from grounding_rl.family.base import Family
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,19 @@ class Qwen25VLFamily(Family):
         t = video.num_frames
         return VideoMetadata(total_num_frames=t, fps=video.sampled_fps, frames_indices=list(range(t)),
                              duration=t / video.sampled_fps)
+
+    def patch_vllm_model(self, model) -> bool:
+        """Make vLLM's Qwen2.5-VL model (one with ``iter_mm_grid_thw``) place tokens by
+        :func:`transformers_mrope_positions`, the rule of the policy and reference forwards; False (unchanged) for a
+        model without ``iter_mm_grid_thw``."""
+        if not hasattr(model, "iter_mm_grid_thw"):
+            return False
+
+        def get_mrope_input_positions(input_tokens, mm_features):
+            return transformers_mrope_positions(list(model.iter_mm_grid_thw(mm_features)), len(input_tokens))
+
+        model.get_mrope_input_positions = get_mrope_input_positions
+        return True
 
     def select_features(self, features, rows: list[int]):
         from transformers.modeling_outputs import BaseModelOutputWithPooling
@@ -101,3 +116,42 @@ QWEN2_5_VL = Qwen25VLFamily(
     time_encoding="3D RoPE time scale (second_per_grid_ts)",
     row_video_keys=("video_grid_thw", "second_per_grid_ts"),
 )
+
+
+def transformers_mrope_positions(blocks: list[tuple], length: int) -> tuple[torch.Tensor, int]:
+    """3D M-RoPE position ids of one prompt by transformers' rule (5.19–5.24 ``Qwen2_5_VLModel.get_rope_index``), which
+    the policy and reference forwards use.
+
+    Text runs count up from the current position; a vision block of (t, h, w) merged patches gets temporal ids
+    ``floor(k · time_interval)`` (float32, as transformers) and spatial ids ``0…h−1``, ``0…w−1``, all offset by the
+    current position, which then advances by ``max(h, w)``. vLLM 0.32's ``Qwen2_5_VLForConditionalGeneration.
+    get_mrope_input_positions`` instead continues after the block's largest id, temporal included: for a clip whose
+    temporal ids run past its spatial extent every later token — the rest of the prompt and the completion — would
+    sit at other positions than in the forward.
+
+    Args:
+        blocks: ``(offset, t, h, w, time_interval)`` per vision block, by offset (vLLM's ``iter_mm_grid_thw``; sizes
+            after the spatial merge; ``time_interval`` = ``second_per_grid_ts · tokens_per_second``, 1 for images).
+        length: prompt length L.
+
+    Returns:
+        ``(positions (3, L) long, delta)``: ``delta`` = last position + 1 − L, so that completion token i (i ≥ L) sits at
+        i + delta, as in the forward over prompt + completion. Example: 2 text tokens, a block (t 2, h 1, w 2, interval
+        2.0), 1 text token → T [0 1 2 2 4 4 4], H [0 1 2 2 2 2 4], W [0 1 2 3 2 3 4], delta −2.
+    """
+    parts, position, done = [], 0, 0
+    for offset, t, h, w, interval in blocks:
+        text = offset - done
+        parts.append(torch.arange(text).expand(3, -1) + position)
+        position += text
+        temporal = (torch.arange(t) * torch.tensor(interval, dtype=torch.float32)).long()
+        grid_t, grid_h, grid_w = torch.meshgrid(temporal, torch.arange(h) + position, torch.arange(w) + position,
+                                                indexing="ij")
+        parts.append(torch.stack([grid_t + position, grid_h, grid_w]).reshape(3, -1))
+        position += max(h, w)
+        done = offset + t * h * w
+    if done < length:
+        parts.append(torch.arange(length - done).expand(3, -1) + position)
+    positions = torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.long)
+    delta = int(positions[0, -1]) + 1 - length if length else 0
+    return positions, delta

@@ -29,13 +29,16 @@ encoded once must hand both to each of its rows.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from grounding_rl.data.video import SampledVideo
-from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, RELEASED, TRANSFORMERS5, Family, checked_video_layout
+from grounding_rl.family.base import (DEFAULT_VIDEO_LAYOUT, RELEASED, TRANSFORMERS5, Family, _video_span,
+                                      checked_video_layout)
 
 TICKS_PER_SECOND = 1_000_000  # frames_indices are presentation times in microseconds
 VISION_START, VIDEO_PAD, VISION_END = "<|vision_start|>", "<|video_pad|>", "<|vision_end|>"  # the chat template's
+TIMESTAMP = re.compile(r"<\d+(\.\d+)? seconds>")  # the processor's textual timestamp of a temporal group
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,29 @@ class Qwen3VLFamily(Family):
                 raise RuntimeError(f"transformers {transformers.__version__}'s {type(processor).__name__} wrote the "
                                    f"video {'inside' if outer else 'without'} an outer {VISION_START} … {VISION_END} "
                                    f"pair, not in video_layout {layout!r}")
+
+    def collapse_video(self, ids: list[int], video_id: int, start_id: int, end_id: int, decode=None) -> list[int]:
+        """:meth:`grounding_rl.family.base.Family.collapse_video` for Qwen3-VL: its G groups
+        ``<t seconds><|vision_start|><|video_pad|>×n<|vision_end|>`` are found from the first group's timestamp
+        (``decode`` turns ids into text) to the last group's ``<|vision_end|>`` and replaced whole by one
+        ``<|video_pad|>``: in the ``released`` layout ``…text<|video_pad|>text…`` remains, in ``transformers5`` the
+        chat template's ``<|vision_start|><|video_pad|><|vision_end|>``. vllm 0.32 writes the groups back itself
+        (``Qwen3VLMultiModalProcessor._get_prompt_updates``), so the row returns in whichever layout it was built in.
+        E.g. released [1, <t>, S, V, V, E, <t>, S, V, V, E, 2] → [1, V, 2].
+
+        Raises:
+            ValueError: the video tokens are not enclosed by the group tokens, or are interleaved with text that is not
+                a ``<t seconds>`` timestamp (or no ``decode`` was given).
+        """
+        where = _video_span(ids, video_id, start_id, end_id)
+        if where is None:
+            return list(ids)
+        first, last = where
+        if decode is not None:
+            for begin in range(first - 2, max(first - 18, -1), -1):
+                if TIMESTAMP.fullmatch(decode(ids[begin:first - 1]).strip()):
+                    return ids[:begin] + [video_id] + ids[last + 2:]
+        raise ValueError("video tokens interleaved with text that is not a <t seconds> timestamp")
 
     def select_features(self, features, rows: list[int]):
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures

@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import torch
+
 from grounding_rl.data.video import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VIDEO_SAMPLERS, SampledVideo,
                                      VideoSettings)
 from grounding_rl.family import (DEFAULT_VIDEO_LAYOUT, VIDEO_LAYOUTS, Family, checked_video_layout, families,
@@ -22,10 +24,21 @@ CONFIG_NAME = "grounding_config.json"
 # all pass exactly these (without mm_token_type_ids the 3D RoPE falls back to 1D). The per-row video keys are those
 # of every family (grounding_rl.family); a batch holds the ones its family's processor returned, and every consumer
 # passes the keys present.
+PIXELS, GRID = "pixel_values_videos", "video_grid_thw"
 TEXT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
 PER_ROW_VIDEO_KEYS = tuple(dict.fromkeys(k for f in families() for k in f.row_video_keys))
-VIDEO_KEYS = ("pixel_values_videos",) + PER_ROW_VIDEO_KEYS
+VIDEO_KEYS = (PIXELS,) + PER_ROW_VIDEO_KEYS
 MODEL_INPUT_KEYS = TEXT_KEYS + VIDEO_KEYS
+# The keys a prompt batch may carry besides the model's inputs, defined once: ``video_index`` (B,) long, row i's
+# distinct clip when rows share clips (``pixel_values_videos`` then holds each distinct clip once, :func:`build_inputs`
+# with ``share_videos``); ``clips``, each row's decoded clip, for an engine that processes the frames itself (vLLM).
+VIDEO_INDEX, CLIPS = "video_index", "clips"
+
+
+def split_patches(pixels: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The patches of each clip: ``pixel_values_videos`` (Σ t·h·w, D) split by the clips' (N, 3) ``video_grid_thw``
+    into N tensors of t·h·w rows each (``torch.split``)."""
+    return torch.split(pixels, grid.prod(dim=-1).tolist())
 
 
 @dataclass
@@ -182,17 +195,6 @@ class PreprocessingArguments:
         return problems
 
 
-def video_metadata(video: SampledVideo, family: Family | str = "qwen2_5_vl"):
-    """Describe a sampled clip to a family's processor (:meth:`grounding_rl.family.Family.video_metadata`).
-
-    Qwen2.5-VL: fps = effective sampled fps, T frames, indices range(T), so with ``do_sample_frames=False`` the
-    processor computes ``second_per_grid_ts = temporal_patch_size / fps`` (1.0 at 2 fps; without metadata transformers
-    5.24 assumes 24 fps: 0.083, wrong). Qwen3-VL: the frames' true presentation times, from which the processor
-    writes the textual timestamps.
-    """
-    return (family_of(family) if isinstance(family, str) else family).video_metadata(video)
-
-
 class _DistinctClips:
     """A processor's video processor that preprocesses each distinct clip once: ``index[i]`` is row i's clip. It
     returns the distinct clips' patches and, per row, their grid and metadata (which the processor reads row by row to
@@ -255,8 +257,6 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
             ``video_layout``.
         RuntimeError: the installed processor did not lay the video out in ``video_layout``.
     """
-    import torch
-
     if len(queries) != len(videos):
         raise ValueError(f"{len(queries)} queries but {len(videos)} videos")
     family = family or family_of(processor)
@@ -298,18 +298,34 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
                                        length=padding_before.get("length"))
     family.check_video_layout(processor, features["input_ids"], video_layout)
     if share_videos:
-        sizes = features["video_grid_thw"].prod(dim=-1).tolist()
+        sizes = features[GRID].prod(dim=-1).tolist()
         first = sorted({clip: row for row, clip in reversed(list(enumerate(index)))}.items())
-        pixels = features["pixel_values_videos"]
+        pixels = features[PIXELS]
         if pixels.shape[0] == sum(sizes):  # the processor encoded every row's clip: keep each distinct one once
-            offsets = [0]
-            for size in sizes:
-                offsets.append(offsets[-1] + int(size))
-            features["pixel_values_videos"] = torch.cat([pixels[offsets[row]:offsets[row + 1]] for _, row in first])
+            per_row = split_patches(pixels, features[GRID])
+            features[PIXELS] = torch.cat([per_row[row] for _, row in first])
         elif pixels.shape[0] != sum(int(sizes[row]) for _, row in first):
             raise RuntimeError(f"the processor returned {pixels.shape[0]} video patches for grids {sizes}")
-        features["video_index"] = torch.tensor(index, dtype=torch.long)
+        features[VIDEO_INDEX] = torch.tensor(index, dtype=torch.long)
     return features
+
+
+def check_prompt_length(length: int, limit: int | None, sample: str) -> None:
+    """The one prompt-length rule of GRPO and SFT: a prompt longer than ``max_prompt_length`` tokens is an error, never
+    a truncation (truncating would cut video tokens). ``limit`` None: no limit.
+
+    Args:
+        length: the prompt's tokens (video tokens included).
+        limit: ``max_prompt_length``.
+        sample: how to name the sample in the message, e.g. ``"sample 3 (qid x, a.mp4)"``.
+
+    Raises:
+        ValueError: ``"sample 3 (qid x, a.mp4): prompt is 5000 tokens, more than max_prompt_length 4096; …"``.
+    """
+    if limit is not None and length > limit:
+        raise ValueError(f"{sample}: prompt is {length} tokens, more than max_prompt_length {limit}; prompts are never "
+                         "truncated (that would cut video tokens): lower video_fps / video_max_pixels / "
+                         "video_total_pixels (video_total_tokens) or raise max_prompt_length")
 
 
 def prompt_text(processor, input_ids, attention_mask=None) -> str:

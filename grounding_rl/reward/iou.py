@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 
 def _check(interval: Sequence[float], name: str) -> tuple[float, float]:
     if len(interval) != 2:
@@ -36,31 +34,6 @@ def temporal_iou(pred: Sequence[float], gt: Sequence[float]) -> float:
     if union <= 0.0:
         return 1.0 if (ps, pe) == (gs, ge) else 0.0
     return min(1.0, inter / union)
-
-
-def temporal_iou_batch(preds, gts) -> np.ndarray:
-    """Element-wise temporal IoU of ``preds`` and ``gts``, both array-likes of shape (N, 2) in seconds → float64 (N,).
-
-    Same rule as ``temporal_iou`` (zero union: identical points → 1.0, else 0.0). Raises ValueError for mismatched
-    shapes, non-finite values or any reversed interval (naming its row).
-    """
-    p, g = np.asarray(preds, dtype=np.float64), np.asarray(gts, dtype=np.float64)
-    if p.size == 0 and g.size == 0:
-        return np.zeros(0)
-    if p.shape != g.shape or p.ndim != 2 or p.shape[1] != 2:
-        raise ValueError(f"preds and gts must have the same shape (N, 2), got {p.shape} and {g.shape}")
-    for name, arr in (("pred", p), ("gt", g)):
-        if not np.isfinite(arr).all():
-            raise ValueError(f"{name} row {int(np.argwhere(~np.isfinite(arr))[0, 0])} is not finite")
-        bad = np.flatnonzero(arr[:, 0] > arr[:, 1])
-        if bad.size:
-            raise ValueError(f"{name} row {int(bad[0])} is reversed (start > end): {arr[bad[0]].tolist()}")
-    inter = np.clip(np.minimum(p[:, 1], g[:, 1]) - np.maximum(p[:, 0], g[:, 0]), 0.0, None)
-    union = (p[:, 1] - p[:, 0]) + (g[:, 1] - g[:, 0]) - inter
-    same = (p == g).all(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        iou = np.where(union > 0, inter / np.where(union > 0, union, 1.0), same.astype(np.float64))
-    return np.clip(iou, 0.0, 1.0)
 
 
 def clamp_interval(pred: Sequence[float], duration: float) -> tuple[float, float]:

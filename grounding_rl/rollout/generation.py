@@ -20,10 +20,10 @@ from typing import Protocol
 import torch
 
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
-from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, build_inputs
+from grounding_rl.models.tokens import completion_token_ids
+from grounding_rl.prompts.preprocessing import CLIPS, MODEL_INPUT_KEYS, VIDEO_INDEX, build_inputs
 from grounding_rl.rollout.shared import generate_shared
 
-VIDEO_INDEX = "video_index"
 
 
 @dataclass(frozen=True)
@@ -120,15 +120,14 @@ def generate_answers(model, processor, queries: list[str], videos: list, templat
     """
     if not queries:
         return []
-    tokenizer = processor.tokenizer
     if engine is not None:
         inputs = dict(build_inputs(processor, queries, videos, template, video_layout=video_layout))
-        inputs["clips"] = list(videos)
+        inputs[CLIPS] = list(videos)
         new_tokens = engine.generate(None, inputs, params)
         return processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     inputs = build_inputs(processor, queries, videos, template, share_videos=True,
                           video_layout=video_layout).to(model.device)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None)).pad
     if int(inputs[VIDEO_INDEX].max()) + 1 == len(queries):  # every clip distinct: nothing to share
         inputs.pop(VIDEO_INDEX)
     new_tokens = generate(model, dict(inputs), params, pad_token_id=pad)
@@ -179,16 +178,6 @@ class HFGenerateEngine:
             gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs,
         ) as unwrapped:
             return generate(unwrapped, inputs, params)
-
-
-def make_rollout_engine(args, accelerator, model, processor) -> RolloutEngine:
-    """The rollout engine a GRPO config asks for: :class:`grounding_rl.rollout.vllm.VLLMEngine` with ``use_vllm``
-    (TRL's knobs ``vllm_*``), else :class:`HFGenerateEngine`."""
-    if getattr(args, "use_vllm", False):
-        from grounding_rl.rollout.vllm import engine_for_training
-
-        return engine_for_training(args, accelerator, model, processor)
-    return HFGenerateEngine(accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
 
 
 def completion_mask(completion_ids: torch.LongTensor, eos_token_ids) -> tuple[torch.Tensor, torch.Tensor]:

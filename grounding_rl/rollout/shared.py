@@ -86,9 +86,17 @@ def shared_prefix_layout(inputs: dict, video_index: torch.Tensor) -> tuple[dict,
 
 
 @torch.no_grad()
-def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once: bool = True, **generate_kwargs):
+def generate_shared(model, inputs: dict, video_index: torch.Tensor, **generate_kwargs):
     """Sample one completion per row, encoding each distinct clip once and, where possible, prefilling the prefix its
     rows share once.
+
+    Each clip's common prefix (:func:`shared_prefix_layout`: the whole prompt but its last token for a GRPO group; the
+    system text, the video and the shared instruction text for video-first prompts with different queries) is
+    prefilled once, the KV cache and ``rope_deltas`` gathered to the B rows, then ``generate`` continues; when the rows
+    differ before their video tokens (a text-first prompt with different queries) each clip is encoded once and every
+    row's prompt but its last token is prefilled clip by clip (:func:`_prefill_by_clip`: no row is padded to a longer
+    clip's width); a prompt whose last token is a video token is encoded once per clip (``mm_encoder_outputs``) and
+    prefilled inside ``generate``.
 
     Args:
         model: the unwrapped generation model (inside TRL's ``unwrap_model_for_generation``: ZeRO-3 parameters
@@ -97,13 +105,6 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
             video tensors (``video_grid_thw`` (B, 3); Qwen2.5-VL's ``second_per_grid_ts`` (B,)); ``pixel_values_videos``
             of the U distinct clips only.
         video_index: (B,) distinct-clip index of each row.
-        prefill_once: True → prefill each clip's common prefix (:func:`shared_prefix_layout`: the whole prompt but
-            its last token for a GRPO group; the system text, the video and the shared instruction text for
-            video-first prompts with different queries) once, gather the KV cache and ``rope_deltas`` to the B rows,
-            then let ``generate`` continue; when the rows differ before their video tokens (a text-first prompt with
-            different queries) encode each clip once and prefill every row's prompt but its last token clip by clip
-            (:func:`_prefill_by_clip`: no row is padded to a longer clip's width); with False, encode each clip once
-            (``mm_encoder_outputs``) and prefill all B rows inside ``generate``.
         generate_kwargs: sampling settings for ``generate`` (``max_new_tokens``, ``do_sample``, ``temperature``...).
 
     Returns:
@@ -113,7 +114,7 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
     """
     video_index = torch.as_tensor(video_index, dtype=torch.long, device=inputs["input_ids"].device)
     row_keys = family_of(unwrap(model)).row_video_keys
-    layout = shared_prefix_layout(inputs, video_index) if prefill_once else None
+    layout = shared_prefix_layout(inputs, video_index)
     name = cache_kwarg(model)
     core = core_model(model)
     per_row = layout[0] if layout is not None else {
@@ -125,7 +126,7 @@ def generate_shared(model, inputs: dict, video_index: torch.Tensor, prefill_once
         cache = _prefill_by_clip(model, per_row, features, [(u, [row], [u]) for u, row in enumerate(clips)],
                                  len(clips), layout[2], name)
         cache.batch_select_indices(video_index)  # advanced indexing: repeats allowed, any order
-    elif prefill_once and not bool(per_row["mm_token_type_ids"][:, -1].ne(0).any()):  # every row, clip by clip
+    elif not bool(per_row["mm_token_type_ids"][:, -1].ne(0).any()):  # every row, clip by clip
         rows = [(video_index == u).nonzero().flatten().tolist() for u in range(len(clips))]
         cache = _prefill_by_clip(model, per_row, features, [(u, r, r) for u, r in enumerate(rows)],
                                  video_index.numel(), per_row["input_ids"].shape[1] - 1, name)

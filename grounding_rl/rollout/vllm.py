@@ -23,14 +23,13 @@ reached for weight updates, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB; 1 is enough for
 from __future__ import annotations
 
 import os
-import re
 
 import torch
 
 from grounding_rl.family import family_of
+from grounding_rl.prompts.preprocessing import CLIPS
 from grounding_rl.rollout.generation import SamplingParams
 
-CLIPS = "clips"
 
 
 def vllm_video(video, family) -> tuple:
@@ -51,52 +50,9 @@ def vllm_video(video, family) -> tuple:
                           "do_sample_frames": False}
 
 
-TIMESTAMP = re.compile(r"<\d+(\.\d+)? seconds>")
-
-
-def collapse_video(ids: list[int], video_id: int, start_id: int, end_id: int, decode=None) -> list[int]:
-    """The prompt ids vLLM is given for one row: the video's tokens collapsed to one ``<|video_pad|>``, which vLLM
-    expands itself, keeping the tokens around it (given expanded ids it would expand the first ``<|video_pad|>``
-    again). vllm 0.32 replaces the bare ``<|video_pad|>`` of a Qwen-VL token prompt (Qwen3-VL:
-    ``Qwen3VLMultiModalProcessor._get_prompt_updates`` with a transformers ≥ 5.10 processor, ``get_video_repl``
-    writing ``<t seconds><|vision_start|><|video_pad|>×n<|vision_end|>`` per temporal group), so the row comes back in
-    whichever video layout it was built in.
-
-    Qwen2.5-VL's expansion is one run of ``<|video_pad|>`` between ``<|vision_start|>`` and ``<|vision_end|>``, which
-    stay. Qwen3-VL's G groups are found from the first group's timestamp (``decode`` turns ids into text) to the last
-    group's ``<|vision_end|>`` and replaced whole: in the ``released`` layout (:data:`grounding_rl.family.
-    VIDEO_LAYOUTS`) ``…text<|video_pad|>text…`` remains, in ``transformers5`` the chat template's
-    ``<|vision_start|><|video_pad|><|vision_end|>``.
-
-    Args:
-        ids: one row's expanded prompt ids (no padding).
-        video_id, start_id, end_id: ``<|video_pad|>``, ``<|vision_start|>``, ``<|vision_end|>``.
-        decode: ids → text (needed for Qwen3-VL's timestamps).
-
-    Returns:
-        The ids with the video collapsed (unchanged without video tokens). Examples: Qwen2.5-VL
-        [1, S, V, V, V, E, 2] → [1, S, V, E, 2]; Qwen3-VL released [1, <t>, S, V, V, E, <t>, S, V, V, E, 2] → [1, V, 2].
-
-    Raises:
-        ValueError: the video tokens are laid out in neither family's way.
-    """
-    where = [i for i, t in enumerate(ids) if t == video_id]
-    if not where:
-        return list(ids)
-    first, last = where[0], where[-1]
-    if first == 0 or last + 1 >= len(ids) or ids[first - 1] != start_id or ids[last + 1] != end_id:
-        raise ValueError("video tokens not enclosed by <|vision_start|> … <|vision_end|>")
-    if all(t == video_id for t in ids[first:last + 1]):
-        return ids[:first + 1] + ids[last + 1:]
-    if decode is not None:
-        for begin in range(first - 2, max(first - 18, -1), -1):
-            if TIMESTAMP.fullmatch(decode(ids[begin:first - 1]).strip()):
-                return ids[:begin] + [video_id] + ids[last + 2:]
-    raise ValueError("video tokens interleaved with text that is not a <t seconds> timestamp")
-
-
 def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None) -> tuple[list[dict], list[list[int]]]:
-    """One vLLM prompt per row: the row's token ids without padding (video collapsed, :func:`collapse_video`) and its
+    """One vLLM prompt per row: the row's token ids without padding (video collapsed,
+    :meth:`grounding_rl.family.base.Family.collapse_video`) and its
     clip.
 
     Args:
@@ -118,7 +74,7 @@ def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None
         raise ValueError(f"{len(clips)} clips for {ids.shape[0]} prompt rows")
     expanded = [[int(t) for t, keep in zip(row.tolist(), keep_row.tolist()) if keep] for row, keep_row in zip(ids, mask)]
     special = (token_ids["video_token_id"], token_ids["vision_start_token_id"], token_ids["vision_end_token_id"])
-    prompts = [{"prompt_token_ids": collapse_video(row, *special, decode=decode),
+    prompts = [{"prompt_token_ids": family.collapse_video(row, *special, decode=decode),
                 "multi_modal_data": {"video": vllm_video(clip, family)},
                 "mm_processor_kwargs": family.processor_kwargs()}
                for row, clip in zip(expanded, clips)]
@@ -157,59 +113,6 @@ def patch_cpu_gemm() -> bool:
 
     plain_linear._grounding_rl_plain = True
     layer_utils.dispatch_cpu_unquantized_gemm = plain_linear
-    return True
-
-
-def transformers_mrope_positions(blocks: list[tuple], length: int) -> tuple[torch.Tensor, int]:
-    """3D M-RoPE position ids of one prompt by transformers' rule (5.19–5.24 ``Qwen2_5_VLModel.get_rope_index``), which
-    the policy and reference forwards use.
-
-    Text runs count up from the current position; a vision block of (t, h, w) merged patches gets temporal ids
-    ``floor(k · time_interval)`` (float32, as transformers) and spatial ids ``0…h−1``, ``0…w−1``, all offset by the
-    current position, which then advances by ``max(h, w)``. vLLM 0.32's ``Qwen2_5_VLForConditionalGeneration.
-    get_mrope_input_positions`` instead continues after the block's largest id, temporal included: for a clip whose
-    temporal ids run past its spatial extent every later token — the rest of the prompt and the completion — would
-    sit at other positions than in the forward.
-
-    Args:
-        blocks: ``(offset, t, h, w, time_interval)`` per vision block, by offset (vLLM's ``iter_mm_grid_thw``; sizes
-            after the spatial merge; ``time_interval`` = ``second_per_grid_ts · tokens_per_second``, 1 for images).
-        length: prompt length L.
-
-    Returns:
-        ``(positions (3, L) long, delta)``: ``delta`` = last position + 1 − L, so that completion token i (i ≥ L) sits at
-        i + delta, as in the forward over prompt + completion. Example: 2 text tokens, a block (t 2, h 1, w 2, interval
-        2.0), 1 text token → T [0 1 2 2 4 4 4], H [0 1 2 2 2 2 4], W [0 1 2 3 2 3 4], delta −2.
-    """
-    parts, position, done = [], 0, 0
-    for offset, t, h, w, interval in blocks:
-        text = offset - done
-        parts.append(torch.arange(text).expand(3, -1) + position)
-        position += text
-        temporal = (torch.arange(t) * torch.tensor(interval, dtype=torch.float32)).long()
-        grid_t, grid_h, grid_w = torch.meshgrid(temporal, torch.arange(h) + position, torch.arange(w) + position,
-                                                indexing="ij")
-        parts.append(torch.stack([grid_t + position, grid_h, grid_w]).reshape(3, -1))
-        position += max(h, w)
-        done = offset + t * h * w
-    if done < length:
-        parts.append(torch.arange(length - done).expand(3, -1) + position)
-    positions = torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.long)
-    delta = int(positions[0, -1]) + 1 - length if length else 0
-    return positions, delta
-
-
-def align_mrope_with_transformers(model) -> bool:
-    """Make a vLLM Qwen2-VL-style model (one with ``iter_mm_grid_thw``) place tokens by
-    :func:`transformers_mrope_positions`; False (unchanged) for other models (Qwen3-VL's frames are separate temporal
-    groups of one step each, where vLLM's rule and transformers' agree)."""
-    if not hasattr(model, "iter_mm_grid_thw"):
-        return False
-
-    def get_mrope_input_positions(input_tokens, mm_features):
-        return transformers_mrope_positions(list(model.iter_mm_grid_thw(mm_features)), len(input_tokens))
-
-    model.get_mrope_input_positions = get_mrope_input_positions
     return True
 
 
@@ -345,7 +248,7 @@ class VLLMEngine:
             limit_mm_per_prompt={"video": 1, "image": 0}, tensor_parallel_size=tensor_parallel_size, seed=seed,
             max_num_batched_tokens=max(4096, max_model_len), logprobs_mode="processed_logprobs", **kwargs)
         self._vllm = vllm
-        align_mrope_with_transformers(runner_model(self.llm))
+        self.family.patch_vllm_model(runner_model(self.llm))  # positions as in the transformers forward
         self.sampling_logps: torch.Tensor | None = None
         self._weights_asleep = False
         if enable_sleep_mode and torch.cuda.is_available():
@@ -445,36 +348,3 @@ def check_prompt_ids(got: list[int], want: list[int], row: int = 0) -> None:
     raise RuntimeError(f"vLLM's prompt for row {row} differs from the policy's ({len(got)} vs {len(want)} tokens, first "
                        f"difference at position {first}): its processor expanded the video differently (frame "
                        "size, number of frames or timestamps)")
-
-
-def engine_for_training(args, accelerator, model, processor) -> VLLMEngine:
-    """The :class:`VLLMEngine` of a GRPO run from the config's TRL knobs (``vllm_*``), on the policy's checkpoint."""
-    unwrapped = accelerator.unwrap_model(model)
-    base = getattr(unwrapped, "get_base_model", lambda: unwrapped)()
-    eos = unwrapped.generation_config.eos_token_id
-    tokenizer = processor.tokenizer
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    length = args.vllm_max_model_length or ((args.max_prompt_length or 8192) + args.max_completion_length)
-    return VLLMEngine(base.config._name_or_path, eos, pad, dtype=str(unwrapped.dtype).removeprefix("torch."),
-                      max_model_len=length, gpu_memory_utilization=args.vllm_gpu_memory_utilization,
-                      tensor_parallel_size=args.vllm_tensor_parallel_size,
-                      enable_sleep_mode=args.vllm_enable_sleep_mode, seed=args.seed,
-                      logps_need_correcting=args.vllm_importance_sampling_correction, accelerator=accelerator)
-
-
-def engine_for_inference(model_path: str, processor, dtype: str = "auto", max_model_len: int = 32768) -> VLLMEngine:
-    """A :class:`VLLMEngine` for ``eval`` / ``infer --engine vllm`` (greedy; weights as in the checkpoint)."""
-    from transformers import GenerationConfig
-
-    tokenizer = processor.tokenizer
-    try:
-        eos = GenerationConfig.from_pretrained(str(model_path)).eos_token_id
-    except OSError:
-        eos = None
-    eos = eos if eos is not None else tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if dtype == "auto":
-        dtype = "bfloat16" if torch.cuda.is_available() else "float32"
-    return VLLMEngine(model_path, eos, pad, dtype=dtype, max_model_len=max_model_len, logps_need_correcting=False)

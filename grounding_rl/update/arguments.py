@@ -66,3 +66,34 @@ def data_seed(args) -> int:
     """The seed of the training data order: ``args.data_seed`` when set, else ``args.seed`` (``TrainingArguments``'
     rule for its samplers; TRL 1.16's GRPO sampler reads ``seed`` only)."""
     return args.seed if args.data_seed is None else args.data_seed
+
+
+def trl_field(name: str, default: Any = dataclasses.MISSING, note: str = "", source=None) -> dataclasses.Field:
+    """A config field named as in TRL (or transformers), its help text read from that library's own dataclass
+    (``trl.GRPOConfig`` unless ``source`` is given, e.g. ``transformers.TrainingArguments``) rather than copied, so it
+    follows the installed version.
+
+    Args:
+        name: the field's name in the source dataclass.
+        default: our default; unset = TRL's default (value or factory).
+        note: our addition to the help text (where we differ from TRL, or what is verified here).
+        source: the dataclass to read (default ``trl.GRPOConfig``).
+
+    Raises:
+        KeyError: the source has no field ``name`` (a renamed knob must fail loudly, not drift).
+    """
+    if source is None:
+        from trl import GRPOConfig as source
+    fields = {f.name: f for f in dataclasses.fields(source)}
+    if name not in fields:
+        raise KeyError(f"{source.__name__} has no field {name!r}")
+    theirs = fields[name]
+    text = " ".join(str(theirs.metadata.get("help", "")).split())
+    metadata = {**theirs.metadata, "help": f"{text} {note}".strip()}
+    if default is not dataclasses.MISSING:
+        if isinstance(default, (list, dict, set)):
+            return field(default_factory=lambda: type(default)(default), metadata=metadata)
+        return field(default=default, metadata=metadata)
+    if theirs.default_factory is not dataclasses.MISSING:
+        return field(default_factory=theirs.default_factory, metadata=metadata)
+    return field(default=theirs.default, metadata=metadata)

@@ -20,12 +20,9 @@ import torch
 
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.models.vision import first_rows
-from grounding_rl.prompts.preprocessing import MODEL_INPUT_KEYS, PER_ROW_VIDEO_KEYS, build_inputs
+from grounding_rl.prompts.preprocessing import (CLIPS, GRID, MODEL_INPUT_KEYS, PER_ROW_VIDEO_KEYS, PIXELS, VIDEO_INDEX,
+                                             build_inputs, split_patches)
 
-PIXELS = "pixel_values_videos"
-GRID = "video_grid_thw"
-VIDEO_INDEX = "video_index"
-CLIPS = "clips"
 
 
 def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False,
@@ -67,14 +64,6 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
     return select_rows(batch, [position[item["index"]] for item in items])
 
 
-def _patch_offsets(grid: torch.Tensor) -> list[int]:
-    sizes = grid.prod(dim=-1).tolist()
-    offsets = [0]
-    for size in sizes:
-        offsets.append(offsets[-1] + int(size))
-    return offsets
-
-
 def clip_grid(batch: dict) -> torch.Tensor:
     """(U, 3) grid of each distinct clip of a shared-video batch (from the first row using it).
 
@@ -96,18 +85,18 @@ def select_rows(batch: dict, rows: list[int]) -> dict:
     out = {}
     if VIDEO_INDEX in batch:
         index = batch[VIDEO_INDEX]
-        offsets = _patch_offsets(clip_grid(batch))
+        clips = split_patches(batch[PIXELS], clip_grid(batch))
         picked = index[torch.as_tensor(rows, dtype=torch.long, device=index.device)].tolist()
         used = list(dict.fromkeys(picked))
         renumber = {clip: i for i, clip in enumerate(used)}
         out[VIDEO_INDEX] = torch.tensor([renumber[c] for c in picked], dtype=index.dtype, device=index.device)
-        out[PIXELS] = torch.cat([batch[PIXELS][offsets[u]:offsets[u + 1]] for u in used])
+        out[PIXELS] = torch.cat([clips[u] for u in used])
     for key, value in batch.items():
         if key in out:
             continue
         if key == PIXELS:
-            offsets = _patch_offsets(batch[GRID])
-            out[key] = torch.cat([value[offsets[r]:offsets[r + 1]] for r in rows])
+            per_row = split_patches(value, batch[GRID])
+            out[key] = torch.cat([per_row[r] for r in rows])
         elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == num_rows:
             out[key] = value[torch.as_tensor(rows, dtype=torch.long, device=value.device)]
         elif isinstance(value, list) and len(value) == num_rows:

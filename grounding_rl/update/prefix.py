@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 from grounding_rl.models.vision import encode_videos, rope_position_ids, unwrap
-from grounding_rl.update.batching import PIXELS, VIDEO_INDEX, clip_grid, forward_inputs
+from grounding_rl.prompts.preprocessing import PIXELS, VIDEO_INDEX
+from grounding_rl.update.batching import clip_grid, forward_inputs
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 

@@ -81,6 +81,14 @@ def load_adapter_weights(model, folder: str | os.PathLike) -> None:
         raise CheckpointLoadError(problem)
 
 
+def last_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The last ``checkpoint-N`` folder of ``output_dir`` (``transformers.trainer_utils.get_last_checkpoint``), or None
+    when there is none or ``output_dir`` is not a folder: what ``resume_from_checkpoint: true`` (or ``last``) means."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if os.path.isdir(output_dir) else None
+
+
 def checkpoint_global_step(folder: str | os.PathLike) -> int | None:
     """The ``global_step`` of a checkpoint's ``trainer_state.json``, or None when it has none."""
     from transformers.trainer_callback import TrainerState

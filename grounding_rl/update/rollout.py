@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from accelerate.utils import gather_object
 
 from grounding_rl.data.missing import check_fraction
+from grounding_rl.prompts.preprocessing import check_prompt_length
 from grounding_rl.reward.rewards import weighted_rewards
 from grounding_rl.rollout.generation import completion_mask, cut_at_tokens
 from grounding_rl.update import batching, grpo
@@ -160,16 +161,10 @@ def sample(trainer, items: list[dict]) -> tuple[dict, torch.Tensor, torch.Tensor
 
 
 def check_prompt_lengths(batch: dict, items: list[dict], limit: int | None) -> None:
-    """Raises ValueError naming the first item whose prompt is longer than ``limit`` tokens (None = no limit)."""
-    if limit is None:
-        return
+    """Raises ValueError naming the first item whose prompt is longer than ``limit`` tokens
+    (:func:`grounding_rl.prompts.preprocessing.check_prompt_length`)."""
     for length, item in zip(batch["prompt_mask"].sum(dim=1).tolist(), items):
-        if length > limit:
-            raise ValueError(
-                f"sample {item['index']} (qid {item['qid']}, {item['video']}): prompt is {length} tokens, more "
-                f"than max_prompt_length {limit}; prompts are never truncated (that would cut video tokens): "
-                "lower video_fps / video_max_pixels / video_total_pixels (video_total_tokens) or raise "
-                "max_prompt_length")
+        check_prompt_length(length, limit, f"sample {item['index']} (qid {item['qid']}, {item['video']})")
 
 
 def sanitise(trainer, items: list[dict], completion_ids: torch.Tensor, sampling_logps: torch.Tensor | None,

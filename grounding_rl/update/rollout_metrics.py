@@ -3,7 +3,6 @@
 loss trains on (after dynamic sampling's selection), never from a discarded draw."""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import torch
 from accelerate.utils import gather_object
 from trl.trainer.utils import nanstd
 
+from grounding_rl.jsonl_files import JsonlAppender
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.update.rollout import Rollout
 
@@ -71,8 +71,11 @@ def write_completions(trainer) -> None:
         rows.append(row)
     path = Path(trainer.args.output_dir) / "completions.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
+    writer = JsonlAppender(path, default=str)
+    try:
+        writer.write(*rows)
+    finally:
+        writer.close()
     if "wandb" in (trainer.args.report_to or []):
         import wandb
 

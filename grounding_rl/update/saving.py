@@ -8,13 +8,13 @@ permissions ``open()`` would give them (:func:`grounding_rl.paths.follow_umask`:
 """
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
 
 from grounding_rl.models.loading import DEFAULT_LORA_TARGETS
 from grounding_rl.paths import follow_umask
+from grounding_rl.run_record import write_record
 
 MODEL_CARD = "README.md"
 
@@ -26,8 +26,9 @@ def training_command(argv: list[str] | None = None) -> str:
 
 
 def model_card(grounding_config, base_model: str | None, stage: str, command: str | None,
-               lora_targets: str | None = None) -> str:
-    """The ``README.md`` of a checkpoint: Hub metadata (base model, tags) and the settings evaluation must reuse.
+               lora_targets: str | None = None):
+    """The ``README.md`` of a checkpoint, a ``huggingface_hub.ModelCard``: its Hub metadata (``ModelCardData``: library,
+    pipeline tag, tags, base model) and the settings evaluation must reuse.
 
     Args:
         grounding_config: the :class:`grounding_rl.prompts.preprocessing.GroundingConfig` saved beside it.
@@ -43,13 +44,11 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
         "vision tower and its merger are not adapted." if lora_targets == DEFAULT_LORA_TARGETS
         else f"the modules `{lora_targets}`.") + " `grounding-rl eval` and `infer` load this folder as it is; "
         "`grounding-rl merge-lora` writes it out as full weights.")
-    front = ["---", "library_name: transformers", "pipeline_tag: video-text-to-text",
-             "tags: [grounding-rl, video-temporal-grounding, " + ("grpo" if stage == "GRPO" else "sft") + "]"]
-    if base_model:
-        front.append(f"base_model: {json.dumps(base_model)}")
-    front.append("---")
+    from huggingface_hub import ModelCard, ModelCardData
+
+    data = ModelCardData(library_name="transformers", pipeline_tag="video-text-to-text", base_model=base_model or None,
+                         tags=["grounding-rl", "video-temporal-grounding", "grpo" if stage == "GRPO" else "sft"])
     lines = [
-        *front, "",
         f"# Video temporal grounding model ({stage}, grounding_rl)", "",
         f"Trained with `grounding_rl` ({stage}) from `{base_model or 'unknown'}` to answer when an event happens in a "
         "video: `<think>…</think><answer>start to end</answer>`, times in seconds.", "",
@@ -68,7 +67,7 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
     ]
     if command:
         lines += ["Training command:", "", "```bash", command, "```", ""]
-    return "\n".join(lines)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
 def write_grounding_files(folder: str | Path, grounding_config, base_model: str | None, stage: str,
@@ -76,8 +75,7 @@ def write_grounding_files(folder: str | Path, grounding_config, base_model: str 
     """Write ``grounding_config.json`` and the model card (:func:`model_card`) into ``folder`` (created if needed)."""
     folder = Path(folder)
     grounding_config.save(folder)
-    (folder / MODEL_CARD).write_text(model_card(grounding_config, base_model, stage, command, lora_targets),
-                                     encoding="utf-8")
+    model_card(grounding_config, base_model, stage, command, lora_targets).save(folder / MODEL_CARD)
 
 
 def lora_targets_of(model) -> str | None:
@@ -127,6 +125,5 @@ class GroundingSaveMixin:
             write_grounding_files(folder, config, base, self.stage, self.command or training_command(),
                                   lora_targets_of(unwrapped))
             if self.fingerprint is not None:
-                (Path(folder) / "run_fingerprint.json").write_text(json.dumps(self.fingerprint, indent=2) + "\n",
-                                                                   encoding="utf-8")
+                write_record(Path(folder) / "run_fingerprint.json", self.fingerprint)
             follow_umask(folder)

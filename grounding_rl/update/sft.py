@@ -15,14 +15,15 @@ import logging
 from dataclasses import dataclass, field
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainingArguments
 
 from grounding_rl.data.dataset import VideoCollator
 from grounding_rl.data.video import VideoSettings
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, family_of
-from grounding_rl.prompts.preprocessing import VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs
+from grounding_rl.prompts.preprocessing import (VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs,
+                                             check_prompt_length)
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
-from grounding_rl.update.arguments import BaseTrainingArguments, count_problems
+from grounding_rl.update.arguments import BaseTrainingArguments, count_problems, trl_field
 from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
@@ -41,12 +42,12 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
     think_text: str = field(
         default=DEFAULT_THINK, metadata={"help": "Text inside <think></think> of every target (short and generic)."}
     )
-    # --- TrainingArguments defaults changed for this task
-    learning_rate: float = field(default=1e-5, metadata={"help": "The initial learning rate for AdamW."})
-    logging_steps: float = field(default=10, metadata={"help": "Log every X update steps."})
-    remove_unused_columns: bool | None = field(
-        default=False, metadata={"help": "Kept False: the collator needs the raw sample fields."}
-    )
+    # --- TrainingArguments defaults changed for this task (their help texts read from TrainingArguments)
+    learning_rate: float = trl_field("learning_rate", default=1e-5, source=TrainingArguments)
+    logging_steps: float = trl_field("logging_steps", default=10, source=TrainingArguments)
+    remove_unused_columns: bool | None = trl_field(
+        "remove_unused_columns", default=False, source=TrainingArguments,
+        note="Kept False here: the collator needs the raw sample fields.")
 
     def __post_init__(self):
         from grounding_rl.update.fields import refused_settings
@@ -112,10 +113,7 @@ class SFTCollator:
         for i, row in enumerate(rows):
             keep = prompt["attention_mask"][i].bool()
             prompt_ids = prompt["input_ids"][i][keep]
-            if self.max_prompt_length is not None and len(prompt_ids) > self.max_prompt_length:
-                raise ValueError(f"sample {row['qid']} ({row['video']}): prompt has {len(prompt_ids)} tokens > "
-                                 f"max_prompt_length {self.max_prompt_length}; lower video_max_pixels / "
-                                 f"video_total_pixels (video_total_tokens) / video_fps or raise max_prompt_length")
+            check_prompt_length(len(prompt_ids), self.max_prompt_length, f"sample {row['qid']} ({row['video']})")
             target = torch.tensor(target_ids[i], dtype=prompt_ids.dtype)
             ids.append(torch.cat([prompt_ids, target]))
             mm.append(torch.cat([prompt["mm_token_type_ids"][i][keep], torch.zeros_like(target)]))

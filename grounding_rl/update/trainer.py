@@ -33,16 +33,19 @@ from transformers import Trainer
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
 from grounding_rl.family import family_of
+from grounding_rl.models.tokens import completion_token_ids
 from grounding_rl.models.vision import placeholder_token_ids
 from grounding_rl.reward.rewards import get_reward_funcs, reward_name
-from grounding_rl.rollout.generation import SamplingParams, make_rollout_engine
+from grounding_rl.rollout.generation import SamplingParams
 from grounding_rl.update import batching, grpo
 from grounding_rl.update.arguments import data_seed
 from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
 from grounding_rl.update.recipes import active_recipes
 from grounding_rl.update.recipes.validation import ValidationMixin
-from grounding_rl.update.resume import ExactResumeMixin, check_rollout_format, write_rollout_format
+from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, last_checkpoint,
+                                        write_rollout_format)
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
 from grounding_rl.update.rollout_metrics import log_rollout, write_completions
 from grounding_rl.update.saving import GroundingSaveMixin
@@ -112,17 +115,13 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         self.share_prompt = prefix_sharing(self.model, args)
         self.rollout_engine = rollout_engine or make_rollout_engine(args, self.accelerator, self.model,
                                                                     processing_class)
-        eos = self.accelerator.unwrap_model(self.model).generation_config.eos_token_id
-        if eos is None:
-            eos = processing_class.tokenizer.eos_token_id
-        self.eos_token_ids = [eos] if isinstance(eos, int) else list(eos)
-        pad = processing_class.tokenizer.pad_token_id
-        self.pad_token_id = self.eos_token_ids[0] if pad is None else pad
+        ids = completion_token_ids(processing_class.tokenizer, self.accelerator.unwrap_model(self.model).generation_config)
+        self.eos_token_ids, self.pad_token_id = list(ids.eos), ids.pad
         self.placeholder_ids = placeholder_token_ids(self.model)
         self._metrics = defaultdict(list)
         self.timings = defaultdict(float)  # seconds per phase of the current generation (rollout.timed)
         self.pending_metrics, self.pending_extra = defaultdict(list), defaultdict(list)  # log_metric, log_extra
-        self._step, self._buffered_inputs = 0, None
+        self._micro_step, self._buffered_inputs = 0, None
         self._step_time = self._update_time = self._prepare_time = 0.0
         self.skipped_total, self.unreadable_videos = 0, set()
         self.num_videos = len({sample["video"] for sample in train_dataset.samples})
@@ -173,10 +172,7 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
                 exactly (:func:`grounding_rl.update.resume.check_rollout_format`).
         """
         if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir" (it raises for none)
-            from transformers.trainer_utils import get_last_checkpoint
-
-            found = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
-            resume_from_checkpoint = found or True
+            resume_from_checkpoint = last_checkpoint(self.args.output_dir) or True
         if isinstance(resume_from_checkpoint, str):
             from grounding_rl.errors import UserError
             from grounding_rl.update.resume import checkpoint_global_step
@@ -198,12 +194,12 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         start = time.perf_counter()
         generate_every = self.args.steps_per_generation * self.args.num_iterations
         if self._buffered_inputs is None:  # first step of this run, fresh or resumed (at a window boundary: train())
-            self._step = self.state.global_step * self.args.gradient_accumulation_steps
-        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            self._micro_step = self.state.global_step * self.args.gradient_accumulation_steps
+        if self._micro_step % generate_every == 0 or self._buffered_inputs is None:
             batch = self.generate_and_score(generation_batch)
             self._buffered_inputs = batching.split_rows(batch, self.args.steps_per_generation)
         self._prepare_time += time.perf_counter() - start
-        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+        return self._buffered_inputs[self._micro_step % self.args.steps_per_generation]
 
     @torch.no_grad()
     def generate_and_score(self, items: list[dict]) -> dict:
@@ -225,7 +221,7 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
             rollout = recipe.resample(self, rollout, functools.partial(build_rollout, self))
         log_rollout(self, rollout)
         if self.args.steps_per_generation > 1:
-            generation = self._step // (self.args.steps_per_generation * self.args.num_iterations)
+            generation = self._micro_step // (self.args.steps_per_generation * self.args.num_iterations)
             rollout = rollout.select(group_permutation(rollout.group_ids, self.args.seed, self.state.global_step,
                                                        generation))
         batch = self.loss_inputs(rollout)
@@ -260,11 +256,11 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
     def training_step(self, model, inputs, num_items_in_batch=None):
         start, self._prepare_time = time.perf_counter(), 0.0
         output = super().training_step(model, inputs, num_items_in_batch)
-        self._step += 1
+        self._micro_step += 1
         elapsed = time.perf_counter() - start
         self._step_time += elapsed
         self._update_time += elapsed - self._prepare_time
-        if self._step % getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps) == 0:
+        if self._micro_step % getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps) == 0:
             self._metrics["step_time"].append(self._step_time)  # TRL 1.16's step_time
             self._metrics["timing/update"].append(self._update_time)
             self._step_time = self._update_time = 0.0

@@ -1,12 +1,12 @@
 """Offline difficulty selection: Time-R1's range filter and TimeLens's difficulty-weighted subset, applied once to the
-training set before training (:func:`grounding_rl.data.difficulty.select_samples`, seeded by ``seed``: the same on
+training set before training (:func:`grounding_rl.data.selection.select_samples`, seeded by ``seed``: the same on
 every rank). Scores come from ``grounding-rl difficulty`` (each train_file line's ``"difficulty": {"iou", ...}``)."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.recipes.base import Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def range_problem(key: str, value) -> list[str]:
 
 
 class DifficultySelection(Recipe):
-    """Keeps the samples :func:`grounding_rl.data.difficulty.select_samples` selects; the counts are logged and kept
+    """Keeps the samples :func:`grounding_rl.data.selection.select_samples` selects; the counts are logged and kept
     as the trainer's ``data_selection``. Always active (with the defaults it keeps every sample)."""
 
     name = "difficulty_selection"
@@ -83,7 +83,7 @@ class DifficultySelection(Recipe):
 
     def prepare_data(self, trainer, dataset):
         from grounding_rl.data.dataset import GroundingDataset
-        from grounding_rl.data.difficulty import select_samples
+        from grounding_rl.data.selection import select_samples
 
         args = self.args
         indices, counts = select_samples(

@@ -16,7 +16,7 @@ import torch
 from accelerate.utils import gather_object
 
 from grounding_rl.update import batching
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.recipes.base import Recipe
 from grounding_rl.update.rollout import Rollout, timed
 
 

@@ -3,40 +3,25 @@
 ``sampling/importance_sampling_ratio/{min,mean,max}``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from grounding_rl.update import grpo
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.arguments import trl_field
+from grounding_rl.update.recipes.base import Recipe
 
 
 @dataclass
 class EngineCorrectionArguments:
-    vllm_importance_sampling_correction: bool = field(
-        default=True,
-        metadata={
-            "help": "Whether to apply Importance Sampling (IS) to correct for the mismatch between vLLM "
-            "completion logprobs and recomputed training logprobs. If set to `False`, no IS is applied "
-            "regardless of `vllm_importance_sampling_mode`."
-        },
-    )
-    vllm_importance_sampling_mode: str = field(
-        default="sequence_mask",
-        metadata={
-            "help": "How IS is performed when vllm_importance_sampling_correction=True: 'token_truncate', "
-            "'token_mask', 'sequence_truncate' or 'sequence_mask' (truncate: clip the ratio to [C_min, C_max]; "
-            "mask: set ratios outside it to zero; token: one ratio per token; sequence: one per completion)."
-        },
-    )
-    vllm_importance_sampling_clip_max: float | None = field(
-        default=3.0,
-        metadata={"help": "Importance sampling upper bound C_max used by `vllm_importance_sampling_mode`."},
-    )
-    vllm_importance_sampling_clip_min: float | None = field(
-        default=None,
-        metadata={"help": "Importance sampling lower bound C_min used by `vllm_importance_sampling_mode`."},
-    )
+    """TRL's names, defaults and help texts (read from ``trl.GRPOConfig``)."""
+
+    vllm_importance_sampling_correction: bool = trl_field("vllm_importance_sampling_correction")
+    vllm_importance_sampling_mode: str = trl_field(
+        "vllm_importance_sampling_mode", note="Supported here: token_truncate, token_mask, sequence_truncate, "
+        "sequence_mask.")
+    vllm_importance_sampling_clip_max: float | None = trl_field("vllm_importance_sampling_clip_max")
+    vllm_importance_sampling_clip_min: float | None = trl_field("vllm_importance_sampling_clip_min")
 
 
 class EngineCorrection(Recipe):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grounding_rl.update.grpo import injected_rows
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.recipes.base import Recipe
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Time-R1's online range filter: after each epoch, drop the samples whose mean IoU reward over that epoch's
-completions is outside (low, high] (:class:`grounding_rl.data.difficulty.OnlineRangeFilter`). A sampler over the kept
+completions is outside (low, high] (:class:`grounding_rl.data.selection.OnlineRangeFilter`). A sampler over the kept
 samples (:func:`grounding_rl.data.dataset.filtered_repeat_sampler`), fed by every draw's scores; its state is saved in
 every checkpoint as ``online_filter.json``."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grounding_rl.update.arguments import data_seed
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.recipes.base import Recipe
 from grounding_rl.update.recipes.difficulty import range_problem
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class OnlineFilter(Recipe):
         Raises:
             ValueError: the reward functions have neither ``iou`` nor ``tiou``.
         """
-        from grounding_rl.data.difficulty import OnlineRangeFilter
+        from grounding_rl.data.selection import OnlineRangeFilter
 
         names = [n for n in ("iou", "tiou") if n in trainer.reward_func_names]
         if not names:

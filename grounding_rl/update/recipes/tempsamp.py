@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.recipes.base import Recipe
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from accelerate.utils import gather_object
 
-from grounding_rl.update.recipes import Recipe
+from grounding_rl.update.recipes.base import Recipe
 
 # what validation during training logs (with the prefix eval_): the standard scoring, then the reward's clamped one
 EVAL_METRICS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate",
@@ -68,7 +68,7 @@ class ValidationMixin:
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Greedy evaluation of the policy on ``eval_dataset`` (default: the trainer's, from ``eval_file``), with the
-        code of ``grounding-rl eval`` (:func:`grounding_rl.rollout.runner.greedy_answer_batches`, records and both
+        code of ``grounding-rl eval`` (:func:`grounding_rl.rollout.greedy.greedy_answer_batches`, records and both
         scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos.
 
         Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
@@ -112,7 +112,7 @@ class ValidationMixin:
         from trl.models import unwrap_model_for_generation
 
         from grounding_rl.reward.records import prediction_record
-        from grounding_rl.rollout.runner import greedy_answer_batches, group_by_video, shard_by_video
+        from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
 
         acc, args = self.accelerator, self.args
         groups = shard_by_video(group_by_video([s.video for s in samples]), acc.process_index, acc.num_processes)

@@ -18,14 +18,14 @@ samples. :class:`OnlineRangeFilter` is the per-epoch state of Time-R1's filter a
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from grounding_rl.errors import UserError, reading
+from grounding_rl.errors import UserError
+from grounding_rl.jsonl_files import JsonLines
 
 FIELD = "difficulty"  # the JSONL field grounding-rl difficulty writes: {"iou", "reward", "pred"}
 TIMELENS_MEAN, TIMELENS_STD, TIMELENS_NUM_BINS, TIMELENS_SUBSET_SIZE = 0.05, 0.2, 20, 2500
@@ -133,34 +133,26 @@ def range_filter(ious: Sequence[float], low: float = TIME_R1_RANGE[0], high: flo
 def read_scores(path: str | os.PathLike) -> dict[str, dict]:
     """``{qid: difficulty}`` of every line of a canonical JSONL that carries a ``difficulty`` object.
 
-    The qid is the line's ``qid``, else its 0-based line number, as :func:`grounding_rl.data.samples.iter_jsonl`
+    The qid is the line's ``qid``, else its 0-based line number, as :func:`grounding_rl.data.samples.iter_samples`
     numbers lines. Lines without the field are left out.
 
     Raises:
         UserError: a ``difficulty`` that is not an object with a finite number ``iou`` in [0, 1] (file and line), or
-            two lines with the same qid and different scores.
+            two lines with the same qid and different scores; JsonlError: a line that is not a JSON object.
     """
     scores: dict[str, dict] = {}
-    path = str(path)
-    with reading(path), open(path, encoding="utf-8-sig") as handle:
-        for index, line in enumerate(handle):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the sample reader reports it
-            if not isinstance(row, dict) or FIELD not in row:
-                continue
-            score, where = row[FIELD], f"{path}:{index + 1}"
-            iou = score.get("iou") if isinstance(score, dict) else None
-            if isinstance(iou, bool) or not isinstance(iou, (int, float)) or not 0.0 <= iou <= 1.0:
-                raise UserError(f"{where}: {FIELD} must be an object with an 'iou' in [0, 1] (written by "
-                                f"grounding-rl difficulty), got {str(score)[:80]}")
-            qid = str(row["qid"]) if row.get("qid") is not None else str(index)
-            if qid in scores and scores[qid] != score:
-                raise UserError(f"{where}: qid {qid!r} is scored twice with different {FIELD}")
-            scores[qid] = score
+    for number, row in JsonLines(path):
+        if FIELD not in row:
+            continue
+        score, where = row[FIELD], f"{path}:{number}"
+        iou = score.get("iou") if isinstance(score, dict) else None
+        if isinstance(iou, bool) or not isinstance(iou, (int, float)) or not 0.0 <= iou <= 1.0:
+            raise UserError(f"{where}: {FIELD} must be an object with an 'iou' in [0, 1] (written by "
+                            f"grounding-rl difficulty), got {str(score)[:80]}")
+        qid = str(row["qid"]) if row.get("qid") is not None else str(number - 1)
+        if qid in scores and scores[qid] != score:
+            raise UserError(f"{where}: qid {qid!r} is scored twice with different {FIELD}")
+        scores[qid] = score
     return scores
 
 

@@ -52,7 +52,7 @@ CORPUS_TEMPLATES = ("default", "timezero")
 
 def training_corpus() -> list[str]:
     """The texts the tokenizer is trained on (see the module docstring); deterministic."""
-    from grounding_rl.data.demo import demo_queries
+    from grounding_rl.dev.demo import demo_queries
     from grounding_rl.prompts.templates import answer_text, instruction
 
     texts = list(EXTRA_TEXT)
@@ -116,7 +116,7 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
 
 
 def special_token_ids(tokenizer) -> dict[str, int]:
-    """The config ids the model needs (keys as :data:`grounding_rl.models.tiny.QWEN_TOKEN_IDS`).
+    """The config ids the model needs (keys as :data:`grounding_rl.dev.tiny.QWEN_TOKEN_IDS`).
 
     Raises:
         ValueError: a Qwen special token is missing from the tokenizer.
@@ -147,7 +147,7 @@ def build_processor(vocab_size: int = VOCAB_SIZE, min_pixels: int = 3136, max_pi
 
     Returns:
         the processor, with ``processor.token_ids`` (dict: bos/eos/pad/vision_start/vision_end/image/video ids, keys as
-        :data:`grounding_rl.models.tiny.QWEN_TOKEN_IDS`). ``save_pretrained`` writes files that
+        :data:`grounding_rl.dev.tiny.QWEN_TOKEN_IDS`). ``save_pretrained`` writes files that
         ``AutoProcessor.from_pretrained`` reloads offline (``token_ids`` is not saved; recompute it with
         :func:`special_token_ids`).
     """

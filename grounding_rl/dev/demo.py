@@ -1,4 +1,5 @@
-"""``grounding-rl demo-data``: procedural clips with a known event interval, for the offline CPU demo and tests.
+"""Procedural clips with a known event interval, for the offline CPU demo and tests (a development tool; the command
+is ``grounding-rl demo-data``, :mod:`grounding_rl.cli.demo_data`).
 
 Each clip shows a few coloured shapes on a dark background. One of them — the *target*, named by the query ("the red
 circle appears.") — is visible only from ``start`` to ``end``; the distractors (other colours) stay visible for the
@@ -24,8 +25,6 @@ Deterministic: clip ``i`` of a split depends only on (seed, split, i) — same J
 """
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,7 +225,7 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     """
     from tqdm import tqdm
 
-    from grounding_rl.data.samples import Sample, write_jsonl
+    from grounding_rl.data.samples import Sample, write_samples
 
     out = Path(out)
     (out / "videos").mkdir(parents=True, exist_ok=True)
@@ -242,24 +241,5 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     paths = {}
     for split, samples in rows.items():
         paths[split] = str(out / f"{split}.jsonl")
-        write_jsonl(paths[split], samples)
+        write_samples(paths[split], samples)
     return {**paths, "clips": len(jobs), "seconds": round(time.time() - began, 2)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="grounding-rl demo-data", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="output folder (videos/, train.jsonl, test.jsonl)")
-    parser.add_argument("--num-train", type=int, default=NUM_TRAIN)
-    parser.add_argument("--num-test", type=int, default=NUM_TEST)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-duration", type=float, default=MIN_DURATION, help="seconds")
-    parser.add_argument("--max-duration", type=float, default=MAX_DURATION, help="seconds")
-    parser.add_argument("--no-time-code", dest="time_code", action="store_false",
-                        help="constant background (no brightness time code)")
-    args = parser.parse_args(argv)
-    if args.num_train < 0 or args.num_test < 0:
-        parser.error("--num-train and --num-test must be >= 0")
-    result = generate_demo(args.out, args.num_train, args.num_test, args.seed, args.min_duration, args.max_duration,
-                           time_code=args.time_code)
-    print(json.dumps(result))
-    return 0

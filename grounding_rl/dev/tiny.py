@@ -1,4 +1,5 @@
-"""``grounding-rl tiny-model``: a random-weight Qwen-VL model small enough for CPU tests and the demo.
+"""Random-weight Qwen-VL models small enough for CPU tests and the demo (a development tool; the command is
+``grounding-rl tiny-model``, :mod:`grounding_rl.cli.tiny_model`).
 
 ``--like FOLDER`` takes a real model folder's tokenizer, processor, chat template and architecture (its
 ``config.json``; Qwen2.5-VL: windowed ViT, patch merger, 3D RoPE; Qwen3-VL: DeepStack mergers, interleaved 3D RoPE,
@@ -8,8 +9,6 @@ Qwen2.5-VL. Saved with ``save_pretrained`` so ``AutoProcessor`` / ``AutoModelFor
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -44,7 +43,7 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
         tokenizer: a folder with Qwen2.5-VL tokenizer/processor files (e.g.
             ``../shared/models/Qwen2.5-VL-7B-Instruct``);
             None (and no ``like``) trains a small byte-level BPE tokenizer locally
-            (:mod:`grounding_rl.models.tiny_tokenizer`). Builds a tiny Qwen2.5-VL.
+            (:mod:`grounding_rl.dev.tiny_tokenizer`). Builds a tiny Qwen2.5-VL.
         seed: torch seed for the random weights.
         like: a real model folder (``config.json`` plus processor, tokenizer and chat template files, e.g.
             ``../shared/models/Qwen3-VL-8B-Instruct``): its family and architecture at tiny size, with its processor.
@@ -69,7 +68,7 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
         family = family_of(real)
         processor = AutoProcessor.from_pretrained(str(like), trust_remote_code=False)
         if str(tokenizer) == "local":
-            from grounding_rl.models.tiny_tokenizer import build_processor
+            from grounding_rl.dev.tiny_tokenizer import build_processor
 
             processor = build_processor(like=processor)
             token_ids = processor.token_ids
@@ -87,7 +86,7 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
         processor = AutoProcessor.from_pretrained(str(tokenizer))
         token_ids = dict(QWEN_TOKEN_IDS)
     else:
-        from grounding_rl.models.tiny_tokenizer import build_processor
+        from grounding_rl.dev.tiny_tokenizer import build_processor
 
         family = QWEN2_5_VL
         processor = build_processor()
@@ -155,31 +154,3 @@ def ensure_from_config(config_path: str | Path, overrides: list[str] | None = No
     print(f"tiny-model: building {out} (like: {like or '-'}, tokenizer: {tokenizer or like or 'trained locally'})",
           flush=True)
     return build_tiny_model(out, tokenizer=tokenizer, seed=int(spec.get("seed", 0)), like=like, **sizes)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(argv or [])
-    if argv[:1] == ["--from-config"]:
-        if len(argv) < 2:
-            print("usage: grounding-rl tiny-model --from-config CONFIG [training overrides]")
-            return 2
-        ensure_from_config(argv[1], argv[2:])
-        return 0
-    parser = argparse.ArgumentParser(prog="grounding-rl tiny-model", description=__doc__.splitlines()[0],
-                                     epilog="Or: --from-config CONFIG builds the `tiny_model:` a training config "
-                                            "names when its model_name_or_path is missing.")
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--like", help="a real model folder (config.json, processor, tokenizer, chat template), e.g. "
-                                       "../shared/models/Qwen3-VL-8B-Instruct: its architecture at tiny size")
-    parser.add_argument("--tokenizer", help="Qwen2.5-VL tokenizer/processor folder for a tiny Qwen2.5-VL "
-                                            "(default without --like: train a small BPE)")
-    for key in SIZE_KEYS:  # defaults: the family's (tiny Qwen2.5-VL: 64 wide, 2 layers; Qwen3-VL: 3 layers, ViT 4)
-        parser.add_argument("--" + key.replace("_", "-"), type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    sizes = {k: getattr(args, k) for k in SIZE_KEYS}
-    out = build_tiny_model(args.out, tokenizer=args.tokenizer, seed=args.seed, like=args.like, **sizes)
-    n = sum(p.numel() for p in __import__("safetensors.torch", fromlist=["load_file"]).load_file(
-        str(out / "model.safetensors")).values())
-    print(json.dumps({"out": str(out), "parameters": n}))
-    return 0

@@ -1,0 +1,43 @@
+"""``grounding-rl compare``: one table of several runs' metrics, e.g. baseline vs SFT vs GRPO
+(:mod:`grounding_rl.eval.compare`).
+
+    grounding-rl compare NAME=PATH [NAME=PATH ...] [--json-key NAME:METRIC ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from grounding_rl.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    from grounding_rl.eval.compare import comparison_table, load_metrics
+
+    parser = argparse.ArgumentParser(prog="grounding-rl compare", description="One table of several runs' metrics.")
+    parser.add_argument("runs", nargs="+", help="NAME=PATH (metrics.json or a folder holding one)")
+    parser.add_argument("--json-key", action="append", default=[], metavar="NAME:METRIC",
+                        help="add NAME_METRIC to the last JSON line (e.g. grpo:mIoU); repeatable")
+    args = parser.parse_args(argv)
+    runs = {}
+    try:
+        for spec in args.runs:
+            name, sep, path = spec.partition("=")
+            if not sep:
+                raise ValueError(f"expected NAME=PATH, got {spec!r}")
+            runs[name] = load_metrics(path)
+    except (OSError, ValueError) as err:  # a missing path, a file that is not JSON, a run not written NAME=PATH
+        raise UserError(str(err)) from None
+    print(comparison_table(runs))
+    if args.json_key:
+        summary = {}
+        for key in args.json_key:
+            name, _, metric = key.partition(":")
+            summary[f"{name}_{metric}"] = runs.get(name, {}).get(metric)
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

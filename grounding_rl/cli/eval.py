@@ -1,0 +1,133 @@
+"""``grounding-rl eval``: R1@{0.3,0.5,0.7} and mIoU of a checkpoint on a canonical JSONL.
+
+    grounding-rl eval --model DIR --data TEST.jsonl --out OUTDIR [--batch-size B] [--limit N] [--video-root DIR]
+                      [--benchmark evaluation/X.yaml] [--prompt-template NAME] [--fps F] [--max-pixels P]
+                      [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
+
+The flags become an :class:`grounding_rl.eval.evaluate.EvalRequest`; :func:`grounding_rl.eval.evaluate.evaluate` plans,
+runs and reports (its module docstring lists the files written: ``predictions.jsonl``, ``eval_config.json``,
+``metrics.json``, ``report.md``, ``iou_hist.png``). Under ``accelerate launch`` / ``torchrun`` the queries are sharded
+by video over the processes.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from grounding_rl.errors import UserError
+
+
+def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
+    """The flags of :class:`grounding_rl.eval.settings.PreprocessingOverrides` (None = keep the checkpoint's), shared
+    by ``eval``, ``difficulty`` and ``infer``. One name per setting: the flag ``--video-fps`` is the YAML key
+    ``video_fps`` and ``video.fps`` in ``grounding_config.json`` (likewise ``--video-min-pixels``,
+    ``--video-max-pixels``, ``--video-total-pixels``, ``--video-max-frames``, ``--video-sampler``,
+    ``--video-total-tokens``, ``--video-min-tokens``, ``--video-budget-lowers-fps``, ``--video-cover-tail``); the short
+    forms ``--fps``, ``--min-pixels``, ``--max-pixels``, ``--total-pixels``, ``--max-frames`` are aliases."""
+    from grounding_rl.family import VIDEO_LAYOUTS
+
+    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
+    parser.add_argument("--video-layout", default=None, choices=list(VIDEO_LAYOUTS),
+                        help="override the video layout (Qwen3-VL: 'released', the per-frame blocks alone as "
+                        "transformers 4.57 wrote them; 'transformers5', inside one more <|vision_start|> … "
+                        "<|vision_end|> pair)")
+    parser.add_argument("--video-fps", "--fps", dest="fps", type=float, default=None,
+                        help="override frames per second (video_fps)")
+    parser.add_argument("--video-min-pixels", "--min-pixels", dest="min_pixels", type=int, default=None,
+                        help="override the minimum pixels per frame (video_min_pixels)")
+    parser.add_argument("--video-max-pixels", "--max-pixels", dest="max_pixels", type=int, default=None,
+                        help="override the maximum pixels per frame (video_max_pixels)")
+    parser.add_argument("--video-total-pixels", "--total-pixels", dest="total_pixels", type=int, default=None,
+                        help="override the pixel budget per clip (video_total_pixels)")
+    parser.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
+                        help="override the maximum number of frames (video_max_frames)")
+    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
+                        help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
+                        "Time-R1 and VideoChat-R1 checkpoints were evaluated)")
+    parser.add_argument("--video-total-tokens", dest="total_tokens", type=int, default=None,
+                        help="override the budget in merged video tokens a clip (video_total_tokens; replaces a saved "
+                        "total_pixels)")
+    parser.add_argument("--video-min-tokens", dest="min_tokens", type=int, default=None,
+                        help="override the per-frame floor in merged tokens (video_min_tokens; replaces a saved "
+                        "min_pixels)")
+    parser.add_argument("--video-budget-lowers-fps", dest="budget_lowers_fps", default=None,
+                        action=argparse.BooleanOptionalAction,
+                        help="take fewer frames when the budget cannot hold them above the floor "
+                        "(video_budget_lowers_fps)")
+    parser.add_argument("--video-cover-tail", dest="cover_tail", default=None, action=argparse.BooleanOptionalAction,
+                        help="frames on the scale T / duration, covering the clip to its end (video_cover_tail)")
+
+
+def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
+                 out_help: str = "output folder (predictions, metrics, report)") -> argparse.ArgumentParser:
+    """The options of ``eval``; ``grounding-rl difficulty`` reuses them with its own name, description and
+    ``--out``."""
+    from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
+
+    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="checkpoint folder (or hub id already in the local cache)")
+    parser.add_argument("--data", required=True, help="canonical JSONL (grounding-rl prepare)")
+    parser.add_argument("--out", required=True, help=out_help)
+    parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call (per process)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N queries")
+    parser.add_argument("--video-root", default=None, help="folder for relative video paths in --data")
+    parser.add_argument("--benchmark", default=None,
+                        help="benchmark YAML (evaluation/*.yaml): its paper protocol is used when the checkpoint has "
+                             "no grounding_config.json, its expected query count is checked, its anchors are reported")
+    add_preprocessing_overrides(parser)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"generation budget (default: the benchmark's, else {DEFAULT_MAX_NEW_TOKENS})")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (decoding is greedy; recorded)")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
+    parser.add_argument("--attn-implementation", default=None, help="e.g. sdpa, flash_attention_2")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                        help="hf: transformers generate (default); vllm: vLLM with the same frames, clip metadata and "
+                             "prompt ids (needs vllm: pip install -e \".[vllm]\" on GPUs, .venv-vllm on CPUs)")
+    parser.add_argument("--num-workers", type=int, default=2, help="DataLoader workers decoding clips per process")
+    parser.add_argument("--frame-cache", default=None, help="folder of the on-disk frame cache (optional)")
+    parser.add_argument("--frame-cache-gb", type=float, default=20.0, help="frame cache size limit in GB")
+    parser.add_argument("--overwrite", action="store_true", help="discard earlier predictions in --out")
+    parser.add_argument("--data-root", default=None,
+                        help="folder of the --benchmark's annotation files (default: $GROUNDING_RL_DATA, else the "
+                             "test data)")
+    parser.add_argument("--max-missing-fraction", type=float, default=0.05,
+                        help="fail (exit 2) when more than this share of the videos is missing (checked before the "
+                             "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
+    return parser
+
+
+def request_from_args(args: argparse.Namespace, out: str | None = None):
+    """The :class:`grounding_rl.eval.evaluate.EvalRequest` of parsed :func:`build_parser` arguments (``out``
+    replaces ``--out``: ``difficulty`` evaluates into its work folder)."""
+    from grounding_rl.eval.evaluate import EvalRequest
+    from grounding_rl.eval.settings import PreprocessingOverrides
+
+    return EvalRequest(model=args.model, data=args.data, out=out or args.out, batch_size=args.batch_size,
+                       limit=args.limit, video_root=args.video_root, benchmark=args.benchmark,
+                       data_root=args.data_root, overrides=PreprocessingOverrides.from_args(args),
+                       max_new_tokens=args.max_new_tokens, seed=args.seed, dtype=args.dtype,
+                       attn_implementation=args.attn_implementation, engine=args.engine,
+                       num_workers=args.num_workers, frame_cache=args.frame_cache,
+                       frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
+                       max_missing_fraction=args.max_missing_fraction)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Returns 0 on success; a user's mistake raises :class:`grounding_rl.errors.UserError` (or an ``OSError`` naming
+    the path), which the ``grounding-rl`` command prints as one line with exit status 2."""
+    from grounding_rl.data.samples import VideoProbeError
+    from grounding_rl.eval.evaluate import evaluate
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        evaluate(request_from_args(args))
+    except VideoProbeError as err:
+        raise UserError(str(err)) from None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

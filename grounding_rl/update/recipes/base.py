@@ -1,0 +1,56 @@
+"""The base of a recipe: its config dataclass and the hooks the trainer calls (each default does nothing). The
+registry of recipes is :mod:`grounding_rl.update.recipes`."""
+from __future__ import annotations
+
+
+class Recipe:
+    """Base of a recipe. Subclasses set :attr:`name` and :attr:`arguments` and override the hooks they need."""
+
+    name = ""
+    arguments: type | None = None  # the dataclass of the recipe's config fields
+    drops_zero_std_groups = False  # mask groups with G equal rewards out of the loss
+
+    @staticmethod
+    def enabled(args) -> bool:
+        """Whether the recipe runs with these settings."""
+        return False
+
+    @staticmethod
+    def problems(args) -> list[str]:
+        """One message per invalid setting of the recipe's fields (checked whether or not it is enabled)."""
+        return []
+
+    def __init__(self, args):
+        self.args = args
+
+    def prepare_data(self, trainer, dataset):
+        return dataset
+
+    def sampler(self, trainer, dataset):
+        return None
+
+    def pool(self, trainer) -> list[int] | None:
+        return None
+
+    def inject(self, trainer, items, completion_ids, start):
+        """None, or ``(completion_ids, rows)``: new (B, C') ids and the (B,) bool rows that were replaced."""
+        return None
+
+    def observe(self, trainer, items, rewards_per_func, is_gt) -> None:
+        """See the gathered (N, F) rewards as scored and the gathered (N,) injected rows."""
+
+    def shape(self, trainer, rewards_per_func):
+        return rewards_per_func
+
+    def resample(self, trainer, rollout, draw):
+        """The rollout to train on; ``draw(k)`` builds the k-th extra rollout of this step."""
+        return rollout
+
+    def loss_inputs(self, trainer, rollout, batch) -> None:
+        """Add to (or change) the loss batch in place."""
+
+    def save(self, trainer, folder: str) -> None:
+        """Write the recipe's state into a checkpoint folder."""
+
+    def load(self, trainer, folder: str) -> None:
+        """Restore it from a checkpoint folder (UserError when it cannot)."""
