@@ -449,8 +449,9 @@ def test_trl_named_fields_keep_trl_defaults():
         "max_prompt_length", "online_difficulty_range", "prompt_template",
         "reward_funcs", "reward_shaping", "reward_shaping_alpha", "reward_shaping_threshold", "share_prompt_prefix",
         "share_video_encoding", "use_gt_injection",
-        "video_fps", "video_layout", "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels",
-        "video_sampler", "video_total_pixels"]
+        "video_budget_lowers_fps", "video_cover_tail", "video_fps", "video_layout", "video_max_frames",
+        "video_max_pixels", "video_min_frames", "video_min_pixels", "video_min_tokens", "video_sampler",
+        "video_total_pixels", "video_total_tokens"]
     for name in ("beta", "epsilon", "loss_type", "scale_rewards", "temperature", "num_iterations", "log_completions"):
         assert ours[name].metadata["help"].startswith(trl_fields[name].metadata["help"].split(".")[0])
 
