@@ -61,6 +61,37 @@ def bpe_tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny_bpe"), tokenizer=None, seed=0)
 
 
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory) -> Path:
+    """Procedural demo clips (``grounding_rl.dev.demo.generate_demo``): 8 train and 4 test clips of seed 0, built once
+    per session (tests that need fewer take the first N lines; clip i does not depend on how many are drawn)."""
+    from grounding_rl.dev.demo import generate_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    generate_demo(out, num_train=8, num_test=4, seed=0, progress=False)
+    return out
+
+
+def assert_linear_time(run, n: int, repeat: int = 3, bound: float = 3.0) -> float:
+    """Time ``run(n)`` and ``run(2 * n)`` (each the least of ``repeat`` calls: the least is the one a loaded machine
+    disturbed least) and assert t(2n) / t(n) < ``bound``: linear work gives 2, quadratic 4, a backtracking regex far
+    more. A ratio within one run instead of a wall-clock bound, which a loaded machine can fail. Returns the ratio."""
+    import time
+
+    def least(size):
+        best = float("inf")
+        for _ in range(repeat):
+            began = time.perf_counter()
+            run(size)
+            best = min(best, time.perf_counter() - began)
+        return best
+
+    single, double = least(n), least(2 * n)
+    ratio = double / max(single, 1e-9)
+    assert ratio < bound, f"t(2n) / t(n) = {double:.3f} s / {single:.3f} s = {ratio:.2f} (n = {n})"
+    return ratio
+
+
 # The shared clips the trainer tests use (../shared/README.md lists their quirks).
 POOL = "mmaction2_pool_cleaning.mp4"  # 10.0 s, 30 fps
 MAKEUP = "mmaction2_eye_makeup.avi"  # 6.56 s, mpeg4 ASP, first pts 0.04
@@ -126,3 +157,70 @@ FAMILY_MODEL_FIXTURES = {"qwen2_5_vl": "tiny_model_dir", "qwen3_vl": "tiny_qwen3
 def family_model_dir(request) -> Path:
     """The tiny model of each family in turn (the test's id names the family)."""
     return request.getfixturevalue(FAMILY_MODEL_FIXTURES[request.param])
+
+
+# ------------------------------------------------------------------------------------------------------- test tiers
+# `bash scripts/test.sh` runs the fast tier (`--tier fast`), `bash scripts/test.sh --full` and plain `pytest` run every
+# test (`--tier full`, what CI runs). A test's tier follows from what it uses, never from a hand tag on the test:
+#   - full: it is marked slow (multi-process launches and end-to-end script runs: tests/test_multiprocess.py,
+#     the scripts/*.sh runs, the installed package); it uses a tiny model of the second family (tiny_qwen3_model_dir,
+#     or the qwen3_vl parameter of family_model_dir); or it uses any other tiny-model fixture (TINY_MODEL_FIXTURES)
+#     and is not the smoke test of a seam below.
+#   - fast: everything else (the model-free tests) plus SEAM_SMOKE_TESTS: one test per seam of the training and
+#     evaluation path, on the Qwen2.5-VL tiny model, so that a contributor's run still crosses every seam once.
+# The session ends with one line saying how many tests the fast tier left to the full one.
+SECOND_FAMILY_FIXTURES = {"tiny_qwen3_model_dir"}
+SECOND_FAMILY_PARAMS = {"family_model_dir": "qwen3_vl"}
+TINY_MODEL_FIXTURES = {"tiny_model_dir", "bpe_tiny_model_dir", "noisy_tiny_model_dir", "family_model_dir",
+                       *SECOND_FAMILY_FIXTURES}
+# seam -> the one test (node id under tests/) that crosses it in the fast tier
+SEAM_SMOKE_TESTS = {
+    "update sign": "test_trainer.py::test_sign_of_the_update_follows_the_advantage[qwen2_5_vl]",
+    "position ids": "test_trainer.py::test_position_ids_match_in_generation_policy_and_reference[qwen2_5_vl-1.0]",
+    "encode-once": "test_sharing.py::test_generation_is_identical_and_encodes_each_clip_once[qwen2_5_vl]",
+    "prefix sharing": "test_sharing.py::test_prefix_sharing_gives_the_per_row_logps_and_positions[qwen2_5_vl-1.0-sdpa]",
+    "eval files": "test_eval.py::test_eval_writes_all_files_with_the_right_keys[qwen2_5_vl]",
+    "one SFT step": "test_resume.py::test_resume_refuses_another_runs_checkpoint",
+    "resume": "test_resume.py::test_grpo_resumed_at_a_checkpoint_ends_bit_identical[full-mid-epoch]",
+    "vLLM prompt collapse":
+        "test_vllm_engine.py::test_vllm_prompt_is_the_unexpanded_prompt_of_either_family[qwen2_5_vl-released]",
+    "infer": "test_infer.py::test_infer_real_tiny_model_json_and_plot",
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", choices=["fast", "full"], default="full",
+                     help="fast: model-free tests plus one smoke test per seam on one family (bash scripts/test.sh); "
+                          "full: every test (bash scripts/test.sh --full, CI; the default)")
+
+
+def full_tier_reason(item) -> str | None:
+    """Why ``item`` belongs to the full tier only (None: it runs in the fast tier)."""
+    if item.get_closest_marker("slow") is not None:
+        return "slow"
+    fixtures = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if fixtures & SECOND_FAMILY_FIXTURES or any(params.get(k) == v for k, v in SECOND_FAMILY_PARAMS.items()):
+        return "second family"
+    if fixtures & TINY_MODEL_FIXTURES and item.nodeid.removeprefix("tests/") not in SEAM_SMOKE_TESTS.values():
+        return "tiny model"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--tier") != "fast":
+        return
+    kept, full = [], []
+    for item in items:
+        (full if full_tier_reason(item) else kept).append(item)
+    if full:
+        config.hook.pytest_deselected(items=full)
+        items[:] = kept
+    config._full_tier_deselected = len(full)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = getattr(config, "_full_tier_deselected", None)
+    if count is not None:
+        terminalreporter.write_line(f"fast tier: {count} tests deselected as full-tier "
+                                    "(bash scripts/test.sh --full runs every test)")

@@ -125,15 +125,6 @@ def test_a_checkpoint_inside_a_generation_window_is_refused(tmp_path, tiny_model
         later.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
 
 
-@pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
-    from grounding_rl.dev.demo import generate_demo
-
-    out = tmp_path_factory.mktemp("demo")
-    generate_demo(out, num_train=6, num_test=2, seed=0, progress=False)
-    return out
-
-
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
 def test_sft_killed_and_resumed_ends_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir, peft):
     """``grounding-rl sft`` run to the end, and the same run "killed" after checkpoint-3 (only that checkpoint left in
