@@ -111,6 +111,48 @@ def spread_for_some_clips(completions, qid, **columns):
     return [varied_reward([c])[0] if sum(map(ord, str(q))) % 2 == 0 else 0.5 for c, q in zip(completions, qid)]
 
 
+# The one GRPO trainer factory of the tests: small pixel budgets (≤ 16 merged tokens per frame pair), 8-token
+# completions, no saving; each test file passes what it needs on top (tests/test_trainer.py, test_resume.py,
+# test_sharing.py, test_device.py, test_validation.py).
+GRPO_TEST_SETTINGS = dict(use_cpu=True, per_device_train_batch_size=4, max_steps=1, max_completion_length=8,
+                          report_to=[], save_strategy="no", seed=0, video_fps=1.0, video_min_pixels=3136,
+                          video_max_pixels=28 * 28 * 16, dataloader_num_workers=0)
+
+
+def grpo_config(output_dir, **overrides):
+    """A ``GroundingGRPOConfig`` of :data:`GRPO_TEST_SETTINGS` writing to ``output_dir``, ``overrides`` on top."""
+    from grounding_rl.update.config import GroundingGRPOConfig
+
+    return GroundingGRPOConfig(**{**GRPO_TEST_SETTINGS, "output_dir": str(output_dir), **overrides})
+
+
+def clip_dataset(videos_dir: Path, names=(POOL, MAKEUP)):
+    """One query per shared clip of ``names`` (ground truth 1-4 s of a 6.5 s clip, qid the clip's name)."""
+    from grounding_rl.data.dataset import GroundingDataset
+
+    return GroundingDataset([{"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0,
+                              "end": 4.0, "duration": 6.5, "qid": name} for name in names])
+
+
+def make_grpo_trainer(model_dir: Path, config, dataset, reward_funcs=(varied_reward,), peft=None,
+                      attn_implementation: str | None = None):
+    """A ``GroundingGRPOTrainer`` on the model in ``model_dir`` (``config`` from :func:`grpo_config`); ``peft`` a
+    ``peft.LoraConfig`` wraps the policy in an adapter drawn after ``torch.manual_seed(0)`` (the same adapter in
+    every trainer of a test)."""
+    import torch
+
+    from grounding_rl.models.loading import load_policy, load_processor
+    from grounding_rl.update.trainer import GroundingGRPOTrainer
+
+    model = load_policy(str(model_dir), attn_implementation=attn_implementation)
+    if peft is not None:
+        from peft import get_peft_model
+
+        torch.manual_seed(0)
+        model = get_peft_model(model, peft)
+    return GroundingGRPOTrainer(model, config, dataset, load_processor(str(model_dir)), reward_funcs=list(reward_funcs))
+
+
 def make_noisy_model(tiny_model_dir: Path, out: Path) -> Path:
     """Save into ``out`` the tiny model with its matrices re-drawn from N(0, 0.3): the greedy answers then depend on
     the clip and the query (the plain tiny model answers newlines to everything), so comparisons between runs have
@@ -163,16 +205,15 @@ def family_model_dir(request) -> Path:
 # `bash scripts/test.sh` runs the fast tier (`--tier fast`), `bash scripts/test.sh --full` and plain `pytest` run every
 # test (`--tier full`, what CI runs). A test's tier follows from what it uses, never from a hand tag on the test:
 #   - full: it is marked slow (multi-process launches and end-to-end script runs: tests/test_multiprocess.py,
-#     the scripts/*.sh runs, the installed package); it uses a tiny model of the second family (tiny_qwen3_model_dir,
-#     or the qwen3_vl parameter of family_model_dir); or it uses any other tiny-model fixture (TINY_MODEL_FIXTURES)
-#     and is not the smoke test of a seam below.
-#   - fast: everything else (the model-free tests) plus SEAM_SMOKE_TESTS: one test per seam of the training and
-#     evaluation path, on the Qwen2.5-VL tiny model, so that a contributor's run still crosses every seam once.
+#     the scripts/*.sh runs, the installed package); or it uses a tiny model (a fixture of TINY_MODEL_FIXTURES, or any
+#     fixture named *model_dir: test files' own variants such as noisy_model_dir, and the tiny Qwen3-VL, the second
+#     family, in every form) and is not the smoke test of a seam below.
+#   - fast: everything else (the model-free tests, including the processor-only ones of both families) plus
+#     SEAM_SMOKE_TESTS: one test per seam of the training and evaluation path, on the tiny Qwen2.5-VL, so that a
+#     contributor's run still crosses every seam once.
 # The session ends with one line saying how many tests the fast tier left to the full one.
-SECOND_FAMILY_FIXTURES = {"tiny_qwen3_model_dir"}
-SECOND_FAMILY_PARAMS = {"family_model_dir": "qwen3_vl"}
 TINY_MODEL_FIXTURES = {"tiny_model_dir", "bpe_tiny_model_dir", "noisy_tiny_model_dir", "family_model_dir",
-                       *SECOND_FAMILY_FIXTURES}
+                       "tiny_qwen3_model_dir"}
 # seam -> the one test (node id under tests/) that crosses it in the fast tier
 SEAM_SMOKE_TESTS = {
     "update sign": "test_trainer.py::test_sign_of_the_update_follows_the_advantage[qwen2_5_vl]",
@@ -199,10 +240,8 @@ def full_tier_reason(item) -> str | None:
     if item.get_closest_marker("slow") is not None:
         return "slow"
     fixtures = set(getattr(item, "fixturenames", ()))
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if fixtures & SECOND_FAMILY_FIXTURES or any(params.get(k) == v for k, v in SECOND_FAMILY_PARAMS.items()):
-        return "second family"
-    if fixtures & TINY_MODEL_FIXTURES and item.nodeid.removeprefix("tests/") not in SEAM_SMOKE_TESTS.values():
+    uses_model = bool(fixtures & TINY_MODEL_FIXTURES) or any(name.endswith("model_dir") for name in fixtures)
+    if uses_model and item.nodeid.removeprefix("tests/") not in SEAM_SMOKE_TESTS.values():
         return "tiny model"
     return None
 

@@ -3,7 +3,6 @@ the background time code."""
 import json
 
 import numpy as np
-import pytest
 
 from grounding_rl.cli.demo_data import main
 from grounding_rl.data.samples import load_samples

@@ -12,11 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import MAKEUP, POOL, varied_reward
+from conftest import MAKEUP, POOL, clip_dataset, grpo_config, make_grpo_trainer, varied_reward
 
-from grounding_rl.data.dataset import GroundingDataset
 from grounding_rl.models.loading import load_policy, load_processor
-from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.resume import CheckpointLoadError, load_full_weights
 from grounding_rl.update.trainer import GroundingGRPOTrainer
 
@@ -24,28 +22,21 @@ torch.set_num_threads(1)
 
 
 def grpo_args(out, **overrides):
-    values = dict(output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, max_steps=4,
-                  max_completion_length=8, logging_steps=1, report_to=[], save_strategy="steps", save_steps=2,
-                  seed=0, learning_rate=1e-3, video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16,
-                  dataloader_num_workers=0)
-    values.update(overrides)
-    return GroundingGRPOConfig(**values)
+    return grpo_config(out, **{"max_steps": 4, "logging_steps": 1, "save_strategy": "steps", "save_steps": 2,
+                               "learning_rate": 1e-3, **overrides})
 
 
 def dataset(videos_dir):
-    return GroundingDataset([
-        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
-         "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
+    return clip_dataset(videos_dir, (POOL, MAKEUP))
 
 
 def grpo_trainer(out, model_dir, videos_dir, peft=False, **overrides):
-    model = load_policy(str(model_dir))
+    lora = None
     if peft:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
 
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    return GroundingGRPOTrainer(model, grpo_args(out, **overrides), dataset(videos_dir),
-                                load_processor(str(model_dir)), reward_funcs=[varied_reward])
+        lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    return make_grpo_trainer(model_dir, grpo_args(out, **overrides), dataset(videos_dir), peft=lora)
 
 
 def weights(trainer):
