@@ -10,6 +10,7 @@ model), the loss within 1 %, the flattened gradient's cosine similarity ≥ 0.99
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 
 import pytest
@@ -20,6 +21,7 @@ from conftest import MAKEUP, POOL, clip_dataset, grpo_config, make_grpo_trainer
 from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.models.loading import load_policy, load_processor, vision_tower
 from grounding_rl.update import batching
+from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
 
 torch.set_num_threads(1)
@@ -32,10 +34,13 @@ if DEVICE.startswith("cuda") and not torch.cuda.is_available():
     pytest.skip(f"GROUNDING_RL_TEST_DEVICE={DEVICE} but CUDA is not available", allow_module_level=True)
 SETTINGS = VideoSettings(fps=1.0, min_pixels=3136, max_pixels=28 * 28 * 16)
 # per-row policy and reference forwards where the config can pack each group's prompt into one row
-# (share_prompt_prefix): packed rows carry other position-id shapes, checked in tests/test_sharing.py. Written out
-# unconditionally: a renamed field fails (GroundingGRPOConfig refuses an unknown keyword; on CPU too, in
-# test_per_row_forward_is_a_config_setting) instead of silently switching these tests to another path.
+# (share_prompt_prefix): packed rows carry other position-id shapes, checked in tests/test_sharing.py. A renamed or
+# removed field stops this module at collection, on every device, instead of silently switching these tests to
+# another path.
 PER_ROW_FORWARD = {"share_prompt_prefix": False}
+_UNKNOWN = set(PER_ROW_FORWARD) - {f.name for f in dataclasses.fields(GroundingGRPOConfig)}
+if _UNKNOWN:
+    raise AssertionError(f"tests/test_device.py forces {sorted(_UNKNOWN)}, which GroundingGRPOConfig no longer has")
 ROWS = [0, 1, 0, 0, 1]  # two clips, uneven rows
 
 
@@ -54,12 +59,6 @@ def _no_tf32():
 def _trainer(tmp_path, model_dir, videos_dir, **overrides):
     config = grpo_config(tmp_path / "out", **{"use_cpu": DEVICE == "cpu", **overrides})
     return make_grpo_trainer(model_dir, config, clip_dataset(videos_dir, (POOL, MAKEUP)))
-
-
-def test_per_row_forward_is_a_config_setting(tmp_path):
-    """The settings these tests force are fields of the config, read as given (runs on every device)."""
-    config = grpo_config(tmp_path, **PER_ROW_FORWARD)
-    assert all(getattr(config, name) == value for name, value in PER_ROW_FORWARD.items())
 
 
 def _summed_logp(model, batch):
