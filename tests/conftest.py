@@ -256,10 +256,17 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=full)
         items[:] = kept
     config._full_tier_deselected = len(full)
+    kept_ids = {item.nodeid.removeprefix("tests/") for item in kept}
+    files = {item.nodeid.removeprefix("tests/").split("::")[0] for item in items + full}
+    config._seams_not_collected = [seam for seam, test in SEAM_SMOKE_TESTS.items()
+                                   if test.split("::")[0] in files and test not in kept_ids]
 
 
 def pytest_terminal_summary(terminalreporter, config):
     count = getattr(config, "_full_tier_deselected", None)
     if count is not None:
+        missing = config._seams_not_collected
+        seams = (f"; no smoke test collected for: {', '.join(missing)} (a selection within its file, or a renamed "
+                 "test: see SEAM_SMOKE_TESTS in tests/conftest.py)" if missing else "")
         terminalreporter.write_line(f"fast tier: {count} tests deselected as full-tier "
-                                    "(bash scripts/test.sh --full runs every test)")
+                                    f"(bash scripts/test.sh --full runs every test){seams}")
