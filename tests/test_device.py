@@ -16,15 +16,13 @@ import os
 import pytest
 import torch
 
-from conftest import MAKEUP, POOL, varied_reward
+from conftest import MAKEUP, POOL, clip_dataset, grpo_config, make_grpo_trainer
 
-from grounding_rl.data.dataset import GroundingDataset
 from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.models.loading import load_policy, load_processor, vision_tower
 from grounding_rl.update import batching
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
-from grounding_rl.update.trainer import GroundingGRPOTrainer
 
 torch.set_num_threads(1)
 
@@ -36,9 +34,13 @@ if DEVICE.startswith("cuda") and not torch.cuda.is_available():
     pytest.skip(f"GROUNDING_RL_TEST_DEVICE={DEVICE} but CUDA is not available", allow_module_level=True)
 SETTINGS = VideoSettings(fps=1.0, min_pixels=3136, max_pixels=28 * 28 * 16)
 # per-row policy and reference forwards where the config can pack each group's prompt into one row
-# (share_prompt_prefix): packed rows carry other position-id shapes, checked in tests/test_sharing.py
-PER_ROW_FORWARD = ({"share_prompt_prefix": False}
-                   if "share_prompt_prefix" in {f.name for f in dataclasses.fields(GroundingGRPOConfig)} else {})
+# (share_prompt_prefix): packed rows carry other position-id shapes, checked in tests/test_sharing.py. A renamed or
+# removed field stops this module at collection, on every device, instead of silently switching these tests to
+# another path.
+PER_ROW_FORWARD = {"share_prompt_prefix": False}
+_UNKNOWN = set(PER_ROW_FORWARD) - {f.name for f in dataclasses.fields(GroundingGRPOConfig)}
+if _UNKNOWN:
+    raise AssertionError(f"tests/test_device.py forces {sorted(_UNKNOWN)}, which GroundingGRPOConfig no longer has")
 ROWS = [0, 1, 0, 0, 1]  # two clips, uneven rows
 
 
@@ -55,15 +57,8 @@ def _no_tf32():
 
 
 def _trainer(tmp_path, model_dir, videos_dir, **overrides):
-    values = dict(output_dir=str(tmp_path / "out"), use_cpu=DEVICE == "cpu", per_device_train_batch_size=4,
-                  max_steps=1, max_completion_length=8, report_to=[], save_strategy="no", seed=0, video_fps=1.0,
-                  video_min_pixels=3136, video_max_pixels=28 * 28 * 16, dataloader_num_workers=0)
-    values.update(overrides)
-    dataset = GroundingDataset([
-        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
-         "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
-    return GroundingGRPOTrainer(load_policy(str(model_dir)), GroundingGRPOConfig(**values), dataset,
-                                load_processor(str(model_dir)), reward_funcs=[varied_reward])
+    config = grpo_config(tmp_path / "out", **{"use_cpu": DEVICE == "cpu", **overrides})
+    return make_grpo_trainer(model_dir, config, clip_dataset(videos_dir, (POOL, MAKEUP)))
 
 
 def _summed_logp(model, batch):

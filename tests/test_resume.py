@@ -12,40 +12,30 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import MAKEUP, POOL, varied_reward
+from conftest import MAKEUP, POOL, clip_dataset, grpo_config, make_grpo_trainer, varied_reward
 
-from grounding_rl.data.dataset import GroundingDataset
-from grounding_rl.models.loading import load_policy, load_processor
-from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.models.loading import load_policy
 from grounding_rl.update.resume import CheckpointLoadError, load_full_weights
-from grounding_rl.update.trainer import GroundingGRPOTrainer
 
 torch.set_num_threads(1)
 
 
 def grpo_args(out, **overrides):
-    values = dict(output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, max_steps=4,
-                  max_completion_length=8, logging_steps=1, report_to=[], save_strategy="steps", save_steps=2,
-                  seed=0, learning_rate=1e-3, video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16,
-                  dataloader_num_workers=0)
-    values.update(overrides)
-    return GroundingGRPOConfig(**values)
+    return grpo_config(out, **{"max_steps": 4, "logging_steps": 1, "save_strategy": "steps", "save_steps": 2,
+                               "learning_rate": 1e-3, **overrides})
 
 
 def dataset(videos_dir):
-    return GroundingDataset([
-        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
-         "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
+    return clip_dataset(videos_dir, (POOL, MAKEUP))
 
 
 def grpo_trainer(out, model_dir, videos_dir, peft=False, **overrides):
-    model = load_policy(str(model_dir))
+    lora = None
     if peft:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
 
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    return GroundingGRPOTrainer(model, grpo_args(out, **overrides), dataset(videos_dir),
-                                load_processor(str(model_dir)), reward_funcs=[varied_reward])
+        lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    return make_grpo_trainer(model_dir, grpo_args(out, **overrides), dataset(videos_dir), peft=lora)
 
 
 def weights(trainer):
@@ -62,8 +52,8 @@ def assert_identical(a, b):
                                                                              "lora-mid-epoch"])
 def test_grpo_resumed_at_a_checkpoint_ends_bit_identical(tmp_path, tiny_model_dir, videos_dir, peft, at):
     """2 clips × G 4 rows, 4 rows a step: an epoch is 2 steps, so checkpoint-1 and -3 are inside an epoch."""
-    start = weights(grpo_trainer(tmp_path / "x", tiny_model_dir, videos_dir, peft=peft))
     full = grpo_trainer(tmp_path / "full", tiny_model_dir, videos_dir, peft=peft, save_steps=1)
+    start = weights(full)
     full.train()
     uninterrupted = weights(full)
     moved = max((uninterrupted[k].float() - start[k].float()).abs().max().item() for k in start)
@@ -123,15 +113,6 @@ def test_a_checkpoint_inside_a_generation_window_is_refused(tmp_path, tiny_model
     later = grpo_trainer(tmp_path / "b", tiny_model_dir, videos_dir, steps_per_generation=2, max_steps=4)
     with pytest.raises(UserError, match="step 1 is inside a generation window of 2"):
         later.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
-
-
-@pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
-    from grounding_rl.dev.demo import generate_demo
-
-    out = tmp_path_factory.mktemp("demo")
-    generate_demo(out, num_train=6, num_test=2, seed=0, progress=False)
-    return out
 
 
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
@@ -335,42 +316,54 @@ def iou(completions, qid, **columns):
     return [0.9 if q == POOL else 0.2 + 0.3 * (sum(map(ord, c)) % 2) for c, q in zip(completions, qid)]
 
 
+def online_filter_trainer(out, model_dir, videos_dir, **overrides):
+    """6 steps of one clip each with Time-R1's online filter (keep mean IoU reward in [0, 0.7])."""
+    return make_grpo_trainer(model_dir, grpo_args(out, max_steps=6, online_difficulty_range=[0.0, 0.7], **overrides),
+                             dataset(videos_dir), reward_funcs=[varied_reward, iou])
+
+
+@pytest.fixture(scope="module")
+def online_filter_run(tmp_path_factory, tiny_model_dir, videos_dir):
+    """The uninterrupted online-filter run, a checkpoint at every step (both resume points read it): its folder,
+    final weights, filter state and logged steps."""
+    out = tmp_path_factory.mktemp("online_filter") / "full"
+    full = online_filter_trainer(out, tiny_model_dir, videos_dir, save_steps=1)
+    full.train()
+    return out, weights(full), full.online_filter.state_dict(), {h["step"]: h for h in full.state.log_history
+                                                                  if "loss" in h}
+
+
 @pytest.mark.parametrize("at", [2, 3], ids=["epoch-end", "mid-epoch"])
-def test_online_difficulty_filter_resumes_bit_identical(tmp_path, tiny_model_dir, videos_dir, at):
+def test_online_difficulty_filter_resumes_bit_identical(tmp_path, tiny_model_dir, videos_dir, online_filter_run, at):
     """2 clips, one a step, an epoch of 2 steps: after epoch 1 the online filter drops the pool clip (mean IoU reward
     0.9), so steps 3-6 train on the make-up clip alone. Resumed at checkpoint-2 (saved before the epoch's filter ran)
     or checkpoint-3 (inside epoch 2, with that epoch's reward sums), the run ends with the same weights, filter state
     and logs."""
     def run(out, **overrides):
-        trainer = GroundingGRPOTrainer(load_policy(str(tiny_model_dir)),
-                                       grpo_args(out, max_steps=6, online_difficulty_range=[0.0, 0.7], **overrides),
-                                       dataset(videos_dir), load_processor(str(tiny_model_dir)),
-                                       reward_funcs=[varied_reward, iou])
-        return trainer
+        return online_filter_trainer(out, tiny_model_dir, videos_dir, **overrides)
 
-    full = run(tmp_path / "full", save_steps=1)
-    full.train()
-    state = full.online_filter.state_dict()
+    full_dir, full_weights, state, logged = online_filter_run
     assert state["active"] == [1] and state["epoch"] == 2  # the make-up clip; the filter ran after epochs 1 and 2
     assert state["history"][0] == {"epoch": 1, "kept": 1, "dropped": 1, "dropped_low": 0, "dropped_high": 1,
                                    "unscored": 0}
-    logged = {h["step"]: h for h in full.state.log_history if "loss" in h}
     assert logged[3]["data/online_kept"] == 1.0 and logged[3]["data/online_dropped"] == 1.0
     assert all(logged[s]["rewards/iou/mean"] < 0.9 for s in (3, 4, 5, 6))  # the pool clip is no longer drawn
-    saved = json.loads((tmp_path / "full" / f"checkpoint-{at}" / "online_filter.json").read_text())
+    checkpoint = tmp_path / f"checkpoint-{at}"  # a copy: the other resume point reads the same run
+    shutil.copytree(full_dir / f"checkpoint-{at}", checkpoint)
+    saved = json.loads((checkpoint / "online_filter.json").read_text())
     assert saved["epoch"] == (0 if at == 2 else 1) and sum(saved["counts"]) == (8 if at == 2 else 4)
 
     resumed = run(tmp_path / "resumed")
-    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{at}"))
-    assert_identical(weights(resumed), weights(full))
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert_identical(weights(resumed), full_weights)
     assert resumed.online_filter.state_dict() == state
     wall = ("runtime", "per_second", "step_time", "timing/")  # seconds measured, not computed
     same = lambda h: {k: v for k, v in h.items() if not any(w in k for w in wall)}  # noqa: E731
     relogged = {h["step"]: h for h in resumed.state.log_history if "loss" in h}
     for step in range(at + 1, 7):
         assert same(relogged[step]) == same(logged[step])
-    (tmp_path / "full" / f"checkpoint-{at}" / "online_filter.json").unlink()
+    (checkpoint / "online_filter.json").unlink()
     from grounding_rl.errors import UserError
 
     with pytest.raises(UserError, match="no online_filter.json"):
-        run(tmp_path / "again").train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{at}"))
+        run(tmp_path / "again").train(resume_from_checkpoint=str(checkpoint))

@@ -150,16 +150,23 @@ def test_format_reward_is_strict_per_template(template, text, expected):
 
 
 def test_format_reward_linear_time():
-    import time
+    """Hostile completions (unclosed tags, long runs of spaces and digits) score 0 in every template, in time linear
+    in their length: t(2n) / t(n) < 3 (a backtracking regex would be far above)."""
+    from conftest import assert_linear_time
 
-    texts = ["<think>" + " " * 100_000 + "</think><answer>" + "1" * 50_000 + " " * 50_000 + "</answer>",
-             "<think>" * 30_000 + "</think>" * 30_000, " " * 100_000 + "1" * 100_000,
-             "The event happens in " + "1" * 100_000 + " - " + " " * 100_000,
-             "<answer>" + "1" * 50_000 + " " * 50_000 + "</answer>"]
-    start = time.perf_counter()
-    for template in ("default", "default_no_think", "timelens"):
-        assert format_reward(texts, prompt_template=template) == [0.0] * 5
-    assert time.perf_counter() - start < 5.0
+    def texts(n):
+        return ["<think>" + " " * n + "</think><answer>" + "1" * (n // 2) + " " * (n // 2) + "</answer>",
+                "<think>" * (3 * n // 10) + "</think>" * (3 * n // 10), " " * n + "1" * n,
+                "The event happens in " + "1" * n + " - " + " " * n,
+                "<answer>" + "1" * (n // 2) + " " * (n // 2) + "</answer>"]
+
+    def run(n):
+        hostile = texts(n)
+        for template in ("default", "default_no_think", "timelens"):
+            assert format_reward(hostile, prompt_template=template) == [0.0] * 5
+
+    run(100_000)
+    assert_linear_time(run, 400_000, repeat=5)
 
 
 def test_tempsamp_shaping_matches_hand_computed_values():

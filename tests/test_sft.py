@@ -16,15 +16,6 @@ DEMO_VIDEO = dict(fps=2.0, min_pixels=3136, max_pixels=3136)
 
 
 @pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
-    from grounding_rl.dev.demo import generate_demo
-
-    out = tmp_path_factory.mktemp("demo")
-    generate_demo(out, num_train=6, num_test=2, seed=0, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
 def bpe_model_dir(bpe_tiny_model_dir):
     return bpe_tiny_model_dir
 

@@ -9,18 +9,15 @@ and PEFT adapter-disabled), also when a process holds an uneven share of a clip'
 import pytest
 import torch
 
-from conftest import MAKEUP, POOL, varied_reward
+from conftest import MAKEUP, POOL, clip_dataset, grpo_config, make_grpo_trainer
 
-from grounding_rl.data.dataset import GroundingDataset
 from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.family import family_of
 from grounding_rl.models.loading import load_policy, load_processor, vision_tower
 from grounding_rl.models.vision import encode_videos, first_rows
 from grounding_rl.rollout.shared import generate_shared
 from grounding_rl.update import batching
-from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.logprobs import completion_logps
-from grounding_rl.update.trainer import GroundingGRPOTrainer
 
 torch.set_num_threads(1)
 
@@ -159,24 +156,18 @@ def test_generation_is_identical_and_encodes_each_clip_once(family_model_dir, vi
 
 # ------------------------------------------------------------------------------------------------------ trainer
 def _trainer(tmp_path, tiny_model_dir, videos_dir, share, peft=False, **overrides):
-    values = dict(output_dir=str(tmp_path / f"out{share}{peft}"), use_cpu=True, per_device_train_batch_size=8,
-                  max_steps=1, max_completion_length=6, report_to=[], save_strategy="no", seed=0, beta=0.04,
-                  video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16, dataloader_num_workers=0,
-                  share_video_encoding=share)
     attention = overrides.pop("attn_implementation", None)
-    values.update(overrides)
-    dataset = GroundingDataset([
-        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
-         "duration": 6.5, "qid": name} for name in (POOL, MAKEUP)])
-    model = load_policy(str(tiny_model_dir), attn_implementation=attention)
+    config = grpo_config(tmp_path / f"out{share}{peft}", **{"per_device_train_batch_size": 8,
+                                                            "max_completion_length": 6, "beta": 0.04,
+                                                            "share_video_encoding": share, **overrides})
+    lora = None
     if peft:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
 
-        torch.manual_seed(0)  # the same random adapter (init_lora_weights=False) in both arms
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "qkv"],
-                                                 init_lora_weights=False))
-    return GroundingGRPOTrainer(model, GroundingGRPOConfig(**values), dataset, load_processor(str(tiny_model_dir)),
-                                reward_funcs=[varied_reward])
+        # the same random adapter (init_lora_weights=False) in both arms
+        lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "qkv"], init_lora_weights=False)
+    return make_grpo_trainer(tiny_model_dir, config, clip_dataset(videos_dir, (POOL, MAKEUP)), peft=lora,
+                             attn_implementation=attention)
 
 
 def _step(trainer, items):

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from conftest import MAKEUP, POOL, varied_reward
+from conftest import MAKEUP, POOL, clip_dataset, grpo_config, make_grpo_trainer, varied_reward
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, substitute_index
 from grounding_rl.family import family_of
@@ -25,29 +25,16 @@ torch.set_num_threads(1)
 
 
 def make_args(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=4, max_steps=1,
-        max_completion_length=8, logging_steps=1, report_to=[], save_strategy="no", seed=0,
-        video_fps=1.0, video_min_pixels=3136, video_max_pixels=28 * 28 * 16, dataloader_num_workers=0,
-    )
-    values.update(overrides)
-    return GroundingGRPOConfig(**values)
+    settings = {"output_dir": tmp_path / "out", "logging_steps": 1, **overrides}
+    return grpo_config(settings.pop("output_dir"), **settings)
 
 
 def make_dataset(videos_dir, names=(POOL,)):
-    samples = [
-        {"video": str(videos_dir / name), "query": f"the main action in {name}", "start": 1.0, "end": 4.0,
-         "duration": 6.5, "qid": name}
-        for name in names
-    ]
-    return GroundingDataset(samples)
+    return clip_dataset(videos_dir, names)
 
 
 def make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=(varied_reward,), **overrides):
-    args = make_args(tmp_path, **overrides)
-    model = load_policy(str(tiny_model_dir))
-    return GroundingGRPOTrainer(model, args, dataset, load_processor(str(tiny_model_dir)),
-                                reward_funcs=list(reward_funcs))
+    return make_grpo_trainer(tiny_model_dir, make_args(tmp_path, **overrides), dataset, reward_funcs)
 
 
 # ----------------------------------------------------------------------------------------------------------- config
