@@ -238,4 +238,4 @@ def length_ratio_penalty(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[
     0 when the lengths match, −1 for a prediction ten times too long or short. Source: TimeLens2 ``funcs.py``
     ``_r_length_ratio_penalty``. Example: pred [(0, 10)], gt [(0, 1)] → −1.0 (to 1e-6).
     """
-    return -abs(math.log10((total_length(pred) + eps) / (total_length(gt) + eps)))
+    return 0.0 - abs(math.log10((total_length(pred) + eps) / (total_length(gt) + eps)))
