@@ -40,3 +40,33 @@ def test_set_scoring_uses_every_span_and_reports_precision_recall():
     assert m["n"] == 3 and m["R1@0.5"] == pytest.approx(200 / 3) and m["mIoU"] == pytest.approx(100 * 1.5 / 3)
     assert m["precision"] == pytest.approx(100 * 1.5 / 3) and m["recall"] == pytest.approx(100 * 2 / 3)
     assert m["parse_failure_rate"] == pytest.approx(100 / 3)
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_score_sets_and_single_spans_side_by_side(tmp_path, capsys):
+    from grounding_rl.cli.score import main
+
+    gt = _jsonl(tmp_path / "gt.jsonl", [
+        {"video": "a.mp4", "query": "q", "start": 0, "end": 30, "duration": 100, "qid": "m",
+         "spans": [[0, 10], [20, 30]]},
+        {"video": "a.mp4", "query": "q", "start": 40, "end": 50, "duration": 100, "qid": "s"},
+        {"video": "a.mp4", "query": "q", "start": 60, "end": 70, "duration": 100, "qid": "t",
+         "spans_all": [[60, 70], [80, 90]], "spans": [[60, 70]]}])
+    preds = _jsonl(tmp_path / "pred.jsonl", [
+        {"qid": "m", "answer": "<think>x</think><answer>[[0, 10], [20, 25]]</answer>"},
+        {"qid": "s", "answer": "<think>x</think><answer>40 to 50</answer>"},
+        {"qid": "t", "pred_spans": [[60, 70], [80, 90]]}])
+    out = tmp_path / "m.json"
+    assert main(["--predictions", str(preds), "--annotations", str(gt), "--out", str(out), "--scoring", "set",
+                 "--scoring", "qvhighlights"]) == 0
+    metrics = json.loads(out.read_text())
+    # m: set IoU 15/20 = 0.75; s: 1.0; t (single-span template: no pred start/end, its answer absent) → 0
+    assert metrics["mIoU"] == pytest.approx(100 * 1.75 / 3)
+    assert metrics["precision"] == pytest.approx(100 * 2 / 3) and metrics["recall"] == pytest.approx(100 * 1.75 / 3)
+    assert metrics["by_scoring"]["set"]["mIoU"] == pytest.approx(100 * 2.75 / 3)   # t against both spans_all
+    assert metrics["by_scoring"]["qvhighlights"]["R1@0.5"] == 100.0   # each first window matches a GT window
+    assert "| set |" in capsys.readouterr().out
