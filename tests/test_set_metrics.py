@@ -70,3 +70,61 @@ def test_score_sets_and_single_spans_side_by_side(tmp_path, capsys):
     assert metrics["by_scoring"]["set"]["mIoU"] == pytest.approx(100 * 2.75 / 3)   # t against both spans_all
     assert metrics["by_scoring"]["qvhighlights"]["R1@0.5"] == 100.0   # each first window matches a GT window
     assert "| set |" in capsys.readouterr().out
+
+
+def test_compare_puts_single_and_multi_span_runs_side_by_side():
+    from grounding_rl.eval.compare import comparison_table
+
+    single = {"R1@0.3": 50.0, "R1@0.5": 40.0, "R1@0.7": 20.0, "mIoU": 35.0, "format_rate": 99.0, "n": 10}
+    table = comparison_table({"one": single, "sets": {**single, "precision": 60.0, "recall": 55.5}})
+    assert table.splitlines()[0].endswith("| n | precision | recall |")
+    assert table.splitlines()[2] == "| one | 50.00 | 40.00 | 20.00 | 35.00 | 99.00 | 10 | - | - |"
+    assert comparison_table({"one": single}).splitlines()[0].endswith("| n |")   # as before
+
+
+def test_timeline_plot_draws_one_bar_per_span(tmp_path):
+    import numpy as np
+
+    from grounding_rl.eval.infer import answer_result
+    from grounding_rl.eval.report import plot_timeline
+    from types import SimpleNamespace
+
+    result = answer_result("q", "[[0, 3.5], [10, 12], [19, 40]]", 20.0, set_answers=True)
+    assert (result["spans"], result["start"], result["end"]) == ([[0.0, 3.5], [10.0, 12.0], [19.0, 20.0]], 0.0, 20.0)
+    video = SimpleNamespace(duration=20.0, frames=np.zeros((4, 8, 8, 3), np.uint8), timestamps=[1, 6, 11, 16],
+                            path="v.mp4", num_frames=4, sampled_fps=0.2)
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    created = []
+    original = plt.figure
+    plt.figure = lambda *a, **k: created.append(original(*a, **k)) or created[-1]
+    try:
+        plot_timeline(video, [result], tmp_path / "t.png", gts=[[[0, 4], [10, 12]]])
+    finally:
+        plt.figure = original
+    lanes = created[0].axes[1]
+    bars = [p for p in lanes.patches if isinstance(p, Rectangle) and p.get_fill()]
+    outlines = [p for p in lanes.patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert (len(bars), len(outlines)) == (3, 2) and (tmp_path / "t.png").stat().st_size > 0
+
+
+def test_prediction_records_of_sets_and_single_spans():
+    from grounding_rl.data.samples import Sample
+    from grounding_rl.reward.records import metrics_from_records, prediction_record
+
+    multi = Sample("v.mp4", "q", 0.0, 30.0, 100.0, "m", "timelens2", spans=((0.0, 10.0), (20.0, 30.0)))
+    single = Sample("v.mp4", "q", 40.0, 50.0, 100.0, "s", "jsonl")
+    r_multi = prediction_record(multi, "<answer>[[0, 10], [20, 25]]</answer>")
+    r_single = prediction_record(single, "<answer>40 to 50</answer>")
+    assert (r_multi["pred_spans"], r_multi["start"], r_multi["end"], r_multi["iou"]) == (
+        [[0.0, 10.0], [20.0, 25.0]], 0.0, 25.0, 0.75)
+    assert "pred_spans" not in r_single and r_single["iou"] == 1.0      # single-span records as before
+    # a set template reads a single-span query's answer as a set
+    r_set = prediction_record(single, "[[40, 45], [45, 50]]", set_answers=True)
+    assert r_set["pred_spans"] == [[40.0, 45.0], [45.0, 50.0]] and r_set["iou"] == 1.0
+    metrics = metrics_from_records([r_multi, r_single], "default_multi", scorings=("set",))
+    assert metrics["mIoU"] == pytest.approx(87.5) and metrics["precision"] == pytest.approx(100.0)
+    assert metrics["recall"] == pytest.approx(87.5) and metrics["by_scoring"]["set"]["mIoU"] == pytest.approx(87.5)
