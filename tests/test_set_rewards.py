@@ -65,3 +65,47 @@ def test_grpo_config_translates_spec_and_refuses_tiou_with_timelens2(tmp_path):
     with pytest.raises(ValueError, match="'tiou' is Time-R1's .*'set_iou'"):
         GroundingGRPOConfig(**common, reward_funcs=["tiou", "format"], prompt_template="timelens2")
     assert GroundingGRPOConfig(**common, reward_funcs=["tiou"]).reward_funcs == ["tiou"]  # ours, default template
+
+
+@pytest.mark.parametrize("text, spans", [
+    ("<answer>[[0, 3.5], [10, 12]]</answer>", [(0.0, 3.5), (10.0, 12.0)]),
+    ("The spans are [[0,3.5],[10,12]].", [(0.0, 3.5), (10.0, 12.0)]),
+    ("<think>maybe [[9, 9]]</think><answer>[[1.5, 12]]</answer>", [(1.5, 12.0)]),
+    ("<answer>0 to 3.5 and 10 to 12</answer>", [(0.0, 3.5), (10.0, 12.0)]),
+    ("from 0 to 3.5 s, and again from 10 to 12 s", [(0.0, 3.5), (10.0, 12.0)]),
+    ("0 - 3.5, 10 - 12 seconds", [(0.0, 3.5), (10.0, 12.0)]),
+    ("<answer>12.54 to 17.83</answer>", [(12.54, 17.83)]),        # today's single-span forms
+    ("between 3 and 7", [(3.0, 7.0)]),
+    ("[[1, 2], [1, 2]]", [(1.0, 2.0)]),
+    ("<answer>[[5, 3]]</answer>", [(5.0, 3.0)]),                  # as written: the reward policy scores it 0
+    ("[[1,2]] and [[3,4]]", None),                                # two arrays: ambiguous
+    ("[[1,2], [3,4]] 5", None),                                   # a number beside the array
+    ("[[1,2]] 5", [(1.0, 2.0)]),                                  # one span: as the single-span parser reads it
+    ("1 to 2 and 3", None), ("1 to 2 to 3 to 4", None), ("3 and 5 and 7 and 9", None), ("12,5 to 17,8", None),
+    ("start 3 end 4, 5 to 6", None), ("[[1, 2], [3, 4]", None), ("at 5 s", None), ("0 to 3 and 4 to 5 minutes", None),
+])
+def test_parse_spans(text, spans):
+    from grounding_rl.reward.parsing import parse_answer, parse_spans
+
+    assert parse_spans(text) == spans
+    single = parse_answer(text)
+    if single is not None:               # a single-span answer reads the same as before
+        assert parse_spans(text) == [single]
+
+
+def test_parse_spans_is_linear():
+    import time
+
+    from grounding_rl.reward.parsing import parse_spans
+
+    def seconds(text):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            parse_spans(text)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    for unit in ("[[", "[[1, 2], ", "1 to ", "[[1,2]] and "):
+        ratio = seconds(unit * 20000) / max(seconds(unit * 2000), 1e-6)
+        assert ratio < 40, (unit, ratio)   # 10× the text: ~10× the time (quadratic would be ~100×)

@@ -231,7 +231,7 @@ def completion_text(completion) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ several spans (sets)
-_JSON_NUMBER = r"\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*"
+_JSON_NUMBER = r"\s*(\d+(?:\.\d+)?)\s*"
 _JSON_PAIR = r"\[" + _JSON_NUMBER + "," + _JSON_NUMBER + r"\]"
 # One JSON array of [start, end] pairs. A match attempt that starts at "[[" cannot run past the next "[[" (after a
 # pair only "," + "[" + number or "]" continue it), so finditer is linear in the text's length.
@@ -242,7 +242,7 @@ _SEPARATORS = {"and", ",", "，"}
 
 
 def json_spans(text: str) -> list[tuple[float, float]] | None:
-    """The pairs of the one JSON array of ``[start, end]`` pairs in ``text`` (non-negative plain or exponent numbers),
+    """The pairs of the one JSON array of ``[start, end]`` pairs in ``text`` (non-negative plain decimals),
     in written order; None when there is none, when two different arrays appear, or a value is not finite."""
     found = {m.group() for m in _JSON_SPANS_RE.finditer(text)}
     if len({re.sub(r"\s+", "", f) for f in found}) != 1:
@@ -297,10 +297,10 @@ def parse_spans(text: str | None) -> list[tuple[float, float]] | None:
     """Parse a completion into a set of ``(start, end)`` intervals in seconds, in written order (duplicates dropped;
     reversed pairs kept as written: the reward policy scores them).
 
-    Read in the answer region of :func:`parse_answer`: (1) one JSON array of pairs, ``[[0, 3.5], [10, 12]]``, bare or
-    inside ``<answer>`` (TimeLens2's answer), with no other number outside it; else (2) a single interval under the
-    module grammar, exactly as :func:`parse_answer` reads it (so a single-span answer gives ``[parse_answer(text)]``);
-    else (3) several intervals, ``"0 to 3.5 and 10 to 12"``, ``"0 - 3.5, 10 - 12 seconds"``. None — never a guess —
+    Read in the answer region of :func:`parse_answer`: (1) a single interval under the module grammar, exactly as
+    :func:`parse_answer` reads it (so whatever it reads gives ``[parse_answer(text)]``); else (2) one JSON array of
+    pairs, ``[[0, 3.5], [10, 12]]``, bare or inside ``<answer>`` (TimeLens2's answer), with no other number outside
+    it; else (3) several intervals, ``"0 to 3.5 and 10 to 12"``, ``"0 - 3.5, 10 - 12 seconds"``. None — never a guess —
     for two different arrays, numbers beside the array, a chain such as ``"1 to 2 and 3"`` or ``"1 to 2 to 3 to 4"``,
     labels ("start: 3") beside several intervals, and every refusal of the single grammar. Linear time.
     """
@@ -309,13 +309,13 @@ def parse_spans(text: str | None) -> list[tuple[float, float]] | None:
     region = _answer_region(text)
     if region is None:
         return None
+    single = _read(region)
+    if single is not None:
+        return [single]
     if _JSON_SPANS_RE.search(region):
         spans = json_spans(region)
         rest = _JSON_SPANS_RE.sub(" ", region)
         if spans is None or any(kind == _TIME for kind, _ in _tokens(rest)):
             return None
         return list(dict.fromkeys(spans))
-    single = _read(region)
-    if single is not None:
-        return [single]
     return _read_many(_tokens(region))
