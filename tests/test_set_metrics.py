@@ -128,3 +128,27 @@ def test_prediction_records_of_sets_and_single_spans():
     metrics = metrics_from_records([r_multi, r_single], "default_multi", scorings=("set",))
     assert metrics["mIoU"] == pytest.approx(87.5) and metrics["precision"] == pytest.approx(100.0)
     assert metrics["recall"] == pytest.approx(87.5) and metrics["by_scoring"]["set"]["mIoU"] == pytest.approx(87.5)
+
+
+def test_eval_on_interval_sets_writes_sets_and_set_scores(tiny_model_dir, videos_dir, tmp_path):
+    from grounding_rl.cli import main as cli
+
+    rows = [json.loads(line) for line in (videos_dir / "annotations.jsonl").read_text().splitlines()[:3]]
+    for row in rows:
+        row["video"] = str((videos_dir / row["video"]).resolve()) if not Path(row["video"]).is_absolute() else \
+            row["video"]
+    rows[0]["spans"] = [[rows[0]["start"], rows[0]["start"] + 1.0], [rows[0]["end"] - 1.0, rows[0]["end"]]]
+    rows[1]["spans_all"] = [[rows[1]["start"], rows[1]["end"]], [0.0, 0.5]]
+    data = _jsonl(tmp_path / "sets.jsonl", rows)
+    out = tmp_path / "out"
+    fast = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens",
+            "12", "--num-workers", "0", "--batch-size", "4"]
+    assert cli(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(out), *fast,
+                "--prompt-template", "timelens2", "--scoring", "set"]) == 0
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert all({"gt_spans", "pred_spans"} <= set(r) for r in records)     # a set template: every query as a set
+    assert len(records[0]["gt_spans"]) == 2 and records[1]["gt_spans_all"] == [[rows[1]["start"], rows[1]["end"]],
+                                                                              [0.0, 0.5]]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"precision", "recall"} <= set(metrics) and set(metrics["by_scoring"]) == {"standard", "clamped", "set"}
+    assert "Interval sets" in (out / "report.md").read_text()
