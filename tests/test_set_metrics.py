@@ -151,4 +151,5 @@ def test_eval_on_interval_sets_writes_sets_and_set_scores(tiny_model_dir, videos
                                                                               [0.0, 0.5]]
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"precision", "recall"} <= set(metrics) and set(metrics["by_scoring"]) == {"standard", "clamped", "set"}
-    assert "Interval sets" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Interval sets" in report and f"| {records[0]['qid']} | " in report and "## Interval sets (first" in report

@@ -445,7 +445,8 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
 
         anchors_md = anchors_table(plan_.benchmark.anchors, ours=metrics,
                                    ours_label=Path(plan_.model_id).name or "this run")
-    files.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM)
+    files.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM,
+                          sets_md=files.set_examples_table(records))
     print(format_metrics_table(metrics))
     print(f"eval: {metrics['n']} queries; {metrics['video_load_failures']} failed clips (IoU 0; "
           f"{len(plan_.absent)} of {plan_.num_videos} videos missing), {metrics['missing_predictions']} without a "

@@ -57,8 +57,27 @@ def write_metrics_json(path: str | Path, metrics: Mapping, info: Mapping) -> dic
     return payload
 
 
+SET_EXAMPLES = 5  # set-scored queries listed in report.md
+
+
+def set_examples_table(records: Sequence[Mapping], limit: int = SET_EXAMPLES) -> str | None:
+    """A markdown table of the first ``limit`` set-scored prediction records (``gt_spans``): qid, ground-truth spans,
+    predicted spans and set IoU; None when no record is set-scored."""
+    rows = [r for r in records if r.get("gt_spans") is not None][:limit]
+    if not rows:
+        return None
+
+    def spans(value) -> str:
+        return "none" if not value else ", ".join(f"{float(s):.1f}–{float(e):.1f}" for s, e in value)
+
+    lines = ["| qid | ground truth (s) | prediction (s) | set IoU |", "|---|---|---|---:|"]
+    lines += [f"| {r['qid']} | {spans(r['gt_spans'])} | {spans(r.get('pred_spans'))} | {float(r['iou']):.3f} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
 def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_md: str | None = None,
-                    hist_name: str | None = "iou_hist.png") -> str:
+                    hist_name: str | None = "iou_hist.png", sets_md: str | None = None) -> str:
     """Write ``report.md``: title, the metrics table, run details, the anchors table when known, the histogram.
 
     Args:
@@ -68,6 +87,7 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
         info: run details (``model``, ``data``, ``sampling``, ``seed``, ``benchmark``...).
         anchors_md: a markdown table of published results (see ``benchmarks.anchors_table``), or None.
         hist_name: file name of the IoU histogram next to the report, or None.
+        sets_md: a table of set-scored queries (:func:`set_examples_table`), or None.
 
     Returns:
         the markdown text.
@@ -105,6 +125,8 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
              f"- video load failures: {metrics.get('video_load_failures', 0)} (IoU 0; of them "
              f"{metrics.get('missing_videos', 0)} missing videos); queries without a parsed prediction: "
              f"{metrics.get('missing_predictions', 0)}"]
+    if sets_md:
+        lines += ["", "## Interval sets (first queries)", "", sets_md]
     if anchors_md:
         lines += ["", "## Published results (anchors)", "",
                   "Published numbers come from the cited sources; their protocols (checkpoint, prompt, frames, "
