@@ -109,3 +109,26 @@ def test_parse_spans_is_linear():
     for unit in ("[[", "[[1, 2], ", "1 to ", "[[1,2]] and "):
         ratio = seconds(unit * 20000) / max(seconds(unit * 2000), 1e-6)
         assert ratio < 40, (unit, ratio)   # 10× the text: ~10× the time (quadratic would be ~100×)
+
+
+def test_grpo_scores_set_rewards_against_the_spans_column(tmp_path, tiny_model_dir, videos_dir):
+    from conftest import POOL
+
+    from grounding_rl.data.dataset import GroundingDataset
+    from tests.test_trainer import make_trainer
+
+    seen = {}
+
+    def capture(completions, spans=None, **columns):
+        seen["spans"] = spans
+        return [0.0] * len(completions)
+
+    dataset = GroundingDataset([{"video": str(videos_dir / POOL), "query": "the main action", "start": 1.0, "end": 4.0,
+                                 "duration": 6.5, "qid": "a", "spans": [[1.0, 2.0], [3.0, 4.0]]}])
+    trainer = make_trainer(tmp_path, tiny_model_dir, dataset, reward_funcs=["set_iou", "twass1", "parse_penalty",
+                                                                           capture], prompt_template="timelens2")
+    assert trainer.reward_func_names[:3] == ["set_iou", "twass1", "parse_penalty"]
+    trainer.generate_and_score(trainer.data_collator([trainer.train_dataset[0]] * 4))
+    assert seen["spans"] == [[[1.0, 2.0], [3.0, 4.0]]] * 4
+    penalty = trainer._metrics["rewards/parse_penalty/mean"][0]
+    assert -1.0 <= penalty <= 0.0 and 0.0 <= trainer._metrics["rewards/set_iou/mean"][0] <= 1.0
