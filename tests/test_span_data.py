@@ -73,3 +73,13 @@ def test_timelens_bench_keeps_first_span_and_the_full_list(tmp_path):
         4.0, 8.0, ((4.0, 8.0),), ((4.0, 8.0), (20.0, 30.0)))
     assert (single.spans, single.spans_all) == (None, None)
     assert "spans" not in single.to_dict()
+
+
+def test_training_warns_when_a_single_span_reward_meets_several_spans():
+    from grounding_rl.cli.train import warn_single_span_rewards
+
+    dataset = GroundingDataset([Sample("v.mp4", "q", 0.0, 9.0, 10.0, "a", "x", spans=((0.0, 1.0), (8.0, 9.0))),
+                                Sample("v.mp4", "q", 1.0, 2.0, 10.0, "b", "x")])
+    assert "1 of 2 training samples have several spans; reward(s) iou" in warn_single_span_rewards(
+        dataset, ["iou", "format"])
+    assert warn_single_span_rewards(dataset, ["set_iou", "format"]) is None
