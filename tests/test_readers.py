@@ -309,7 +309,7 @@ def test_unknown_format_lists_the_known_ones(tmp_path):
     with pytest.raises(KeyError, match="charades_sta"):
         read_annotations("nope", tmp_path / "a.txt")
     assert set(READERS) == {"charades_sta", "activitynet", "tacos", "time_r1", "tvgbench", "timelens", "jsonl",
-                            "ego4d_nlq", "ego4d_nlq_video", "extremewhenbench"}
+                            "ego4d_nlq", "ego4d_nlq_video", "extremewhenbench", "timelens2", "qvhighlights"}
 
 
 # TimeLens-Bench (TencentARC/TimeLens-Bench on the hub, not shipped): {vid: {duration, spans, queries}}, seconds

@@ -22,8 +22,11 @@ def test_peer_templates_are_the_published_texts():
 def test_each_template_names_its_answer_format_and_video_position():
     formats = {name: t.answer_format for name, t in templates.PROMPT_TEMPLATES.items()}
     assert formats == {"default": "think_answer", "default_no_think": "answer_only", "timezero": "think_answer",
-                       "time_r1": "think_answer", "videochat_r1": "think_answer", "timelens": "timelens"}
-    assert [n for n in sorted(formats) if templates.is_thinking_free(n)] == ["default_no_think", "timelens"]
+                       "time_r1": "think_answer", "videochat_r1": "think_answer", "timelens": "timelens",
+                       "default_multi": "think_json_spans", "timelens2": "json_spans"}
+    assert [n for n in sorted(formats) if templates.is_thinking_free(n)] == ["default_no_think", "timelens",
+                                                                            "timelens2"]
+    assert [p["type"] for p in templates.conversation("q", "timelens2")[0]["content"]] == ["video", "text"]
     assert [p["type"] for p in templates.conversation("q", "timelens")[0]["content"]] == ["video", "text"]
     assert [p["type"] for p in templates.conversation("q", "time_r1")[0]["content"]] == ["text", "video"]
     with pytest.raises(ValueError, match="unknown prompt_template"):
@@ -54,3 +57,17 @@ def test_thinking_free_default_differs_from_default_only_in_the_think_block():
     assert templates.answer_text(12.345, 17.8, template="timelens") == "The event happens in 12.35 - 17.80 seconds"
     assert templates.answer_text(3.5, 9.0, "x", "default") == "<think>x</think><answer>3.50 to 9.00</answer>"
     assert [p["type"] for p in templates.conversation("q", "default_no_think")[0]["content"]] == ["text", "video"]
+
+
+def test_timelens2_template_is_its_93k_prompt_and_set_targets_are_json():
+    # MCG-NJU/TimeLens2 @a5ce450, grpo/configs/data/timelens2.json, "timelens2-93k" prompt_template
+    assert templates.instruction("a dog jumps", "timelens2") == (
+        'You are given a video.\nTask: temporal retrieval.\nGiven the query: "a dog jumps", return ALL time spans (in '
+        "seconds) where the query is relevant.\nOutput format MUST be a JSON array of [start, end] pairs, e.g. [[0, "
+        "3.5], [10, 12]].\n")
+    spans = [(3.5, 9.0), (14.2, 17.83)]
+    assert templates.answer_set_text(spans, template="timelens2") == "[[3.50, 9.00], [14.20, 17.83]]"
+    assert templates.answer_set_text(spans, "x", "default_multi") == "<think>x</think><answer>[[3.50, 9.00], [14.20, 17.83]]</answer>"
+    assert templates.answer_set_text(spans, "x", "default") == "<think>x</think><answer>3.50 to 17.83</answer>"
+    for name in ("timelens2", "default_multi"):
+        assert format_reward([templates.answer_set_text(spans, "x", name)], prompt_template=name) == [1.0]

@@ -92,6 +92,10 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
     parser.add_argument("--data-root", default=None,
                         help="folder of the --benchmark's annotation files (default: $GROUNDING_RL_DATA, else the "
                              "test data)")
+    parser.add_argument("--scoring", action="append", choices=["set", "qvhighlights"], default=[],
+                        help="also score under this scoring (repeatable): set (set IoU, precision and recall against "
+                        "every span of TimeLens-Bench's spans_all), qvhighlights (moment_detr's R1@0.5/0.7 and mAP; "
+                        "added by itself on qvhighlights data)")
     parser.add_argument("--max-missing-fraction", type=float, default=0.05,
                         help="fail (exit 2) when more than this share of the videos is missing (checked before the "
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
@@ -111,7 +115,8 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        attn_implementation=args.attn_implementation, engine=args.engine,
                        num_workers=args.num_workers, frame_cache=args.frame_cache,
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
-                       max_missing_fraction=args.max_missing_fraction)
+                       max_missing_fraction=args.max_missing_fraction,
+                       scorings=tuple(getattr(args, "scoring", None) or ()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
     dataset = common.load_dataset(script_args)
+    warn_single_span_rewards(dataset, training_args.reward_funcs)
     model, processor = common.load_training_model(script_args, model_args, training_args)
     eval_samples, eval_dropped = load_eval_samples(training_args, script_args)
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
@@ -52,6 +53,19 @@ def main(argv: list[str] | None = None) -> int:
     result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)
     return 0
+
+
+def warn_single_span_rewards(dataset, reward_funcs) -> str | None:
+    """Warn (and return the message) when the training data has samples with several spans and ``reward_funcs`` use
+    a single-span reward (``iou``, ``tiou``), which scores the spans' hull; the set rewards score the set."""
+    several = sum(1 for s in dataset.samples if s.get("spans") and len(s["spans"]) > 1)
+    single = [name for name in reward_funcs if name in ("iou", "tiou")]
+    if not several or not single:
+        return None
+    message = (f"{several} of {len(dataset)} training samples have several spans; reward(s) {', '.join(single)} "
+               "score their hull (first start to last end): use set_iou (or twass, r2twass, ngiou) to score the set")
+    common.logger.warning(message)
+    return message
 
 
 if __name__ == "__main__":

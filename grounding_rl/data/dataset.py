@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 class GroundingDataset(Dataset):
     """Canonical samples as training items.
 
-    Item ``i`` is ``{"index": i, "video": path, "query", "start", "end", "duration" (seconds), "qid"}``.
+    Item ``i`` is ``{"index": i, "video": path, "query", "start", "end", "duration" (seconds), "qid", "spans"}``;
+    ``spans`` is the interval set ``[[s, e], …]`` of multi-span data (what the set rewards score against), else None.
 
     Args:
         samples: :class:`grounding_rl.data.samples.Sample` objects (already validated), or dicts with those keys.
@@ -58,6 +59,7 @@ class GroundingDataset(Dataset):
             "end": float(s["end"]),
             "duration": float(s["duration"]),
             "qid": str(s.get("qid", index)),
+            "spans": None if s.get("spans") is None else [[float(a), float(b)] for a, b in s["spans"]],
         }
 
 

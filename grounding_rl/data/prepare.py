@@ -35,7 +35,8 @@ def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
     rel = os.path.relpath(sample.video, out_dir)
     if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
         return sample
-    return Sample(rel, sample.query, sample.start, sample.end, sample.duration, sample.qid, sample.source)
+    return Sample(rel, sample.query, sample.start, sample.end, sample.duration, sample.qid, sample.source,
+                  spans=sample.spans, spans_all=sample.spans_all)
 
 
 def _unique_qids(samples, annotations: str):

@@ -34,6 +34,11 @@ Formats:
 ``extremewhenbench``
     ExtremeWhenBench rows ``{qid, video_id, source_corpus, question, correct_interval, video_duration_s}`` (JSONL, a
     JSON list or ``{"questions": [...]}``; see :func:`read_extremewhenbench`).
+``timelens2``
+    TimeLens2's rows, grouped ``{video_path, duration, events: [{query, span: [[s, e], ...]}]}`` or flat
+    ``{video_path, duration, query, span}``: interval sets (``spans``; see :func:`read_timelens2`).
+``qvhighlights``
+    QVHighlights ``{qid, query, duration, vid, relevant_windows: [[s, e], ...]}`` JSONL: interval sets.
 ``jsonl``
     The canonical JSONL (:func:`grounding_rl.data.samples.iter_samples`).
 
@@ -53,7 +58,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, iter_samples
+from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, as_spans, iter_samples
 from grounding_rl.errors import excerpt, reading
 from grounding_rl.jsonl_files import JsonLines
 
@@ -144,6 +149,14 @@ def timelens_query(query: str) -> str:
     return re.sub(r"\s+", " ", query).strip().strip(".").strip()
 
 
+def _all_spans(value: Any, where: str) -> tuple[tuple[float, float], ...] | None:
+    """Every span of a TimeLens-Bench ``spans`` entry that lists several (``[[s, e], ...]`` with more than one), else
+    None (the released ``[s, e]`` form, or a list of one)."""
+    if isinstance(value, (list, tuple)) and len(value) > 1 and all(isinstance(v, (list, tuple)) for v in value):
+        return as_spans(value, "spans", where)
+    return None
+
+
 def _span(value: Any, where: str) -> tuple[tuple[Any, Any], bool]:
     """One TimeLens-Bench ``spans`` entry → (the span it is scored against, whether it listed several spans).
 
@@ -188,19 +201,23 @@ def _iter_grouped(path: str, format_name: str, resolver: VideoResolver, duration
         duration = _duration(resolver, given, vid, video, durations, where)
         for index, (stamp, sentence) in enumerate(zip(timestamps, sentences)):
             at = f"{where}, query {index}"
+            spans_all = None
             if several_spans:
                 (start, end), several = _span(stamp, at)
                 multi += several
+                spans_all = _all_spans(stamp, at) if several else None
             else:
                 start, end = _pair(stamp, at)
             query = _text(sentence, "sentence", at)
             total += 1
-            yield Sample(video=video, query=clean(query) if clean else query,
-                         start=as_seconds(start, "start", at) * scale, end=as_seconds(end, "end", at) * scale,
-                         duration=duration, qid=f"{format_name}:{vid}#{index}", source=format_name)
+            start, end = as_seconds(start, "start", at) * scale, as_seconds(end, "end", at) * scale
+            yield Sample(video=video, query=clean(query) if clean else query, start=start, end=end,
+                         duration=duration, qid=f"{format_name}:{vid}#{index}", source=format_name,
+                         spans=None if spans_all is None else ((start, end),), spans_all=spans_all)
     if multi:
         logger.warning("%s: %d of %d queries list several spans; each is scored against its first span (as "
-                       "TimeLens's evaluator does)", path, multi, total)
+                       "TimeLens's evaluator does; all of them are kept in spans_all for --scoring set)", path,
+                       multi, total)
 
 
 def count_several_spans(path: str | os.PathLike) -> dict[str, int]:
@@ -343,7 +360,9 @@ def read_timelens(path: str | os.PathLike, *, video_root: str | os.PathLike | No
     to the shorter), the video is ``<video id>.mp4`` under ``video_root``, and each query is cleaned by
     :func:`timelens_query` (whitespace collapsed, full stops stripped), the text TimeLens puts in its prompt. A
     ``spans`` entry that lists several spans ``[[s, e], ...]`` is scored against its first span, as TimeLens's
-    evaluator does (evaluation/eval_dataloader.py); their number is logged (:func:`count_several_spans` counts them).
+    evaluator does (evaluation/eval_dataloader.py), lmms-eval and TimeLens2's evaluator too: the sample's ``spans``
+    is that first span and ``spans_all`` the full list (the ``set`` scoring's ground truth); their number is logged
+    (:func:`count_several_spans` counts them).
 
     Raises:
         AnnotationError: malformed entry, ``spans`` and ``queries`` of different lengths, or no duration (names the
@@ -497,6 +516,80 @@ def read_extremewhenbench(path: str | os.PathLike, *, video_root: str | os.PathL
                      source="extremewhenbench")
 
 
+# ------------------------------------------------------------------------------------------- interval-set readers
+def read_timelens2(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                   durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """TimeLens2's annotation rows (MCG-NJU/TimeLens2, grpo/timelens/data/sources.py; TimeLens2-93K): JSONL, either
+    grouped ``{"video_path", "duration", "events": [{"query", "span": [[s, e], ...]}, ...]}`` or flat
+    ``{"video_path", "duration", "query", "span": [[s, e], ...]}``, seconds; a flat ``[s, e]`` span is one span.
+
+    Every sample carries ``spans`` (validated per span: :func:`grounding_rl.data.samples.validate_spans`);
+    ``start``/``end`` are the hull. A relative ``video_path`` resolves against ``video_root`` (TimeLens2's
+    ``mp4_root``) or the file's folder; the qid is the row's ``qid`` when it has one, else
+    ``timelens2:<video_path>#<index>`` (index among that video's queries in the file). Frame-directory rows
+    (TimeLens2's ``frames_root``) are not read: give the mp4.
+
+    Raises:
+        AnnotationError: a row without ``video_path``, with neither ``events`` nor ``query``/``span``, a span that is
+            not ``[[start, end], ...]``, or no duration (names the file and line).
+    """
+    path = str(path)
+    resolver = VideoResolver(path, video_root)
+    seen: dict[str, int] = defaultdict(int)
+    for where, row in _rows(path):
+        if not isinstance(row, dict):
+            raise AnnotationError(f"{where}: expected an object, got {excerpt(row)}")
+        name = _text(row.get("video_path"), "video_path", where)
+        video = resolver.path(name)
+        duration = _duration(resolver, row.get("duration"), Path(name).stem, video, durations, where)
+        if "events" in row:
+            if not isinstance(row["events"], list):
+                raise AnnotationError(f"{where}: events must be a list of {{query, span}}")
+            events = row["events"]
+        elif "query" in row and "span" in row:
+            events = [row]
+        else:
+            raise AnnotationError(f"{where}: a TimeLens2 row needs 'events' or 'query' and 'span'")
+        for event in events:
+            at = f"{where}, event {seen[name]}"
+            if not isinstance(event, dict):
+                raise AnnotationError(f"{at}: expected {{query, span}}, got {excerpt(event)}")
+            spans = as_spans(event.get("span"), "span", at)
+            qid = event.get("qid", row.get("qid") if event is row else None)
+            yield Sample(video=video, query=_text(event.get("query"), "query", at), start=spans[0][0],
+                         end=spans[-1][1], duration=duration,
+                         qid=str(qid) if qid is not None else f"timelens2:{name}#{seen[name]}", source="timelens2",
+                         spans=spans)
+            seen[name] += 1
+
+
+def read_qvhighlights(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
+                      durations: dict[str, float] | None = None) -> Iterator[Sample]:
+    """QVHighlights moment retrieval (Lei et al., "QVHighlights: Detecting Moments and Highlights in Videos via
+    Natural Language Queries", NeurIPS 2021; jayleicn/moment_detr ``data/highlight_{train,val}_release.jsonl``): rows
+    ``{qid, query, duration, vid, relevant_windows: [[s, e], ...], ...}`` in seconds, one sample per query with all
+    its ``relevant_windows`` as ``spans``. The video is ``<vid>.mp4`` under ``video_root``; the qid is the row's.
+    The test split has no ``relevant_windows`` (its answers are hidden): it is refused.
+
+    Raises:
+        AnnotationError: a row without ``query``, ``vid`` or ``relevant_windows``, or no duration (names the line).
+    """
+    path = str(path)
+    resolver = VideoResolver(path, video_root)
+    for where, row in _rows(path):
+        if not isinstance(row, dict):
+            raise AnnotationError(f"{where}: expected an object, got {excerpt(row)}")
+        vid = _text(row.get("vid"), "vid", where)
+        if row.get("relevant_windows") is None:
+            raise AnnotationError(f"{where}: no relevant_windows (the test split's answers are hidden; use val)")
+        spans = as_spans(row["relevant_windows"], "relevant_windows", where)
+        video = resolver.path(vid, bare_id=True)
+        yield Sample(video=video, query=_text(row.get("query"), "query", where), start=spans[0][0],
+                     end=spans[-1][1], duration=_duration(resolver, row.get("duration"), vid, video, durations, where),
+                     qid=str(row["qid"]) if row.get("qid") is not None else f"qvhighlights:{where}",
+                     source="qvhighlights", spans=spans)
+
+
 def read_canonical(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
                durations: dict[str, float] | None = None) -> Iterator[Sample]:
     """Canonical JSONL (see :func:`grounding_rl.data.samples.iter_samples`)."""
@@ -513,6 +606,8 @@ READERS: dict[str, Callable[..., Iterator[Sample]]] = {
     "ego4d_nlq": read_ego4d_nlq,
     "ego4d_nlq_video": read_ego4d_nlq_video,
     "extremewhenbench": read_extremewhenbench,
+    "timelens2": read_timelens2,
+    "qvhighlights": read_qvhighlights,
     "jsonl": read_canonical,
 }
 
@@ -542,5 +637,5 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
 
 __all__ = ["READERS", "Reader", "count_several_spans", "load_durations", "read_activitynet", "read_annotations",
            "read_canonical", "read_charades_sta", "read_ego4d_nlq", "read_ego4d_nlq_video", "read_extremewhenbench",
-           "read_tacos", "read_time_r1", "read_timelens", "read_tvgbench",
+           "read_qvhighlights", "read_tacos", "read_time_r1", "read_timelens", "read_timelens2", "read_tvgbench",
            "timelens_query"]

@@ -1,7 +1,8 @@
 """The canonical sample (one JSONL line per query) and the one validation policy used by training, evaluation and
 inference.
 
-A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end"}``:
+A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end"}``
+plus, for interval sets, ``"spans"`` and ``"spans_all"`` (lists of ``[start, end]``; see :class:`Sample`):
 ``video`` is a path, times are seconds as floats, ``start``/``end`` clamped into [0, duration] and
 ``raw_start``/``raw_end`` the annotation as written (optional when reading). :func:`load_samples` is what training
 and evaluation call: it reads such a file, resolves relative video paths, fills missing durations by probing the
@@ -26,7 +27,9 @@ logger = logging.getLogger(__name__)
 # Extensions recognised as videos (lower case), in order of preference after ".mp4".
 VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".3gp", ".ts")
 
-FIELDS = ("video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end")
+FIELDS = ("video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end", "spans", "spans_all")
+
+Spans = tuple[tuple[float, float], ...]
 
 
 class AnnotationError(UserError, ValueError):
@@ -50,6 +53,12 @@ class Sample:
         source: the reader (format) name, or the ``source`` field of a canonical line.
         raw_start, raw_end: the annotation's times as written, before :func:`validate_sample` clamps them (the
             ``standard`` scoring of :mod:`grounding_rl.reward.metrics` uses them); None before validation.
+        spans: the ground truth as an interval set ``((s, e), …)`` in seconds, for data that is natively multi-span
+            (TimeLens2, QVHighlights); ``start``/``end`` are then its hull (first start, last end) for single-span
+            tools, and ``spans`` wins where both are read. None for single-span data (the set is ``((start, end),)``).
+        spans_all: every span a TimeLens-Bench entry lists when it lists several: ``spans`` keeps the first, as
+            TimeLens, lmms-eval and TimeLens2's evaluator score it; the ``set`` scoring scores against this. None
+            otherwise.
     """
 
     video: str
@@ -61,14 +70,23 @@ class Sample:
     source: str
     raw_start: float | None = None
     raw_end: float | None = None
+    spans: Spans | None = None
+    spans_all: Spans | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical JSON object (keys in :data:`FIELDS` order; ``raw_start``/``raw_end`` only when known)."""
+        """The canonical JSON object (keys in :data:`FIELDS` order; ``raw_start``/``raw_end``, ``spans`` and
+        ``spans_all`` only when known, the spans as lists of ``[start, end]``)."""
         data = asdict(self)
-        for key in ("raw_start", "raw_end"):
+        for key in ("raw_start", "raw_end", "spans", "spans_all"):
             if data[key] is None:
                 del data[key]
+            elif key in ("spans", "spans_all"):
+                data[key] = [list(span) for span in data[key]]
         return data
+
+    def gt_spans(self) -> Spans:
+        """The ground truth as an interval set: ``spans`` when present, else ``((start, end),)``."""
+        return self.spans if self.spans is not None else ((self.start, self.end),)
 
     def to_json(self) -> str:
         """One canonical JSONL line (no trailing newline), UTF-8 text kept as is."""
@@ -76,7 +94,58 @@ class Sample:
 
 
 # --------------------------------------------------------------------------------------------------------- validation
-def validate_sample(sample: Sample, *, training: bool = False) -> tuple[Sample | None, str]:
+def validate_spans(spans: Spans, duration: float, counts: dict[str, int] | None = None) -> Spans:
+    """The validation policy per span of an interval set (seconds): a reversed span, a zero-length span inside the
+    video and a span wholly outside it are dropped (``spans_dropped``); spans past the video are clamped into
+    [0, duration] (``spans_clamped``); overlapping or touching spans are merged (``spans_merged``, one per merge).
+    Returns the sorted, disjoint set (possibly empty); ``counts`` (when given) is incremented."""
+    counts = counts if counts is not None else {}
+    kept = []
+    for start, end in spans:
+        if start > end or (start == end and 0.0 < start < duration) or end <= 0.0 or start >= duration:
+            counts["spans_dropped"] = counts.get("spans_dropped", 0) + 1
+            continue
+        clamped = (max(start, 0.0), min(end, duration))
+        if clamped != (start, end):
+            counts["spans_clamped"] = counts.get("spans_clamped", 0) + 1
+        kept.append(clamped)
+    merged: list[list[float]] = []
+    for start, end in sorted(kept):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+            counts["spans_merged"] = counts.get("spans_merged", 0) + 1
+        else:
+            merged.append([start, end])
+    return tuple((float(s), float(e)) for s, e in merged)
+
+
+def _validate_set(sample: Sample, query: str, training: bool, counts: dict[str, int]) -> tuple[Sample | None, str]:
+    """:func:`validate_sample` for a sample with ``spans``: the policy per span, then ``start``/``end`` = the hull."""
+    start, end, duration = sample.start, sample.end, sample.duration
+    values = [t for span in sample.spans + (sample.spans_all or ()) for t in span]
+    if not all(math.isfinite(x) for x in values + [duration]) or duration <= 0:
+        return None, f"dropped: non-finite time or duration ≤ 0 (spans={sample.spans}, duration={duration})"
+    spans = validate_spans(sample.spans, duration, counts)
+    spans_all = None if sample.spans_all is None else validate_spans(sample.spans_all, duration, counts) or None
+    if not spans:
+        if training:
+            return None, f"dropped: no valid span of {list(sample.spans)} in the video (duration {duration})"
+        # evaluation keeps every query: the hull under the single-span policy (an edge point outside the video)
+        hull = replace(sample, start=min(s for s, _ in sample.spans), end=max(e for _, e in sample.spans), spans=None,
+                       spans_all=None)
+        single, status = validate_sample(hull, training=False)
+        return (None, status) if single is None else (replace(single, spans=((single.start, single.end),),
+                                                              spans_all=spans_all), status)
+    raw_start = min(s for s, _ in sample.spans) if sample.raw_start is None else sample.raw_start
+    raw_end = max(e for _, e in sample.spans) if sample.raw_end is None else sample.raw_end
+    new = replace(sample, query=query, start=spans[0][0], end=spans[-1][1], spans=spans, spans_all=spans_all,
+                  raw_start=float(raw_start), raw_end=float(raw_end))
+    status = "kept" if (spans, spans_all) == (sample.spans, sample.spans_all) else "clamped"
+    return (sample if new == sample else new), status
+
+
+def validate_sample(sample: Sample, *, training: bool = False,
+                    span_counts: dict[str, int] | None = None) -> tuple[Sample | None, str]:
     """Apply the validation policy to one sample.
 
     Policy, in this order:
@@ -95,15 +164,23 @@ def validate_sample(sample: Sample, *, training: bool = False) -> tuple[Sample |
     The policy is stable under itself: a sample it returns, validated again, comes back unchanged (so ``prepare`` on
     its own output keeps every line as it is).
 
+    A sample with ``spans`` (an interval set) gets the policy per span (:func:`validate_spans`: reversed and
+    zero-length spans dropped, spans past the video clamped, overlapping spans merged, each counted in
+    ``span_counts``), then ``start``/``end`` become the hull of what is left; with no span left it is dropped for
+    training and, for evaluation, kept as its hull under rules 3-5. ``spans_all`` gets the same per-span policy.
+
     Args:
         sample: a sample as read from an annotation file.
         training: drop intervals outside the video (rule 4) instead of keeping them.
+        span_counts: a dict to receive ``spans_dropped``/``spans_clamped``/``spans_merged`` counts.
     Returns:
         (sample with stripped query and clamped times, "kept" | "clamped") or (None, "dropped: <reason>").
     """
     query = sample.query.strip()
     if not query:
         return None, "dropped: empty query"
+    if sample.spans is not None:
+        return _validate_set(sample, query, training, span_counts if span_counts is not None else {})
     start, end, duration = sample.start, sample.end, sample.duration
     if not all(math.isfinite(x) for x in (start, end, duration)) or duration <= 0:
         return None, f"dropped: non-finite time or duration ≤ 0 (start={start}, end={end}, duration={duration})"
@@ -134,12 +211,14 @@ def validate(samples: Iterable[Sample], *, training: bool = False,
         training: drop intervals outside the video (evaluation keeps them as zero-length intervals at the edge).
         log_limit: how many drops and clamps to log (warning level, naming the qid) before going quiet.
     Returns:
-        (kept samples in input order, counts ``{"kept", "dropped", "clamped"}``); ``kept`` includes the clamped ones.
+        (kept samples in input order, counts ``{"kept", "dropped", "clamped"}``, plus ``spans_dropped``,
+        ``spans_clamped``, ``spans_merged`` when an interval set had one); ``kept`` includes the clamped ones.
     """
     kept: list[Sample] = []
     dropped = clamped = 0
+    span_counts: dict[str, int] = {}
     for sample in samples:
-        new, status = validate_sample(sample, training=training)
+        new, status = validate_sample(sample, training=training, span_counts=span_counts)
         if new is None:
             dropped += 1
             if dropped <= log_limit:
@@ -151,7 +230,9 @@ def validate(samples: Iterable[Sample], *, training: bool = False,
                 logger.info("clamped %s-%s to %s-%s (qid %s, duration %s)", sample.start, sample.end, new.start,
                             new.end, sample.qid, sample.duration)
         kept.append(new)
-    return kept, {"kept": len(kept), "dropped": dropped, "clamped": clamped}
+    if span_counts:
+        logger.info("spans: %s", span_counts)
+    return kept, {"kept": len(kept), "dropped": dropped, "clamped": clamped, **span_counts}
 
 
 # ---------------------------------------------------------------------------------------------------------- videos
@@ -251,11 +332,27 @@ def as_seconds(value: Any, what: str, where: str) -> float:
         raise AnnotationError(f"{where}: {what} must be a number of seconds, got {excerpt(value)}") from None
 
 
+def as_spans(value: Any, what: str, where: str) -> Spans:
+    """``value`` as an interval set ``((s, e), …)`` in seconds: a list of ``[start, end]`` pairs (a single flat
+    ``[start, end]`` is one span). Not validated (see :func:`validate_spans`).
+
+    Raises:
+        AnnotationError: not a non-empty list of pairs of numbers; the message starts with ``where``.
+    """
+    if isinstance(value, (list, tuple)) and len(value) == 2 and not any(isinstance(v, (list, tuple)) for v in value):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value or not all(
+            isinstance(v, (list, tuple)) and len(v) == 2 for v in value):
+        raise AnnotationError(f"{where}: {what} must be a list of [start, end] pairs in seconds, got {excerpt(value)}")
+    return tuple((as_seconds(s, what, where), as_seconds(e, what, where)) for s, e in value)
+
+
 def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
                  durations: dict[str, float] | None = None) -> Iterator[Sample]:
     """Read a canonical JSONL file (not validated: see :func:`validate`).
 
-    Each non-blank line is an object with ``video``, ``query``, ``start``, ``end`` and optionally ``duration``,
+    Each non-blank line is an object with ``video``, ``query``, ``start``, ``end`` and optionally ``spans`` and
+    ``spans_all`` (lists of ``[start, end]``; ``spans`` wins over ``start``/``end``), ``duration``,
     ``qid`` (default: the 0-based line number, as a string) and ``source`` (default ``"jsonl"``). ``video`` resolves
     as in :class:`VideoResolver` (no bare-id rule). A missing ``duration`` comes from ``durations`` (keyed by the
     video's file stem) or is probed from the video when the file exists.
@@ -276,7 +373,8 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     resolver = VideoResolver(path, video_root)
     for number, row in JsonLines(path):
         where = f"{path}:{number}"
-        missing = [key for key in ("video", "query", "start", "end") if key not in row]
+        needed = ("video", "query") if row.get("spans") is not None else ("video", "query", "start", "end")
+        missing = [key for key in needed if key not in row]
         if missing:
             raise AnnotationError(f"{where}: missing field(s) {', '.join(missing)}")
         if not isinstance(row["video"], str) or not isinstance(row["query"], str):
@@ -290,13 +388,17 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
             duration = resolver.duration(video)
             if duration is None:
                 raise AnnotationError(f"{where}: no duration, and the video {video} to probe it from is missing")
-        yield Sample(video=video, query=row["query"], start=as_seconds(row["start"], "start", where),
-                     end=as_seconds(row["end"], "end", where), duration=duration,
+        spans = None if row.get("spans") is None else as_spans(row["spans"], "spans", where)
+        spans_all = None if row.get("spans_all") is None else as_spans(row["spans_all"], "spans_all", where)
+        start = spans[0][0] if spans is not None and "start" not in row else as_seconds(row["start"], "start", where)
+        end = spans[-1][1] if spans is not None and "end" not in row else as_seconds(row["end"], "end", where)
+        yield Sample(video=video, query=row["query"], start=start, end=end, duration=duration,
                      qid=str(row["qid"]) if row.get("qid") is not None else str(number - 1),
                      source=str(row.get("source") or "jsonl"),
                      raw_start=None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start",
                                                                                     where),
-                     raw_end=None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where))
+                     raw_end=None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where),
+                     spans=spans, spans_all=spans_all)
 
 
 def write_samples(path: str | os.PathLike, samples: Iterable[Sample]) -> int:
@@ -330,6 +432,6 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     return samples
 
 
-__all__ = ["AnnotationError", "FIELDS", "Sample", "VIDEO_EXTENSIONS", "VideoProbeError", "VideoResolver",
-           "as_seconds", "has_video_extension", "iter_samples", "load_samples", "validate",
+__all__ = ["AnnotationError", "FIELDS", "Sample", "Spans", "VIDEO_EXTENSIONS", "VideoProbeError", "VideoResolver",
+           "as_seconds", "as_spans", "validate_spans", "has_video_extension", "iter_samples", "load_samples", "validate",
            "validate_sample", "write_samples"]

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 
 COLUMNS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "format_rate", "n")
+# Columns of interval-set runs (temporal precision and recall), shown when any run has them: a single-span run gets -.
+SET_COLUMNS = ("precision", "recall")
 
 
 def load_metrics(path: str | Path) -> dict:
@@ -32,13 +34,15 @@ def load_metrics(path: str | Path) -> dict:
 
 
 def comparison_table(runs: dict[str, dict]) -> str:
-    """Markdown table: one row per run, the columns of :data:`COLUMNS` (percent, 2 decimals; missing → -)."""
+    """Markdown table: one row per run, the columns of :data:`COLUMNS` (percent, 2 decimals; missing → -), then
+    :data:`SET_COLUMNS` when any run is an interval-set run (so single- and multi-span runs compare side by side)."""
 
     def cell(value):
         if value is None:
             return "-"
         return f"{value:.2f}" if isinstance(value, float) else str(value)
 
-    lines = ["| run | " + " | ".join(COLUMNS) + " |", "|---|" + "|".join("---:" for _ in COLUMNS) + "|"]
-    lines += [f"| {name} | " + " | ".join(cell(m.get(c)) for c in COLUMNS) + " |" for name, m in runs.items()]
+    columns = COLUMNS + tuple(c for c in SET_COLUMNS if any(c in m for m in runs.values()))
+    lines = ["| run | " + " | ".join(columns) + " |", "|---|" + "|".join("---:" for _ in columns) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(m.get(c)) for c in columns) + " |" for name, m in runs.items()]
     return "\n".join(lines)

@@ -47,6 +47,7 @@ from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOve
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
 from grounding_rl.models.loading import check_model_folder
 from grounding_rl.reward.metrics import format_metrics_table
+from grounding_rl.prompts.templates import is_set_template
 from grounding_rl.reward.records import metrics_from_records, prediction_record
 from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
 from grounding_rl.run_record import write_record
@@ -149,6 +150,8 @@ class EvalRequest:
         num_workers: DataLoader workers decoding clips per process (≥ 0).
         frame_cache, frame_cache_gb: an optional on-disk frame cache folder and its size bound (GB, > 0).
         overwrite: discard earlier predictions in ``out``.
+        scorings: extra scorings (``set``, ``qvhighlights``; :data:`grounding_rl.reward.metrics.EXTRA_SCORINGS`);
+            ``qvhighlights`` is added by itself when every query comes from the qvhighlights reader.
         max_missing_fraction: fail when more than this share of the videos is missing (checked before the model
             loads) or unreadable (after the run; metrics are written); 1.0 = never.
     """
@@ -172,6 +175,7 @@ class EvalRequest:
     frame_cache_gb: float = 20.0
     overwrite: bool = False
     max_missing_fraction: float = 0.05
+    scorings: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -384,7 +388,8 @@ def run(plan_: EvalPlan, state) -> RunResult:
         try:
             for batch in batches:
                 for position, answer, error, sampling in batch:
-                    record = prediction_record(shard[position], answer, error, sampling)
+                    record = prediction_record(shard[position], answer, error, sampling,
+                                               set_answers=is_set_template(config.prompt_template))
                     writer.write(record)
                     failed += record.get("error") is not None
                 bar.update(len(batch))
@@ -415,7 +420,10 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     request, config = plan_.request, plan_.config
     outdir = Path(request.out)
     records = merge_predictions(outdir, plan_.samples)
-    metrics = metrics_from_records(records, config.prompt_template, plan_.dropped)
+    scorings = tuple(request.scorings)
+    if all(s.source == "qvhighlights" for s in plan_.samples) and "qvhighlights" not in scorings:
+        scorings += ("qvhighlights",)
+    metrics = metrics_from_records(records, config.prompt_template, plan_.dropped, scorings)
     metrics["missing_videos"] = len(plan_.absent)
     metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
     wall = round(result.wall_time_s, 3)
@@ -437,7 +445,8 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
 
         anchors_md = anchors_table(plan_.benchmark.anchors, ours=metrics,
                                    ours_label=Path(plan_.model_id).name or "this run")
-    files.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM)
+    files.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM,
+                          sets_md=files.set_examples_table(records))
     print(format_metrics_table(metrics))
     print(f"eval: {metrics['n']} queries; {metrics['video_load_failures']} failed clips (IoU 0; "
           f"{len(plan_.absent)} of {plan_.num_videos} videos missing), {metrics['missing_predictions']} without a "

@@ -8,16 +8,25 @@ from grounding_rl.data.video import SampledVideo
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import build_inputs, prompt_text
 from grounding_rl.reward.iou import clamp_interval
-from grounding_rl.reward.parsing import extract_think, parse_answer
+from grounding_rl.prompts.templates import is_set_template
+from grounding_rl.reward.parsing import extract_think, parse_answer, parse_spans
 from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
 
-def answer_result(query: str, answer: str, duration: float) -> dict:
+def answer_result(query: str, answer: str, duration: float, set_answers: bool = False) -> dict:
     """The output object for one query: ``{"query", "start", "end", "answer", "reasoning"}``.
 
     ``start``/``end`` are the parsed answer clamped to [0, duration] seconds (order kept), None when unparseable;
-    ``reasoning`` is the ``<think>`` text or None.
+    ``reasoning`` is the ``<think>`` text or None. With ``set_answers`` (a template that asks for every span) the
+    answer is read as a set (:func:`grounding_rl.reward.parsing.parse_spans`): ``spans`` lists each span clamped,
+    ``start``/``end`` are its hull.
     """
+    if set_answers:
+        parsed_set = parse_spans(answer)
+        spans = [list(clamp_interval(span, duration)) for span in parsed_set] if parsed_set else None
+        return {"query": query, "start": min(s for s, _ in spans) if spans else None,
+                "end": max(e for _, e in spans) if spans else None, "spans": spans, "answer": answer,
+                "reasoning": extract_think(answer)}
     parsed = parse_answer(answer)
     start, end = clamp_interval(parsed, duration) if parsed is not None else (None, None)
     return {"query": query, "start": start, "end": end, "answer": answer, "reasoning": extract_think(answer)}
@@ -37,7 +46,7 @@ def infer(model, processor, video: SampledVideo, queries: list[str], template: s
         answers = generate_answers(model, processor, chunk, [video] * len(chunk), template,
                                    SamplingParams.greedy(max_new_tokens), **({"engine": engine} if engine else {}),
                                    video_layout=video_layout)
-        results += [{**answer_result(q, a, video.duration), "sampling": video.sampling()}
+        results += [{**answer_result(q, a, video.duration, is_set_template(template)), "sampling": video.sampling()}
                     for q, a in zip(chunk, answers)]
     return results
 
@@ -58,6 +67,8 @@ def format_text(results: list[dict], video: SampledVideo) -> str:
         lines.append(f"[{i}] {r['query']}")
         if r["start"] is None:
             lines.append("    interval: (no parseable answer)")
+        elif r.get("spans"):
+            lines.append("    spans: " + ", ".join(f"{s:.2f} s to {e:.2f} s" for s, e in r["spans"]))
         else:
             lines.append(f"    interval: {r['start']:.2f} s to {r['end']:.2f} s")
         lines.append(f"    answer: {r['answer'].strip()!r}")

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from grounding_rl.paths import follow_umask
-from grounding_rl.reward.metrics import format_metrics_table, scoring_table
+from grounding_rl.reward.metrics import EXTRA_SCORINGS, format_metrics_table, scoring_table
 
 # Distributions whose versions every metrics.json records, plus a few that change results.
 VERSION_PACKAGES = ("torch", "transformers", "trl", "qwen-vl-utils", "decord", "accelerate", "grounding-rl")
@@ -57,8 +57,27 @@ def write_metrics_json(path: str | Path, metrics: Mapping, info: Mapping) -> dic
     return payload
 
 
+SET_EXAMPLES = 5  # set-scored queries listed in report.md
+
+
+def set_examples_table(records: Sequence[Mapping], limit: int = SET_EXAMPLES) -> str | None:
+    """A markdown table of the first ``limit`` set-scored prediction records (``gt_spans``): qid, ground-truth spans,
+    predicted spans and set IoU; None when no record is set-scored."""
+    rows = [r for r in records if r.get("gt_spans") is not None][:limit]
+    if not rows:
+        return None
+
+    def spans(value) -> str:
+        return "none" if not value else ", ".join(f"{float(s):.1f}–{float(e):.1f}" for s, e in value)
+
+    lines = ["| qid | ground truth (s) | prediction (s) | set IoU |", "|---|---|---|---:|"]
+    lines += [f"| {r['qid']} | {spans(r['gt_spans'])} | {spans(r.get('pred_spans'))} | {float(r['iou']):.3f} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
 def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_md: str | None = None,
-                    hist_name: str | None = "iou_hist.png") -> str:
+                    hist_name: str | None = "iou_hist.png", sets_md: str | None = None) -> str:
     """Write ``report.md``: title, the metrics table, run details, the anchors table when known, the histogram.
 
     Args:
@@ -68,6 +87,7 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
         info: run details (``model``, ``data``, ``sampling``, ``seed``, ``benchmark``...).
         anchors_md: a markdown table of published results (see ``benchmarks.anchors_table``), or None.
         hist_name: file name of the IoU histogram next to the report, or None.
+        sets_md: a table of set-scored queries (:func:`set_examples_table`), or None.
 
     Returns:
         the markdown text.
@@ -83,6 +103,17 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
                   "`standard`: the published evaluators' rule (TimeZero, VideoChat-R1, TimeLens) — ground truth as "
                   "annotated, prediction as parsed. `clamped`: ours, the training reward's rule — both clamped into "
                   "[0, duration]."]
+        extra = [name for name in metrics["by_scoring"] if name in EXTRA_SCORINGS]
+        if "precision" in metrics or extra:
+            lines += ["", "Interval sets: a query with several ground-truth spans (or every query of a template that "
+                      "asks for a set) is scored by the IoU of the merged predicted set with the merged ground-truth "
+                      "set; `precision` = |pred ∩ gt| / |pred| and `recall` = |pred ∩ gt| / |gt| (clamped, mean "
+                      "over all queries, percent)."
+                      + (" `set`: the same against every span a TimeLens-Bench entry lists (`spans_all`)."
+                         if "set" in extra else "")
+                      + (" `qvhighlights`: moment_detr's metric — R1@m of the first predicted window against the "
+                         "ground-truth window it overlaps most; mAP@0.5, mAP@0.75 and mAP (IoU 0.5:0.05:0.95) of up "
+                         "to 10 windows ranked in written order." if "qvhighlights" in extra else "")]
     lines += ["",
              "## Run", "",
              f"- model: `{info.get('model')}`",
@@ -94,6 +125,8 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
              f"- video load failures: {metrics.get('video_load_failures', 0)} (IoU 0; of them "
              f"{metrics.get('missing_videos', 0)} missing videos); queries without a parsed prediction: "
              f"{metrics.get('missing_predictions', 0)}"]
+    if sets_md:
+        lines += ["", "## Interval sets (first queries)", "", sets_md]
     if anchors_md:
         lines += ["", "## Published results (anchors)", "",
                   "Published numbers come from the cited sources; their protocols (checkpoint, prompt, frames, "
@@ -155,6 +188,15 @@ def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
     return path
 
 
+def _predicted_spans(result: Mapping) -> list[tuple[float, float]]:
+    """The predicted spans of one ``infer`` result: its ``spans`` (a set answer), else ``(start, end)``, else none."""
+    if result.get("spans"):
+        return [(float(s), float(e)) for s, e in result["spans"]]
+    if result.get("start") is not None and result.get("end") is not None:
+        return [(float(result["start"]), float(result["end"]))]
+    return []
+
+
 _COLORS = ("#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22")
 
 
@@ -169,9 +211,10 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
     Args:
         video: the :class:`~grounding_rl.data.video.SampledVideo` used for generation (frames (T, H, W, 3) uint8,
             ``timestamps`` in seconds, ``duration``).
-        results: one mapping per query with ``query``, ``start``, ``end`` (seconds, clamped; None when unparseable).
+        results: one mapping per query with ``query``, ``start``, ``end`` (seconds, clamped; None when unparseable)
+            and, for a set answer, ``spans`` (``[[s, e], …]``: one bar per span).
         path: output PNG.
-        gts: one (start, end) per query in order, or None.
+        gts: one (start, end) — or a list of them, a ground-truth set — per query in order, or None.
         max_frames: thumbnails in the strip.
         title: figure title (default: the video file name and duration).
 
@@ -203,8 +246,8 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
         strip.imshow(frames[i], extent=(j * slot, (j + 1) * slot, 0, 1), aspect="auto", interpolation="bilinear")
         strip.text((j + 0.5) * slot, -0.03, f"{stamps[i]:.1f}s", ha="center", va="top", fontsize=8)
     for q, result in enumerate(results):
-        if result.get("start") is not None and result.get("end") is not None:
-            s, e = sorted((float(result["start"]), float(result["end"])))
+        for s, e in _predicted_spans(result):
+            s, e = sorted((s, e))
             strip.axvspan(s, e, color=_COLORS[q % len(_COLORS)], alpha=0.28, linewidth=0)
             strip.axvline(s, color=_COLORS[q % len(_COLORS)], linewidth=1.2)
             strip.axvline(e, color=_COLORS[q % len(_COLORS)], linewidth=1.2)
@@ -221,15 +264,20 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
         y = n - 1 - q
         color = _COLORS[q % len(_COLORS)]
         if gts is not None and q < len(gts) and gts[q] is not None:
-            gs, ge = float(gts[q][0]), float(gts[q][1])
-            lanes.add_patch(Rectangle((gs, y - 0.36), ge - gs, 0.72, fill=False, edgecolor="#2ca02c", linewidth=2,
-                                      label="ground truth" if q == 0 else None))
-        if result.get("start") is not None and result.get("end") is not None:
-            s, e = float(result["start"]), float(result["end"])
+            gt_set = gts[q] if isinstance(gts[q][0], (list, tuple)) else [gts[q]]
+            for k, (gs, ge) in enumerate(gt_set):
+                gs, ge = float(gs), float(ge)
+                lanes.add_patch(Rectangle((gs, y - 0.36), ge - gs, 0.72, fill=False, edgecolor="#2ca02c",
+                                          linewidth=2, label="ground truth" if q == 0 and k == 0 else None))
+        spans = _predicted_spans(result)
+        for k, (s, e) in enumerate(spans):  # one bar per predicted span
             lo, hi = sorted((s, e))
             lanes.add_patch(Rectangle((lo, y - 0.22), max(hi - lo, duration * 0.002), 0.44, color=color, alpha=0.85,
-                                      label="prediction" if q == 0 else None))
-            lanes.text(min(hi + duration * 0.01, duration * 0.99), y, f"{s:.2f}–{e:.2f} s",
+                                      label="prediction" if q == 0 and k == 0 else None))
+        if spans:
+            hi = max(max(s, e) for s, e in spans)
+            text = ", ".join(f"{s:.2f}–{e:.2f}" for s, e in spans) + " s"
+            lanes.text(min(hi + duration * 0.01, duration * 0.99), y, text,
                        ha="left" if hi < duration * 0.85 else "right", va="center", fontsize=8)
         else:
             lanes.text(duration / 2, y, "no parseable answer", ha="center", va="center", fontsize=8, color="0.4",

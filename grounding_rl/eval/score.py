@@ -36,17 +36,27 @@ def _index(path: Path) -> dict[str, tuple[int, dict]]:
     return out
 
 
-def score(predictions: Path, annotations: Path, prompt_template: str = "default") -> dict:
+def score(predictions: Path, annotations: Path, prompt_template: str = "default",
+          scorings: tuple[str, ...] = ()) -> dict:
     """Metrics of ``predictions`` against ``annotations`` under both scorings (``metrics_by_scoring``: ``standard``
     at the top level, ``by_scoring`` with ``standard`` and ``clamped``), plus the counts ``unknown_qids`` and
     ``missing_predictions``; a query without a prediction counts as IoU 0, and the count is printed on stderr.
     ``prompt_template`` names the answer format the format rate checks.
+
+    Interval sets: a query whose annotation has several ``spans``, or every query when ``prompt_template`` asks for
+    a set, is scored by set IoU (:func:`grounding_rl.reward.records.is_set_scored`); its prediction is the line's
+    ``pred_spans`` (``[[s, e], …]``) when given, else its ``answer`` parsed as a set. ``scorings``: extra scorings
+    (``set`` against ``spans_all``, ``qvhighlights``; :data:`grounding_rl.reward.metrics.EXTRA_SCORINGS`).
 
     Raises:
         UserError: bad JSON, a missing or duplicate qid, or a bad field (naming file and line); a predictions file
             without any prediction, or annotations without any usable query.
     """
     from grounding_rl.data.samples import iter_samples, validate
+    from grounding_rl.prompts.templates import is_set_template
+    from grounding_rl.reward.records import is_set_scored
+
+    set_answers = is_set_template(prompt_template)
 
     # the one validation policy, as eval applies it (start ≥ end dropped, end past the video clamped)
     kept, counts = validate(iter_samples(annotations))
@@ -72,12 +82,25 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
             value = pred.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise UserError(f"{predictions}:{preds[qid][0]}: {key!r} must be seconds or null, got {excerpt(value)}")
-        records.append({
+        record = {
             "qid": f"{qid} ({annotations})",
             "start": gt.start, "end": gt.end, "duration": gt.duration, "raw_start": gt.raw_start, "raw_end": gt.raw_end,
             "answer": answer, "pred_start": pred.get("start"), "pred_end": pred.get("end"),
-        })
-    metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"])
+        }
+        pred_spans = pred.get("pred_spans")
+        if pred_spans is not None and not (isinstance(pred_spans, list) and all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in p) for p in pred_spans)):
+            raise UserError(f"{predictions}:{preds[qid][0]}: 'pred_spans' must be [[start, end], ...] in seconds, "
+                            f"got {excerpt(pred_spans)}")
+        if pred_spans is not None:
+            record["pred_spans"] = pred_spans  # the set scorings read it; standard/clamped only for set queries
+        if is_set_scored(gt, set_answers):
+            record["spans"] = [list(s) for s in gt.gt_spans()]
+        if gt.spans_all is not None:
+            record["spans_all"] = [list(s) for s in gt.spans_all]
+        records.append(record)
+    metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"], extra=scorings)
     metrics["unknown_qids"] = len(unknown)
     metrics["missing_predictions"] = sum(1 for qid in gts if qid not in preds)
     if metrics["missing_predictions"]:

@@ -20,9 +20,14 @@ EVENT = "[EVENT]"
 THINK_ANSWER = "think_answer"  # <think>…</think><answer>S to E</answer>, S and E plain seconds ("12.54 to 17.83")
 ANSWER_ONLY = "answer_only"  # <answer>S to E</answer> alone, no think block ("<answer>12.54 to 17.83</answer>")
 TIMELENS = "timelens"  # untagged "The event happens in S - E seconds" (TencentARC/TimeLens, evaluation/utils.py)
-ANSWER_FORMATS = (THINK_ANSWER, ANSWER_ONLY, TIMELENS)
+# Interval sets: a JSON array of [start, end] pairs.
+JSON_SPANS = "json_spans"  # the array alone, bare or inside <answer></answer>, no think block (TimeLens2)
+THINK_JSON_SPANS = "think_json_spans"  # <think>…</think><answer>[[S, E], …]</answer>
+ANSWER_FORMATS = (THINK_ANSWER, ANSWER_ONLY, TIMELENS, JSON_SPANS, THINK_JSON_SPANS)
 # The answer formats without a think block (thinking-free templates).
-THINKING_FREE_FORMATS = (ANSWER_ONLY, TIMELENS)
+THINKING_FREE_FORMATS = (ANSWER_ONLY, TIMELENS, JSON_SPANS)
+# The answer formats that ask for every span (an interval set) rather than one interval.
+SET_FORMATS = (JSON_SPANS, THINK_JSON_SPANS)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,21 @@ DEFAULT_NO_THINK = (
     'within <answer> </answer> tags, as "start to end", e.g. <answer>12.54 to 17.83</answer>.'
 )
 
+# TimeLens2's TimeLens2-93K prompt_template (MCG-NJU/TimeLens2, grpo/configs/data/timelens2.json), "{query}" →
+# [EVENT]; its dataset puts the video before the text (grpo/timelens/data/dataset.py).
+TIMELENS2_PROMPT = (
+    "You are given a video.\nTask: temporal retrieval.\nGiven the query: \"[EVENT]\", return ALL time spans (in "
+    "seconds) where the query is relevant.\nOutput format MUST be a JSON array of [start, end] pairs, e.g. [[0, 3.5], "
+    "[10, 12]].\n"
+)
+
+# Ours, for interval sets: the default's shape, asking for every span as a JSON array.
+DEFAULT_MULTI = (
+    'When does the event "[EVENT]" happen in the video? It may happen more than once. Think briefly within <think> '
+    "</think> tags, then give every time span in seconds within <answer> </answer> tags as a JSON array of [start, "
+    "end] pairs, e.g. <answer>[[3.50, 9.00], [14.20, 17.83]]</answer>."
+)
+
 PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
     "default": PromptTemplate(DEFAULT),
     "default_no_think": PromptTemplate(DEFAULT_NO_THINK, answer_format=ANSWER_ONLY),
@@ -94,6 +114,9 @@ PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
                                    source="OpenGVLab/VideoChat-R1, src/open_r1/trainer/grpo_trainer_video_tg.py"),
     "timelens": PromptTemplate(TIMELENS_PROMPT, answer_format=TIMELENS, video_first=True,
                                source="TencentARC/TimeLens, evaluation/utils.py"),
+    "default_multi": PromptTemplate(DEFAULT_MULTI, answer_format=THINK_JSON_SPANS),
+    "timelens2": PromptTemplate(TIMELENS2_PROMPT, answer_format=JSON_SPANS, video_first=True,
+                                source="MCG-NJU/TimeLens2 @a5ce450, grpo/configs/data/timelens2.json"),
 }
 TEMPLATES: dict[str, str] = {name: t.text for name, t in PROMPT_TEMPLATES.items()}
 
@@ -123,11 +146,40 @@ def answer_text(start: float, end: float, think: str = DEFAULT_THINK, template: 
         ValueError: unknown template name.
     """
     answer_format = get_template(template).answer_format
+    if answer_format in SET_FORMATS:
+        return answer_set_text([(start, end)], think, template)
     if answer_format == TIMELENS:
         return f"The event happens in {start:.2f} - {end:.2f} seconds"
     if answer_format == ANSWER_ONLY:
         return f"<answer>{start:.2f} to {end:.2f}</answer>"
     return f"<think>{think}</think><answer>{start:.2f} to {end:.2f}</answer>"
+
+
+def spans_text(spans) -> str:
+    """A JSON array of ``[start, end]`` pairs in seconds with two decimals: ``[[3.50, 9.00], [14.20, 17.83]]``."""
+    return "[" + ", ".join(f"[{s:.2f}, {e:.2f}]" for s, e in spans) + "]"
+
+
+def answer_set_text(spans, think: str = DEFAULT_THINK, template: str = "default_multi") -> str:
+    """A completion in ``template``'s answer format for the interval set ``spans`` (seconds): the SFT target of
+    multi-span data. A set template writes every span (``timelens2``: the bare array; ``default_multi``:
+    ``<think>…</think><answer>[[…], …]</answer>``); a single-span template writes the hull (first start, last end) as
+    :func:`answer_text` does.
+
+    >>> answer_set_text([(3.5, 9.0), (14.2, 17.83)], template="timelens2")
+    '[[3.50, 9.00], [14.20, 17.83]]'
+    """
+    answer_format = get_template(template).answer_format
+    if answer_format == JSON_SPANS:
+        return spans_text(spans)
+    if answer_format == THINK_JSON_SPANS:
+        return f"<think>{think}</think><answer>{spans_text(spans)}</answer>"
+    return answer_text(min(s for s, _ in spans), max(e for _, e in spans), think, template)
+
+
+def is_set_template(template: str) -> bool:
+    """Whether ``template`` asks for every span (an interval set). Raises ValueError for an unknown name."""
+    return get_template(template).answer_format in SET_FORMATS
 
 
 def is_thinking_free(template: str) -> bool:

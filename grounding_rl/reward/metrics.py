@@ -13,21 +13,34 @@ Scorings (:data:`SCORINGS`), i.e. how one query's IoU is computed:
   (xiaomi-research/time-r1 uses IoU > m; ties are counted here, as ≥.)
 * ``clamped`` — ours, the ``iou`` reward's rule (``rewards.query_iou``): ground truth and prediction both clamped
   into [0, duration]. Training rewards use it.
+
+Interval sets: a record with ``spans`` (native multi-span data, or a set template; see
+:func:`grounding_rl.reward.records.is_set_scored`) is scored under both by the set IoU of its predicted set
+(``pred_spans``, else the answer parsed by ``parse_spans``) against ``spans`` — not clamped under ``standard``
+(a reversed pair → 0), clamped under ``clamped`` — and the metrics gain mean temporal ``precision`` and ``recall``
+(|P ∩ G| / |P| and |P ∩ G| / |G|, clamped, in percent, over all queries). Single-span records score as before.
+
+Extra scorings on request (:data:`EXTRA_SCORINGS`, :mod:`grounding_rl.reward.set_metrics`): ``set`` (set IoU against
+TimeLens-Bench's ``spans_all``, every span an entry lists) and ``qvhighlights`` (moment_detr's R1 and mAP).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
 
+from grounding_rl.reward import intervals
 from grounding_rl.reward.iou import temporal_iou
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import format_reward, query_iou
+from grounding_rl.reward.set_metrics import qvhighlights_metrics, record_spans, set_metrics, set_scores
 
 THRESHOLDS = (0.3, 0.5, 0.7)
 TIE_TOLERANCE = 1e-9
 SCORINGS = ("standard", "clamped")
 HEADLINE_SCORING = "standard"  # what metrics.json's top level, report.md and the anchor comparison use
 METRIC_NAMES = ("n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate")
+SET_METRIC_NAMES = ("precision", "recall", "mAP@0.5", "mAP@0.75", "mAP")
+EXTRA_SCORINGS = ("set", "qvhighlights")
 
 
 def _number(record: Mapping, key: str, where: str) -> float:
@@ -86,18 +99,30 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
     n = failures = formatted = with_text = 0
     ious: list[float] = []
+    precision_recall: list[tuple[float, float]] = []
+    any_set = False
     for i, record in enumerate(records):
         where = f"record {i}" + (f" (qid {record['qid']!r})" if record.get("qid") is not None else "")
         gt = (_number(record, "start", where), _number(record, "end", where))
         duration = _number(record, "duration", where)
-        pred = record_prediction(record, where)
+        is_set = record.get("spans") is not None
+        any_set |= is_set
+        pred = record_spans(record) if is_set else record_prediction(record, where)
+        gt_set = [tuple(map(float, s)) for s in record["spans"]] if is_set else [gt]
+        pred_set = pred if is_set or pred is None else [pred]
         try:
-            if scoring == "standard":
+            if is_set and scoring == "standard":
+                usable = pred is not None and all(s <= e for s, e in pred)
+                ious.append(intervals.set_iou(pred, gt_set) if usable else 0.0)
+            elif is_set:
+                ious.append(set_scores(pred, gt_set, duration)[0])
+            elif scoring == "standard":
                 raw = tuple(_number(record, key, where) if record.get(key) is not None else default
                             for key, default in (("raw_start", gt[0]), ("raw_end", gt[1])))
                 ious.append(standard_iou(pred, raw))
             else:
                 ious.append(query_iou(pred, gt, duration))
+            precision_recall.append(set_scores(pred_set, gt_set, duration)[1:])
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from err
         failures += pred is None
@@ -117,31 +142,40 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
     metrics["mIoU"] = 100.0 * sum(ious) / n
     metrics["parse_failure_rate"] = 100.0 * failures / (n - extra)
     metrics["format_rate"] = 100.0 * formatted / (n - extra) if with_text else None
+    if any_set:
+        metrics["precision"] = 100.0 * sum(p for p, _ in precision_recall) / n
+        metrics["recall"] = 100.0 * sum(r for _, r in precision_recall) / n
     if extra:
         metrics["dropped_annotations"] = extra
     return metrics
 
 
 def metrics_by_scoring(records: Iterable[Mapping], prompt_template: str = "default",
-                       dropped_annotations: int = 0) -> dict:
+                       dropped_annotations: int = 0, extra: Iterable[str] = ()) -> dict:
     """Both scorings side by side: the headline (:data:`HEADLINE_SCORING`) metrics at the top level, plus
     ``"scoring": "standard"`` and ``"by_scoring": {"standard": {...}, "clamped": {...}}`` — the shape of
-    ``metrics.json`` and of ``grounding-rl score --out``."""
+    ``metrics.json`` and of ``grounding-rl score --out``. ``extra``: names of :data:`EXTRA_SCORINGS` to add under
+    ``by_scoring`` (``set``: :func:`grounding_rl.reward.set_metrics.set_metrics` against ``spans_all``;
+    ``qvhighlights``: :func:`grounding_rl.reward.set_metrics.qvhighlights_metrics`). ValueError for another name."""
     records = list(records)
     both = {name: compute_metrics(records, name, prompt_template, dropped_annotations) for name in SCORINGS}
+    for name in extra:
+        if name not in EXTRA_SCORINGS:
+            raise ValueError(f"unknown scoring {name!r}; known: {SCORINGS + EXTRA_SCORINGS}")
+        both[name] = set_metrics(records) if name == "set" else qvhighlights_metrics(records)
     return {**both[HEADLINE_SCORING], "scoring": HEADLINE_SCORING, "by_scoring": both}
 
 
 def scoring_table(metrics: Mapping) -> str:
     """A markdown table with one row per scoring (``by_scoring`` of :func:`metrics_by_scoring`)."""
     rows = metrics["by_scoring"]
-    keys = [k for k in METRIC_NAMES if k in rows[HEADLINE_SCORING]]
+    keys = [k for k in METRIC_NAMES + SET_METRIC_NAMES if any(k in m for m in rows.values())]
 
     def cell(value) -> str:
         return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
     lines = ["| scoring | " + " | ".join(keys) + " |", "|---|" + "|".join("---:" for _ in keys) + "|"]
-    lines += [f"| {name} | " + " | ".join(cell(m[k]) for k in keys) + " |" for name, m in rows.items()]
+    lines += [f"| {name} | " + " | ".join(cell(m.get(k)) for k in keys) + " |" for name, m in rows.items()]
     return "\n".join(lines)
 
 
@@ -150,8 +184,9 @@ def format_metrics_table(metrics: Mapping) -> str:
 
     Standard names come first in ``METRIC_NAMES`` order, then any other scalar entries (e.g. ``unknown_qids``).
     """
-    keys = [k for k in METRIC_NAMES if k in metrics]
-    keys += [k for k, v in metrics.items() if k not in METRIC_NAMES and (v is None or isinstance(v, (int, float)))]
+    keys = [k for k in METRIC_NAMES + SET_METRIC_NAMES if k in metrics]
+    keys += [k for k, v in metrics.items() if k not in METRIC_NAMES + SET_METRIC_NAMES and
+             (v is None or isinstance(v, (int, float)))]
 
     def cell(value) -> str:
         if value is None:

@@ -228,3 +228,94 @@ def completion_text(completion) -> str:
                 raise TypeError(f"completion message content must be str or list of parts, got {type(content)}")
         return "".join(parts)
     raise TypeError(f"completion must be a string or a list of messages, got {type(completion).__name__}")
+
+
+# ------------------------------------------------------------------------------------------------ several spans (sets)
+_JSON_NUMBER = r"\s*(\d+(?:\.\d+)?)\s*"
+_JSON_PAIR = r"\[" + _JSON_NUMBER + "," + _JSON_NUMBER + r"\]"
+# One JSON array of [start, end] pairs. A match attempt that starts at "[[" cannot run past the next "[[" (after a
+# pair only "," + "[" + number or "]" continue it), so finditer is linear in the text's length.
+_JSON_SPANS_RE = re.compile(r"\[\s*" + _JSON_PAIR + r"(?:\s*,\s*" + _JSON_PAIR + r")*\s*\]")
+_PAIR_IN_ARRAY_RE = re.compile(_JSON_PAIR)
+_RANGE_JOINERS = {"to", "until", "till", "through", "thru", "到", "至", "-", "–", "—", "~", "～", "−", "sign"}
+_SEPARATORS = {"and", ",", "，"}
+
+
+def json_spans(text: str) -> list[tuple[float, float]] | None:
+    """The pairs of the one JSON array of ``[start, end]`` pairs in ``text`` (non-negative plain decimals),
+    in written order; None when there is none, when two different arrays appear, or a value is not finite."""
+    found = {m.group() for m in _JSON_SPANS_RE.finditer(text)}
+    if len({re.sub(r"\s+", "", f) for f in found}) != 1:
+        return None
+    pairs = [(float(a), float(b)) for a, b in _PAIR_IN_ARRAY_RE.findall(found.pop())]
+    return pairs if all(math.isfinite(t) for pair in pairs for t in pair) else None
+
+
+def _read_many(tokens: list[tuple[int, object]]) -> list[tuple[float, float]] | None:
+    """Several intervals written one after another: chains ``t J t [S t J t …]`` with J a range joiner ("to", "-")
+    and S a separator ("and", ","); a chain of two times is one interval with any joiner (as :func:`_read`).
+    None for any chain of odd length or with joiners out of place, a labelled time, or a bad number."""
+    pairs: list[tuple[float, float]] = []
+    n, i = len(tokens), 0
+    while i < n:
+        kind, value = tokens[i]
+        if kind in (_START, _END) or (kind == _FOREIGN and i > 0 and tokens[i - 1][0] == _TIME):
+            return None
+        if kind != _TIME:
+            i += 1
+            continue
+        if value is None:
+            return None
+        previous = tokens[i - 1] if i > 0 else (_BREAK, None)
+        if previous == (_JOIN, "sign") and (i < 2 or tokens[i - 2][0] not in (_TIME, _UNIT)):
+            return None
+        times, joiners = [float(value)], []
+        j = i + 1
+        while True:
+            if j < n and tokens[j][0] == _UNIT:
+                j += 1
+            if j + 1 < n and tokens[j][0] == _JOIN and tokens[j + 1][0] == _TIME:
+                if tokens[j + 1][1] is None:
+                    return None
+                joiners.append(tokens[j][1])
+                times.append(float(tokens[j + 1][1]))
+                j += 2
+            else:
+                break
+        if len(times) % 2 and len(times) > 1:
+            return None
+        if len(times) > 2 and not (all(joiners[k] in _RANGE_JOINERS for k in range(0, len(joiners), 2))
+                                   and all(joiners[k] in _SEPARATORS for k in range(1, len(joiners), 2))):
+            return None
+        pairs += [(times[k], times[k + 1]) for k in range(0, len(times) - 1, 2)]
+        i = j
+    unique = list(dict.fromkeys(pairs))
+    return unique or None
+
+
+def parse_spans(text: str | None) -> list[tuple[float, float]] | None:
+    """Parse a completion into a set of ``(start, end)`` intervals in seconds, in written order (duplicates dropped;
+    reversed pairs kept as written: the reward policy scores them).
+
+    Read in the answer region of :func:`parse_answer`: (1) a single interval under the module grammar, exactly as
+    :func:`parse_answer` reads it (so whatever it reads gives ``[parse_answer(text)]``); else (2) one JSON array of
+    pairs, ``[[0, 3.5], [10, 12]]``, bare or inside ``<answer>`` (TimeLens2's answer), with no other number outside
+    it; else (3) several intervals, ``"0 to 3.5 and 10 to 12"``, ``"0 - 3.5, 10 - 12 seconds"``. None — never a guess —
+    for two different arrays, numbers beside the array, a chain such as ``"1 to 2 and 3"`` or ``"1 to 2 to 3 to 4"``,
+    labels ("start: 3") beside several intervals, and every refusal of the single grammar. Linear time.
+    """
+    if not isinstance(text, str):
+        return None
+    region = _answer_region(text)
+    if region is None:
+        return None
+    single = _read(region)
+    if single is not None:
+        return [single]
+    if _JSON_SPANS_RE.search(region):
+        spans = json_spans(region)
+        rest = _JSON_SPANS_RE.sub(" ", region)
+        if spans is None or any(kind == _TIME for kind, _ in _tokens(rest)):
+            return None
+        return list(dict.fromkeys(spans))
+    return _read_many(_tokens(region))

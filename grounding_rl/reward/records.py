@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from grounding_rl.data.samples import Sample
 from grounding_rl.reward.metrics import metrics_by_scoring
-from grounding_rl.reward.parsing import extract_think, parse_answer
+from grounding_rl.reward.parsing import extract_think, parse_answer, parse_spans
 from grounding_rl.reward.rewards import query_iou
+from grounding_rl.reward.set_metrics import set_scores
+
+
+def is_set_scored(sample: Sample, set_answers: bool = False) -> bool:
+    """Whether a query is scored as an interval set: its ground truth has several spans (native multi-span data:
+    TimeLens2, QVHighlights), or the prompt template asks for a set (``set_answers``). A single-span query under a
+    single-span template is scored exactly as before."""
+    return set_answers or (sample.spans is not None and len(sample.spans) > 1)
 
 
 def prediction_record(sample: Sample, answer: str | None, error: str | None = None,
-                      sampling: dict | None = None) -> dict:
+                      sampling: dict | None = None, set_answers: bool = False) -> dict:
     """One line of ``predictions.jsonl`` for ``sample``.
 
     Args:
@@ -29,7 +37,14 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
         "reasoning", "start", "end", "iou"}`` (+ ``error``, ``sampling``): ``gt_start``/``gt_end`` clamped into the
         clip, ``gt_raw_*`` as annotated, ``start``/``end`` the parsed prediction (None when unparseable), ``iou`` by
         :func:`grounding_rl.reward.rewards.query_iou` (prediction clamped to [0, duration]; reversed or none → 0).
+
+        A set-scored query (:func:`is_set_scored`; ``set_answers``: the template asks for a set) also has
+        ``gt_spans`` and ``pred_spans`` (:func:`grounding_rl.reward.parsing.parse_spans`, None when unparseable);
+        its ``start``/``end`` are the predicted set's hull and ``iou`` is the set IoU (clamped prediction, merged
+        sets). ``gt_spans_all`` is written when the sample has ``spans_all`` (TimeLens-Bench several-span entries).
     """
+    if is_set_scored(sample, set_answers):
+        return _set_record(sample, answer, error, sampling)
     parsed = parse_answer(answer) if answer is not None else None
     record = {
         "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
@@ -40,6 +55,8 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
         "start": parsed[0] if parsed else None, "end": parsed[1] if parsed else None,
         "iou": query_iou(parsed, (sample.start, sample.end), sample.duration),
     }
+    if sample.spans_all is not None:
+        record["gt_spans_all"] = [list(span) for span in sample.spans_all]
     if error is not None:
         record["error"] = error
     if sampling is not None:
@@ -47,15 +64,47 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
     return record
 
 
-def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0) -> dict:
+def _set_record(sample: Sample, answer: str | None, error: str | None, sampling: dict | None) -> dict:
+    pred = parse_spans(answer) if answer is not None else None
+    gt = sample.gt_spans()
+    record = {
+        "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
+        "gt_start": sample.start, "gt_end": sample.end,
+        "gt_raw_start": sample.start if sample.raw_start is None else sample.raw_start,
+        "gt_raw_end": sample.end if sample.raw_end is None else sample.raw_end,
+        "gt_spans": [list(span) for span in gt], "answer": answer,
+        "reasoning": extract_think(answer) if answer is not None else None,
+        "start": min(s for s, _ in pred) if pred else None, "end": max(e for _, e in pred) if pred else None,
+        "pred_spans": [list(span) for span in pred] if pred else None,
+        "iou": set_scores(pred, gt, sample.duration)[0],
+    }
+    if sample.spans_all is not None:
+        record["gt_spans_all"] = [list(span) for span in sample.spans_all]
+    if error is not None:
+        record["error"] = error
+    if sampling is not None:
+        record["sampling"] = sampling
+    return record
+
+
+def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0,
+                         scorings: tuple[str, ...] = ()) -> dict:
     """Both scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard`` and
     ``clamped``) over prediction records (one per query), plus ``video_load_failures`` (records with an ``error``).
     A record without ``gt_raw_*`` (written before they existed) scores its clamped ground truth under ``standard``.
     ``dropped_annotations``: lines of the data file that the validation policy dropped (``standard`` counts them).
-    Raises ValueError when ``records`` is empty."""
-    rows = [{"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
-             "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
-             "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")} for r in records]
-    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations)
+    ``scorings``: extra scorings (``set``, ``qvhighlights``: :data:`grounding_rl.reward.metrics.EXTRA_SCORINGS`).
+    Set-scored records (``gt_spans``) are scored by set IoU. Raises ValueError when ``records`` is empty."""
+    rows = []
+    for r in records:
+        row = {"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
+               "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
+               "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")}
+        if r.get("gt_spans") is not None:
+            row.update(spans=r["gt_spans"], pred_spans=r.get("pred_spans"))
+        if r.get("gt_spans_all") is not None:
+            row["spans_all"] = r["gt_spans_all"]
+        rows.append(row)
+    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations, scorings)
     metrics["video_load_failures"] = sum(1 for r in records if r.get("error"))
     return metrics

@@ -8,7 +8,9 @@ completion, of which ``start``, ``end`` (ground truth) and ``duration`` (all sec
 ``log_metric(name, value)`` and ``log_extra(column, values)``; the built-in rewards accept and ignore the ones they do
 not use. A function must return one value (or None) per completion; another count stops training naming it.
 
-Registry names: ``iou``, ``format``, ``tiou``. Combine them with ``reward_weights`` as TRL does
+Registry names: ``iou``, ``format``, ``tiou`` (Time-R1's), and the interval-set rewards of
+:mod:`grounding_rl.reward.set_rewards` (``set_iou``, ``twass``/``twass<β>``, ``r2twass``/``r2twass<β>``, ``ngiou``,
+``length_ratio_penalty``, ``parse_penalty``). Combine them with ``reward_weights`` as TRL does
 (``GRPOConfig.reward_weights``; ``weighted_rewards`` reproduces the sum for tests and logs).
 """
 from __future__ import annotations
@@ -19,9 +21,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from grounding_rl.prompts.templates import ANSWER_FORMATS, ANSWER_ONLY, THINK_ANSWER, TIMELENS, get_template
+from grounding_rl.prompts.templates import (
+    ANSWER_FORMATS, ANSWER_ONLY, JSON_SPANS, SET_FORMATS, THINK_ANSWER, THINK_JSON_SPANS, TIMELENS, get_template,
+)
 from grounding_rl.reward.iou import clamp_interval, temporal_iou
-from grounding_rl.reward.parsing import completion_text, parse_answer
+from grounding_rl.reward.parsing import completion_text, json_spans, parse_answer
+from grounding_rl.reward.set_rewards import SET_REWARDS, beta_reward
 
 # The strict answers each template's answer format asks for (grounding_rl.prompts.templates.ANSWER_FORMATS): plain
 # seconds, "to" for the tagged templates ("12.54 to 17.83"), TimeLens's sentence for "timelens". Each pattern has one
@@ -82,6 +87,29 @@ def strict_answer(text: str, answer_format: str = THINK_ANSWER) -> tuple[float, 
     return (start, end) if math.isfinite(start) and math.isfinite(end) else None
 
 
+_JSON_SPANS_ONLY = re.compile(r"\s*\[\s*\[[^\[\]]*\](?:\s*,\s*\[[^\[\]]*\])*\s*\]\s*")
+
+
+def strict_spans(text: str, answer_format: str = JSON_SPANS) -> list[tuple[float, float]] | None:
+    """The interval set of a completion written exactly in a set answer format, else None.
+
+    ``json_spans`` (TimeLens2): a JSON array of ``[start, end]`` pairs of non-negative numbers and nothing else,
+    bare or as the whole of one ``<answer>…</answer>`` block (no think block); ``think_json_spans``:
+    ``<think>…</think><answer>[[S, E], …]</answer>``. Whitespace around is free. Linear time. Raises ValueError for
+    another format.
+    """
+    if answer_format == JSON_SPANS:
+        answer = _answer_only(text)
+        answer = text if answer is None and not any(tag in text for tag in _TAGS) else answer
+    elif answer_format == THINK_JSON_SPANS:
+        answer = _think_answer(text)
+    else:
+        raise ValueError(f"{answer_format!r} is not a set answer format; known: {SET_FORMATS}")
+    if answer is None or _JSON_SPANS_ONLY.fullmatch(answer) is None:
+        return None
+    return json_spans(answer)
+
+
 def query_iou(pred: Sequence[float] | None, gt: Sequence[float], duration: float) -> float:
     """IoU of one prediction under the ``iou`` reward's rule, shared by rewards, eval and metrics.
 
@@ -128,15 +156,21 @@ def format_reward(completions, prompt_template=None, **columns) -> list[float]:
     """1.0 when the completion is written exactly in its prompt template's answer format (:func:`strict_answer`),
     else 0.0: for the tagged templates ``<think>…</think><answer>12.54 to 17.83</answer>``, for the thinking-free
     ``default_no_think`` ``<answer>12.54 to 17.83</answer>`` alone (a think block present → 0), for ``timelens``
-    ``The event happens in 12.54 - 17.83 seconds`` (a think block present → 0). Looser answers that the parser still
+    ``The event happens in 12.54 - 17.83 seconds`` (a think block present → 0); for ``timelens2`` a JSON array of pairs
+alone, bare or inside ``<answer>`` (:func:`strict_spans`), for ``default_multi`` that array inside the think/answer
+form. Looser answers that the parser still
     reads for the IoU (``5.0s to 11.6s``, an untagged interval) get 0.
 
     ``prompt_template``: the column of template names (one per completion, or one name for all); None = ``default``.
     """
     if prompt_template is None or isinstance(prompt_template, str):
         prompt_template = [prompt_template or "default"] * len(completions)
-    return [1.0 if strict_answer(completion_text(c), get_template(t).answer_format) is not None else 0.0
-            for c, t in zip(completions, prompt_template, strict=True)]
+    out = []
+    for c, t in zip(completions, prompt_template, strict=True):
+        answer_format = get_template(t).answer_format
+        strict = strict_spans if answer_format in SET_FORMATS else strict_answer
+        out.append(1.0 if strict(completion_text(c), answer_format) is not None else 0.0)
+    return out
 
 
 def _tiou(pred, gt, duration) -> float:
@@ -162,6 +196,7 @@ REWARD_FUNCS: dict[str, Callable[..., list[float]]] = {
     "iou": iou_reward,
     "format": format_reward,
     "tiou": tiou_reward,
+    **SET_REWARDS,
 }
 
 
@@ -215,8 +250,8 @@ def _load_user_function(spec: str) -> Callable[..., list[float]]:
 
 
 def get_reward_funcs(names: Sequence[str]) -> list[Callable[..., list[float]]]:
-    """Reward functions for ``names``, in order. Each entry is a registered name (``iou``, ``format``, ``tiou`` or one
-    added with :func:`register_reward`), ``module:function``, or ``path/to/file.py:function`` (a relative path
+    """Reward functions for ``names``, in order. Each entry is a registered name (``iou``, ``format``, ``tiou``, the
+    set rewards, ``twass<β>``/``r2twass<β>``, or one added with :func:`register_reward`), ``module:function``, or ``path/to/file.py:function`` (a relative path
     resolves against the working directory).
 
     Raises:
@@ -228,6 +263,8 @@ def get_reward_funcs(names: Sequence[str]) -> list[Callable[..., list[float]]]:
     for name in names:
         if name in REWARD_FUNCS:
             out.append(REWARD_FUNCS[name])
+        elif beta_reward(name) is not None:
+            out.append(beta_reward(name))
         elif ":" in name:
             out.append(_load_user_function(name))
         else:

@@ -128,8 +128,30 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],
-        metadata={"help": "Reward functions: registered names (iou, format, tiou, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function."},
+        metadata={"help": "Reward functions: registered names (iou, format, tiou, set_iou, twass, twass<beta>, r2twass, r2twass<beta>, ngiou, length_ratio_penalty, parse_penalty, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function; or one TimeLens2 spec string 'a,b:w' (its tiou becomes set_iou, its weights reward_weights)."},
     )
+
+    def translate_reward_spec(self) -> list[str]:
+        """TimeLens2's reward spec string (``"tiou,twass1:0.5"``, as a string or the only ``reward_funcs`` entry)
+        becomes ``reward_funcs`` + ``reward_weights`` (its ``tiou`` → ``set_iou``); a plain ``tiou`` entry with a
+        ``timelens2*`` template is refused (ours is Time-R1's timestamp-aware IoU, TimeLens2's is ``set_iou``).
+        Returns the problems found."""
+        from grounding_rl.reward.set_rewards import is_timelens2_spec, translate_timelens2_spec
+
+        if isinstance(self.reward_funcs, str):
+            self.reward_funcs = [self.reward_funcs]
+        if len(self.reward_funcs) == 1 and is_timelens2_spec(self.reward_funcs[0]):
+            spec = self.reward_funcs[0]
+            if self.reward_weights is not None:
+                return [f"reward_funcs {spec!r} is a TimeLens2 spec string with its own weights; drop reward_weights"]
+            try:
+                self.reward_funcs, self.reward_weights = translate_timelens2_spec(spec)
+            except ValueError as err:
+                return [f"reward_funcs: {err}"]
+        elif str(self.prompt_template).startswith("timelens2") and "tiou" in self.reward_funcs:
+            return [f"reward_funcs: 'tiou' is Time-R1's timestamp-aware IoU here; TimeLens2's tiou (the IoU of interval "
+                    f"sets) is 'set_iou' (prompt_template {self.prompt_template!r})"]
+        return []
 
     def __post_init__(self):
         from grounding_rl.update.fields import refused_settings
@@ -167,6 +189,7 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
                             f"{self.epsilon_high})")
         if self.num_iterations < 1:
             problems.append(f"num_iterations must be ≥ 1 (got {self.num_iterations})")
+        problems += self.translate_reward_spec()
         try:
             from grounding_rl.reward.rewards import get_reward_funcs
 

@@ -11,7 +11,8 @@ from accelerate.utils import gather_object
 from trl.trainer.utils import nanstd
 
 from grounding_rl.jsonl_files import JsonlAppender
-from grounding_rl.reward.parsing import parse_answer
+from grounding_rl.prompts.templates import is_set_template
+from grounding_rl.reward.parsing import parse_answer, parse_spans
 from grounding_rl.update.rollout import Rollout
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ def log_rollout(trainer, rollout: Rollout) -> None:
         logger.warning("every completion of this batch hit max_completion_length (%d tokens): answers are cut "
                        "off, rewards carry no signal; raise max_completion_length", args.max_completion_length)
     texts = gather_object(rollout.texts)
-    unparsed = [parse_answer(t) is None for t, gt in zip(texts, is_gt.tolist()) if not gt]
+    parse = parse_spans if is_set_template(args.prompt_template) else parse_answer  # a set template's answers
+    unparsed = [parse(t) is None for t, gt in zip(texts, is_gt.tolist()) if not gt]
     metrics["parse_failure_rate"].append(sum(unparsed) / max(len(unparsed), 1))
     if args.log_completions:
         keys = sorted(set(gather_object(sorted(rollout.extra))))

@@ -22,7 +22,7 @@ from grounding_rl.data.video import VideoSettings
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, family_of
 from grounding_rl.prompts.preprocessing import (VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs,
                                              check_prompt_length)
-from grounding_rl.prompts.templates import DEFAULT_THINK, answer_text
+from grounding_rl.prompts.templates import DEFAULT_THINK, answer_set_text, answer_text
 from grounding_rl.update.arguments import BaseTrainingArguments, count_problems, trl_field
 from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.saving import GroundingSaveMixin
@@ -106,7 +106,8 @@ class SFTCollator:
         rows = self.loader(rows)  # decoded; an unreadable clip is replaced by its substitute
         prompt = build_inputs(self.processor, [r["query"] for r in rows], [r["clip"] for r in rows], self.template,
                               video_layout=self.video_layout)
-        targets = [answer_text(r["start"], r["end"], self.think_text, self.template) + tokenizer.eos_token
+        targets = [(answer_text(r["start"], r["end"], self.think_text, self.template) if not r.get("spans") else
+                    answer_set_text(r["spans"], self.think_text, self.template)) + tokenizer.eos_token
                    for r in rows]
         target_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
         ids, mm, labels = [], [], []

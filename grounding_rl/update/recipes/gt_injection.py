@@ -44,7 +44,7 @@ class GroundTruthInjection(Recipe):
             UserError: a ground-truth answer does not fit in ``max_completion_length`` tokens.
         """
         from grounding_rl.errors import UserError
-        from grounding_rl.prompts.templates import answer_text
+        from grounding_rl.prompts.templates import answer_set_text, answer_text
 
         rows = injected_rows(start, len(items), trainer.num_generations, completion_ids.device)
         picked = rows.nonzero().flatten().tolist()
@@ -54,7 +54,8 @@ class GroundTruthInjection(Recipe):
         answers = []
         for r in picked:
             item = items[r]
-            text = answer_text(item["start"], item["end"], template=self.args.prompt_template)
+            text = (answer_set_text(item["spans"], template=self.args.prompt_template) if item.get("spans") else
+                    answer_text(item["start"], item["end"], template=self.args.prompt_template))
             ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [trainer.eos_token_ids[0]]
             if len(ids) > limit:
                 raise UserError(f"use_gt_injection: the ground-truth answer of sample {item['index']} (qid "

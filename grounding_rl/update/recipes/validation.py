@@ -111,6 +111,7 @@ class ValidationMixin:
         import numpy as np
         from trl.models import unwrap_model_for_generation
 
+        from grounding_rl.prompts.templates import is_set_template
         from grounding_rl.reward.records import prediction_record
         from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
 
@@ -136,7 +137,8 @@ class ValidationMixin:
                             args.max_completion_length, args.per_device_eval_batch_size, args.dataloader_num_workers,
                             cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False,
                             video_layout=args.video_layout):
-                        local += [(mine[k], prediction_record(samples[mine[k]], answer, error, sampling))
+                        local += [(mine[k], prediction_record(samples[mine[k]], answer, error, sampling,
+                                                                set_answers=is_set_template(self.args.prompt_template)))
                                   for k, answer, error, sampling in batch]
         finally:
             self.model.train(training)
