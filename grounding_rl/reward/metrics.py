@@ -1,33 +1,65 @@
-"""Evaluation metrics for temporal grounding: R1@m, mIoU, parse-failure and format rates, under two named scorings.
+"""Evaluation metrics for temporal grounding: R1@m, mIoU, parse-failure and format rates, under named scorings.
 
-R1@m is the percent of queries whose top-1 prediction has IoU ≥ m; mIoU the mean IoU in percent. Every query counts in
-the denominator: a missing or unparseable prediction is IoU 0 (dropping such queries inflates R@1). An IoU within
-:data:`TIE_TOLERANCE` below m counts as ≥ m: ``temporal_iou((11.6, 14.6), (11.6, 17.6))`` is 0.49999999999999983 in
-float64, an exact tie at 0.5 in real numbers.
+R1@m is the percent of queries whose top-1 prediction has IoU ≥ m; mIoU the mean IoU in percent. Our two scorings
+(``standard``, ``clamped``) count every query in the denominator: a missing or unparseable prediction is IoU 0
+(dropping such queries inflates R@1). They compute in exact rational arithmetic (:func:`exact_time`): the prediction
+from its text (``parse_answer(text, exact=True)``), the annotation and any number given as seconds from the shortest
+decimal of the stored float (``Fraction(repr(x))``), so ``IoU((11.6, 14.6), (11.6, 17.6))`` is exactly 1/2 and
+counts at R1@0.5 (float64 gives 0.49999999999999983), while a near tie such as IoU 1/2 − 5e-10 does not. No
+tolerance.
 
 Scorings (:data:`SCORINGS`), i.e. how one query's IoU is computed:
 
-* ``standard`` — the published evaluators' rule (www-Ye/TimeZero, OpenGVLab/VideoChat-R1 and TencentARC/TimeLens
-  ``evaluation/compute_metrics.py``: IoU ≥ m): the ground truth as annotated (``raw_start``/``raw_end``, which may end
-  past the video) against the prediction as parsed (not clamped); reversed or missing → 0; n = all queries.
-  (xiaomi-research/time-r1 uses IoU > m; ties are counted here, as ≥.)
-* ``clamped`` — ours, the ``iou`` reward's rule (``rewards.query_iou``): ground truth and prediction both clamped
-  into [0, duration]. Training rewards use it.
+* ``standard`` — the rule the published evaluators share (www-Ye/TimeZero ``evaluate.py``, TencentARC/TimeLens
+  ``evaluation/compute_metrics.py``: IoU ≥ m), in exact arithmetic: the ground truth as annotated
+  (``raw_start``/``raw_end``, which may end past the video or start before 0) against the prediction as parsed
+  (not clamped); reversed or missing → 0; n = all queries. Negative-start rule: a negative time is used as written on
+  either side, never clamped (an annotation starting at −0.5 s scores (0, 4) as 4 / 4.5); the parser reads no
+  negative prediction ("-2 to 5" is no answer), so a negative predicted start comes only from ``pred_start`` given
+  as a number.
+* ``clamped`` — ours, the ``iou`` reward's rule (``rewards.query_iou``), in exact arithmetic: ground truth and
+  prediction both clamped into [0, duration]. Training rewards use it (in floats).
+
+The published evaluators' own rules, float comparisons and denominators included, are further scorings by name in
+:mod:`grounding_rl.reward.scorings` (``timelens``, ``lmms_charades_sta``, ``time_r1``, …).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 
-from grounding_rl.reward.iou import temporal_iou
 from grounding_rl.reward.parsing import parse_answer
-from grounding_rl.reward.rewards import format_reward, query_iou
+from grounding_rl.reward.rewards import format_reward
 
 THRESHOLDS = (0.3, 0.5, 0.7)
-TIE_TOLERANCE = 1e-9
 SCORINGS = ("standard", "clamped")
 HEADLINE_SCORING = "standard"  # what metrics.json's top level, report.md and the anchor comparison use
 METRIC_NAMES = ("n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate")
+
+
+def exact_time(value) -> Fraction:
+    """A time in seconds as an exact rational: a Fraction as is, an int exactly, a float from its shortest decimal
+    (``Fraction(repr(x))``: 11.6 → 58/5, not the binary 11.5999999999999996447…). ValueError for non-finite."""
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Fraction(value)
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite time: {value!r}")
+    return Fraction(repr(value))
+
+
+def exact_iou(pred: tuple[Fraction, Fraction], gt: tuple[Fraction, Fraction]) -> Fraction:
+    """Temporal IoU of two ordered intervals (start ≤ end) in exact arithmetic, as :func:`~grounding_rl.reward.iou.
+    temporal_iou`: intersection over union; zero union → 1 for identical points, else 0."""
+    (ps, pe), (gs, ge) = pred, gt
+    inter = max(Fraction(0), min(pe, ge) - max(ps, gs))
+    union = (pe - ps) + (ge - gs) - inter
+    if union <= 0:
+        return Fraction(1) if (ps, pe) == (gs, ge) else Fraction(0)
+    return inter / union
 
 
 def _number(record: Mapping, key: str, where: str) -> float:
@@ -37,30 +69,60 @@ def _number(record: Mapping, key: str, where: str) -> float:
     return float(value)
 
 
-def record_prediction(record: Mapping, where: str = "record") -> tuple[float, float] | None:
-    """The prediction of one record: ``(pred_start, pred_end)`` when both are given (not None), else
-    ``parse_answer(answer)``. A non-finite given pair is no prediction (None). ValueError for non-numeric values."""
+def record_prediction(record: Mapping, where: str = "record") -> tuple[Fraction, Fraction] | None:
+    """The prediction of one record as exact rationals (seconds): ``(pred_start, pred_end)`` when both are given (not
+    None), each by :func:`exact_time` — except that when ``answer`` text parses to those very floats, the text's own
+    decimals are used (``parse_answer(answer, exact=True)``); else ``parse_answer(answer, exact=True)``. A non-finite
+    given pair is no prediction (None). ValueError for non-numeric values."""
     ps, pe = record.get("pred_start"), record.get("pred_end")
+    answer = record.get("answer")
     if ps is None or pe is None:
-        return parse_answer(record.get("answer"))
+        return parse_answer(answer, exact=True)
     for key, value in (("pred_start", ps), ("pred_end", pe)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{where}: {key!r} must be a number of seconds or null, got {value!r}")
-    return (float(ps), float(pe)) if math.isfinite(ps) and math.isfinite(pe) else None
+    if not (math.isfinite(ps) and math.isfinite(pe)):
+        return None
+    if isinstance(answer, str) and parse_answer(answer) == (float(ps), float(pe)):
+        return parse_answer(answer, exact=True)
+    return exact_time(ps), exact_time(pe)
 
 
-def recall_at(ious: Iterable[float], threshold: float, n: int) -> float:
-    """Percent of ``n`` queries with IoU ≥ ``threshold`` − :data:`TIE_TOLERANCE` (exact ties count)."""
-    return 100.0 * sum(iou >= threshold - TIE_TOLERANCE for iou in ious) / n
+def recall_at(ious: Iterable[Fraction], threshold: float, n: int) -> float:
+    """Percent of ``n`` queries with IoU ≥ ``threshold`` (both exact: the threshold from its decimal, 0.3 → 3/10;
+    exact ties count, near ties do not)."""
+    m = exact_time(threshold)
+    return 100.0 * sum(iou >= m for iou in ious) / n
 
 
-def standard_iou(pred: tuple[float, float] | None, gt: tuple[float, float]) -> float:
-    """IoU under the ``standard`` scoring: the prediction as parsed against the ground truth as annotated, neither
-    clamped. None, non-finite or reversed prediction → 0.0; a reversed annotation (start > end) → 0.0. Zero union as
-    :func:`temporal_iou` (identical points → 1.0)."""
-    if pred is None or not all(math.isfinite(float(t)) for t in pred) or pred[0] > pred[1] or gt[0] > gt[1]:
-        return 0.0
-    return temporal_iou(pred, gt)
+def standard_iou(pred: tuple | None, gt: tuple) -> Fraction:
+    """IoU under the ``standard`` scoring, exact: the prediction as parsed against the ground truth as annotated,
+    neither clamped (negative starts used as written). None or reversed prediction → 0; a reversed annotation
+    (start > end) → 0. Times are converted by :func:`exact_time`; zero union as :func:`exact_iou`."""
+    if pred is None:
+        return Fraction(0)
+    pred, gt = tuple(map(exact_time, pred)), tuple(map(exact_time, gt))
+    if pred[0] > pred[1] or gt[0] > gt[1]:
+        return Fraction(0)
+    return exact_iou(pred, gt)
+
+
+def clamped_iou(pred: tuple | None, gt: tuple, duration: float) -> Fraction:
+    """IoU under the ``clamped`` scoring, exact: ``rewards.query_iou``'s rule (prediction clamped into
+    [0, duration]; None or reversed → 0) against the clamped ground truth. ValueError for a reversed ground truth."""
+    gt = tuple(map(exact_time, gt))
+    if gt[0] > gt[1]:
+        raise ValueError(f"gt is reversed (start > end): {tuple(map(float, gt))!r}")
+    if pred is None:
+        return Fraction(0)
+    pred = tuple(map(exact_time, pred))
+    if pred[0] > pred[1]:
+        return Fraction(0)
+    d = exact_time(duration)
+    if d <= 0:
+        raise ValueError(f"duration must be positive, got {duration!r}")
+    ps, pe = (min(max(t, Fraction(0)), d) for t in pred)
+    return exact_iou((ps, pe), gt)
 
 
 def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt_template: str = "default",
@@ -97,7 +159,7 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
                             for key, default in (("raw_start", gt[0]), ("raw_end", gt[1])))
                 ious.append(standard_iou(pred, raw))
             else:
-                ious.append(query_iou(pred, gt, duration))
+                ious.append(clamped_iou(pred, gt, duration))
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from err
         failures += pred is None
@@ -110,11 +172,11 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
         raise ValueError("compute_metrics: no records")
     extra = dropped_annotations if scoring == "standard" else 0
     n += extra
-    ious += [0.0] * extra
+    ious += [Fraction(0)] * extra
     metrics: dict[str, float | int | None] = {"n": n}
     for m in THRESHOLDS:
         metrics[f"R1@{m}"] = recall_at(ious, m, n)
-    metrics["mIoU"] = 100.0 * sum(ious) / n
+    metrics["mIoU"] = float(100 * sum(ious) / n)
     metrics["parse_failure_rate"] = 100.0 * failures / (n - extra)
     metrics["format_rate"] = 100.0 * formatted / (n - extra) if with_text else None
     if extra:
