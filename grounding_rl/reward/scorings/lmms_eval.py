@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
-from grounding_rl.reward.scorings import THRESHOLDS, Scoring, annotation, key, register
+from grounding_rl.reward.scorings.registry import THRESHOLDS, Scoring, annotation, key, register
 from grounding_rl.reward.scorings.timelens import timelens_pairs
 
 SOURCE = "EvolvingLMMs-Lab/lmms-eval @75571cf"

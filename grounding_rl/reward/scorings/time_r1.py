@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from grounding_rl.reward.scorings import THRESHOLDS, Scoring, annotation, register
+from grounding_rl.reward.scorings.registry import THRESHOLDS, Scoring, annotation, register
 from grounding_rl.reward.scorings.timezero import timezero_pair
 
 

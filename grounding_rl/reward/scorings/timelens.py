@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from grounding_rl.reward.scorings import THRESHOLDS, Scoring, annotation, key, register
+from grounding_rl.reward.scorings.registry import THRESHOLDS, Scoring, annotation, key, register
 
 _CLOCK = re.compile(r"\b(\d{1,2}:\d{2}:\d{2}(?:\.\d+)?|\d{1,2}:\d{2}(?:\.\d+)?)\b")
 _DASH = re.compile(r"(\d+\.?\d*)\s*-\s*(\d+\.?\d*)")

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from grounding_rl.reward.scorings import THRESHOLDS, Scoring, annotation, register
+from grounding_rl.reward.scorings.registry import THRESHOLDS, Scoring, annotation, register
 from grounding_rl.reward.scorings.lmms_eval import guarded_iou
 from grounding_rl.reward.scorings.timelens import timelens_pairs
 

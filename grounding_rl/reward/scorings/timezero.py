@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from grounding_rl.reward.scorings import THRESHOLDS, Scoring, annotation, register
+from grounding_rl.reward.scorings.registry import THRESHOLDS, Scoring, annotation, register
 
 _PAIR = re.compile(r"(\d+\.?\d*) (to|and) (\d+\.?\d*)")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>")
