@@ -3,6 +3,10 @@
     grounding-rl eval --model DIR --data TEST.jsonl --out OUTDIR [--batch-size B] [--limit N] [--video-root DIR]
                       [--benchmark evaluation/X.yaml] [--prompt-template NAME] [--fps F] [--max-pixels P]
                       [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
+                      [--scoring NAME|all ...]
+
+Over a finished OUTDIR the run only scores: every query is already in ``predictions.jsonl`` (nothing pending, no model
+loads), so ``--scoring all`` rescores existing predictions under every published evaluator's rule.
 
 The flags become an :class:`grounding_rl.eval.evaluate.EvalRequest`; :func:`grounding_rl.eval.evaluate.evaluate` plans,
 runs and reports (its module docstring lists the files written: ``predictions.jsonl``, ``eval_config.json``,
@@ -59,6 +63,15 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
                         help="frames on the scale T / duration, covering the clip to its end (video_cover_tail)")
 
 
+def add_scoring_flag(parser: argparse.ArgumentParser) -> None:
+    """``--scoring NAME|all`` (repeatable), shared by ``eval``, ``score`` and ``compare``: the published evaluators'
+    scorings to show beside ``standard`` (the headline) and ``clamped`` (:mod:`grounding_rl.reward.scorings`)."""
+    parser.add_argument("--scoring", action="append", default=[], metavar="NAME|all",
+                        help="also score under this published evaluator's rule (timelens, lmms_timelens, "
+                        "lmms_charades_sta, lmms_extremewhenbench, timelens2_vlmevalkit, timezero, time_r1), or 'all'; "
+                        "repeatable. standard (the headline) and clamped are always computed")
+
+
 def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
                  out_help: str = "output folder (predictions, metrics, report)") -> argparse.ArgumentParser:
     """The options of ``eval``; ``grounding-rl difficulty`` reuses them with its own name, description and
@@ -77,6 +90,7 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
                         help="benchmark YAML (evaluation/*.yaml): its paper protocol is used when the checkpoint has "
                              "no grounding_config.json, its expected query count is checked, its anchors are reported")
     add_preprocessing_overrides(parser)
+    add_scoring_flag(parser)
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help=f"generation budget (default: the benchmark's, else {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--seed", type=int, default=0, help="random seed (decoding is greedy; recorded)")
@@ -111,7 +125,7 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        attn_implementation=args.attn_implementation, engine=args.engine,
                        num_workers=args.num_workers, frame_cache=args.frame_cache,
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
-                       max_missing_fraction=args.max_missing_fraction)
+                       max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring))
 
 
 def main(argv: list[str] | None = None) -> int:

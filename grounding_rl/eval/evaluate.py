@@ -26,7 +26,8 @@
   order, then ``metrics.json`` (metrics, model, data, sampling settings, seed, package versions), ``report.md`` and
   ``iou_hist.png``. Metrics come under two scorings (:mod:`grounding_rl.reward.metrics`): ``standard`` (the published
   evaluators' rule; the top level of ``metrics.json``, the report's headline and its anchor comparison) and
-  ``clamped`` (ours, the reward's rule), both under ``by_scoring``.
+  ``clamped`` (ours, the reward's rule), both under ``by_scoring``, and the published evaluators' own scorings named
+  in ``scorings`` (:mod:`grounding_rl.reward.scorings`), each with its own ``n`` and ``source``.
 """
 from __future__ import annotations
 
@@ -151,6 +152,9 @@ class EvalRequest:
         overwrite: discard earlier predictions in ``out``.
         max_missing_fraction: fail when more than this share of the videos is missing (checked before the model
             loads) or unreadable (after the run; metrics are written); 1.0 = never.
+        scorings: published evaluators' scorings to report beside ``standard`` and ``clamped`` (names of
+            :mod:`grounding_rl.reward.scorings`, or ``all``); they change no prediction, so a finished ``out`` is
+            rescored without running the model.
     """
 
     model: str
@@ -172,6 +176,7 @@ class EvalRequest:
     frame_cache_gb: float = 20.0
     overwrite: bool = False
     max_missing_fraction: float = 0.05
+    scorings: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -187,6 +192,12 @@ class EvalRequest:
         check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1)
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm (got {self.engine!r})")
+        from grounding_rl.reward.metrics import scoring_names
+
+        try:
+            scoring_names(self.scorings)
+        except ValueError as err:
+            raise UserError(f"--scoring: {err}") from None
         self.overrides.check()
 
 
@@ -415,7 +426,7 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     request, config = plan_.request, plan_.config
     outdir = Path(request.out)
     records = merge_predictions(outdir, plan_.samples)
-    metrics = metrics_from_records(records, config.prompt_template, plan_.dropped)
+    metrics = metrics_from_records(records, config.prompt_template, plan_.dropped, request.scorings)
     metrics["missing_videos"] = len(plan_.absent)
     metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
     wall = round(result.wall_time_s, 3)

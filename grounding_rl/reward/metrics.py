@@ -184,27 +184,70 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
     return metrics
 
 
+OWN_SOURCES = {
+    "standard": "grounding_rl.reward.metrics (the rule of TimeZero evaluate.py / TimeLens compute_metrics.py: "
+                "IoU >= m, annotation as written, prediction as parsed; exact arithmetic)",
+    "clamped": "grounding_rl.reward.metrics (the iou reward's rule: both clamped into [0, duration]; exact arithmetic)",
+}
+
+
+def scoring_names(requested: Iterable[str] = ()) -> list[str]:
+    """The scorings to compute: always ``standard`` (the headline) and ``clamped``, then each requested name in
+    order; ``all`` adds every registered one (:mod:`grounding_rl.reward.scorings`). ValueError for an unknown name."""
+    from grounding_rl.reward.scorings import REGISTRY
+
+    names = list(SCORINGS)
+    for name in requested:
+        for one in (REGISTRY if name == "all" else [name]):
+            if one not in SCORINGS and one not in REGISTRY:
+                raise ValueError(f"unknown scoring {one!r}; known: all, {', '.join([*SCORINGS, *REGISTRY])}")
+            if one not in names:
+                names.append(one)
+    return names
+
+
 def metrics_by_scoring(records: Iterable[Mapping], prompt_template: str = "default",
-                       dropped_annotations: int = 0) -> dict:
-    """Both scorings side by side: the headline (:data:`HEADLINE_SCORING`) metrics at the top level, plus
-    ``"scoring": "standard"`` and ``"by_scoring": {"standard": {...}, "clamped": {...}}`` — the shape of
-    ``metrics.json`` and of ``grounding-rl score --out``."""
+                       dropped_annotations: int = 0, scorings: Iterable[str] = ()) -> dict:
+    """The scorings side by side: the headline (:data:`HEADLINE_SCORING`) metrics at the top level, plus
+    ``"scoring": "standard"`` and ``"by_scoring": {"standard": {...}, "clamped": {...}, NAME: {...}}`` (each with its
+    own ``n`` and its ``source``) — the shape of ``metrics.json`` and of ``grounding-rl score --out``.
+
+    ``scorings``: further names (or ``all``) of :mod:`grounding_rl.reward.scorings`, see :func:`scoring_names`. The
+    published evaluators' scorings read each record's ``answer`` text, ``video``, ``query``, ``qid`` and
+    ``raw_start``/``raw_end`` (else ``start``/``end``); they score the records given, so ``dropped_annotations``
+    (queries never run) are not in their n."""
+    from grounding_rl.reward.scorings import REGISTRY
+
     records = list(records)
-    both = {name: compute_metrics(records, name, prompt_template, dropped_annotations) for name in SCORINGS}
-    return {**both[HEADLINE_SCORING], "scoring": HEADLINE_SCORING, "by_scoring": both}
+    out: dict[str, dict] = {}
+    for name in scoring_names(scorings):
+        if name in SCORINGS:
+            out[name] = {**compute_metrics(records, name, prompt_template, dropped_annotations),
+                         "source": OWN_SOURCES[name]}
+        else:
+            out[name] = {**REGISTRY[name].score(records), "source": REGISTRY[name].source}
+    headline = {k: v for k, v in out[HEADLINE_SCORING].items() if k != "source"}
+    return {**headline, "scoring": HEADLINE_SCORING, "by_scoring": out}
 
 
 def scoring_table(metrics: Mapping) -> str:
-    """A markdown table with one row per scoring (``by_scoring`` of :func:`metrics_by_scoring`)."""
+    """A markdown table with one row per scoring (``by_scoring`` of :func:`metrics_by_scoring`), each with its own
+    ``n``; a value a scoring does not report is ``-``. The headline row is marked."""
     rows = metrics["by_scoring"]
-    keys = [k for k in METRIC_NAMES if k in rows[HEADLINE_SCORING]]
+    keys = [k for k in METRIC_NAMES if any(k in m for m in rows.values())]
 
     def cell(value) -> str:
         return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
     lines = ["| scoring | " + " | ".join(keys) + " |", "|---|" + "|".join("---:" for _ in keys) + "|"]
-    lines += [f"| {name} | " + " | ".join(cell(m[k]) for k in keys) + " |" for name, m in rows.items()]
+    lines += [f"| {name}{' (headline)' if name == HEADLINE_SCORING else ''} | "
+              + " | ".join(cell(m.get(k)) for k in keys) + " |" for name, m in rows.items()]
     return "\n".join(lines)
+
+
+def scoring_sources(metrics: Mapping) -> str:
+    """One markdown bullet per scoring of ``by_scoring``: its name and ``source``."""
+    return "\n".join(f"- `{name}`: {m.get('source', '?')}" for name, m in metrics["by_scoring"].items())
 
 
 def format_metrics_table(metrics: Mapping) -> str:

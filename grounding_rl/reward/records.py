@@ -47,15 +47,17 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
     return record
 
 
-def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0) -> dict:
-    """Both scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard`` and
-    ``clamped``) over prediction records (one per query), plus ``video_load_failures`` (records with an ``error``).
+def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0,
+                         scorings=()) -> dict:
+    """The scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard``,
+    ``clamped`` and the further ``scorings`` named, e.g. ``("all",)``) over prediction records (one per query), plus
+    ``video_load_failures`` (records with an ``error``).
     A record without ``gt_raw_*`` (written before they existed) scores its clamped ground truth under ``standard``.
     ``dropped_annotations``: lines of the data file that the validation policy dropped (``standard`` counts them).
     Raises ValueError when ``records`` is empty."""
-    rows = [{"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
+    rows = [{"qid": r["qid"], "video": r.get("video"), "query": r.get("query"), "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
              "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
              "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")} for r in records]
-    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations)
+    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations, scorings)
     metrics["video_load_failures"] = sum(1 for r in records if r.get("error"))
     return metrics

@@ -21,6 +21,11 @@ The registry (:mod:`.registry`) is a plain dict: :func:`register` adds a :class:
 one; importing this package registers the seven scorings.
 """
 from grounding_rl.reward.scorings.registry import REGISTRY, Scoring, get_scoring, register
-from grounding_rl.reward.scorings import lmms_eval, time_r1, timelens, timelens2, timezero  # noqa: F401  (register)
+# importing registers, in this order (the order of tables)
+from grounding_rl.reward.scorings import timelens  # noqa: F401,I001
+from grounding_rl.reward.scorings import lmms_eval  # noqa: F401
+from grounding_rl.reward.scorings import timelens2  # noqa: F401
+from grounding_rl.reward.scorings import timezero  # noqa: F401
+from grounding_rl.reward.scorings import time_r1  # noqa: F401
 
 __all__ = ["REGISTRY", "Scoring", "get_scoring", "register"]
