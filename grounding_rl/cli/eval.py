@@ -46,9 +46,10 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
                         help="override the pixel budget per clip (video_total_pixels)")
     parser.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
                         help="override the maximum number of frames (video_max_frames)")
-    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
+    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils", "lmms_eval_qwen2_5_vl"],
                         help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
-                        "Time-R1 and VideoChat-R1 checkpoints were evaluated)")
+                        "Time-R1 and VideoChat-R1 checkpoints were evaluated; lmms_eval_qwen2_5_vl: lmms-eval's "
+                        "Qwen2.5-VL backend, fetch_video's frames cut to 32 by linspace plus the last, 2 fps claimed)")
     parser.add_argument("--video-total-tokens", dest="total_tokens", type=int, default=None,
                         help="override the budget in merged video tokens a clip (video_total_tokens; replaces a saved "
                         "total_pixels)")

@@ -72,6 +72,16 @@ TIMELENS_PROMPT = (
     "The format should be: 'The event happens in <start time> - <end time> seconds'."
 )
 
+# lmms-eval's Charades-STA prompt (EvolvingLMMs-Lab/lmms-eval @75571cf, lmms_eval/tasks/charades_sta/charades.yaml
+# pre_prompt + caption + ". " + post_prompt, utils.temporal_grounding_doc_to_text), typos kept ("seonds"); its
+# Qwen2.5-VL backend puts the video first. Its TimeLens task's prompt is TIMELENS_PROMPT, character for character.
+LMMS_CHARADES_STA = (
+    "Please find the visual event described by a sentence in the video, determining its starting and ending times. "
+    "The format should be: 'The event happens in the start time - end time'. For example, The event 'person turn a "
+    "light on' happens in the 24.3 - 30.4 seonds. Now I will give you the textual sentence: [EVENT]. Please return its "
+    "start time and end time."
+)
+
 # Ours: shorter (fewer prompt tokens per clip), same answer format.
 DEFAULT = (
     'When does the event "[EVENT]" happen in the video? Think briefly within <think> </think> tags, then give the '
@@ -94,6 +104,9 @@ PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
                                    source="OpenGVLab/VideoChat-R1, src/open_r1/trainer/grpo_trainer_video_tg.py"),
     "timelens": PromptTemplate(TIMELENS_PROMPT, answer_format=TIMELENS, video_first=True,
                                source="TencentARC/TimeLens, evaluation/utils.py"),
+    "lmms_charades_sta": PromptTemplate(LMMS_CHARADES_STA, answer_format=TIMELENS, video_first=True,
+                                        source="EvolvingLMMs-Lab/lmms-eval @75571cf, "
+                                               "lmms_eval/tasks/charades_sta/charades.yaml"),
 }
 TEMPLATES: dict[str, str] = {name: t.text for name, t in PROMPT_TEMPLATES.items()}
 

@@ -1,22 +1,27 @@
-"""``timelens``: TencentARC/TimeLens @5d90c06, ``evaluation/compute_metrics.py`` with ``timelens/utils.py``
-(``extract_time``, ``iou``).
+"""``timelens``: TencentARC/TimeLens @5d90c06, ``evaluation/eval_dataloader.py`` (inference: parse, failure rule,
+rounding, keys) then ``evaluation/compute_metrics.py``, with ``timelens/utils.py`` (``extract_time``, ``iou``).
 
 * Parser (:func:`timelens_pairs`): lower-cased text; clocks ``h:mm:ss`` / ``mm:ss`` (optional decimals) first, paired
   in order; else every ``a - b`` (``\\d+\\.?\\d*``, spaces around the dash allowed), else every ``a to b``; else any
   numbers (``\\b(\\d+\\.\\d+|\\d+)\\b``) paired in order (an odd last one dropped). The first pair is scored.
   ``<answer>`` tags are not read specially: numbers in a ``<think>`` block count.
-* No pair → the pair (−100, −100), IoU 0, counted in n. A reversed pair: IoU 0 (the intersection is negative).
+* No pair → the pair (duration + 10, duration + 20) (IoU 0 unless the annotation reaches past it), counted in n.
+* Every time is rounded to whole seconds (``round(t / 1.0) * 1.0``, Python's round: halves to even) before the IoU.
+* A reversed pair: IoU 0 (the intersection is negative).
 * IoU ``max(min(ends) − max(starts), 0) / (max(ends) − min(starts))`` in floats; R1@m counts IoU ≥ m.
-* Predictions are stored under ``video>>>query>>>[start, end]``: queries with the same key collapse to one, the last
-  prediction kept; n = the number of keys.
-* Missing prediction (no text): their script would fail on it; taken here as an empty answer (no pair, IoU 0).
+* Predictions are stored under ``basename(video)>>>query>>>[start, end]``: queries with the same key collapse to one,
+  the last prediction kept; n = the number of keys.
+* Missing prediction (no text): their loop always has an answer; taken here as an empty answer (no pair).
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 
-from grounding_rl.reward.scorings.registry import THRESHOLDS, Scoring, annotation, key, register
+from grounding_rl.reward.scorings.registry import THRESHOLDS, Scoring, annotation, register
+
+UNIT = 1.0  # evaluation/eval_dataloader.py: getattr(dataset_class, "UNIT", 1.0); no dataset class sets it
 
 _CLOCK = re.compile(r"\b(\d{1,2}:\d{2}:\d{2}(?:\.\d+)?|\d{1,2}:\d{2}(?:\.\d+)?)\b")
 _DASH = re.compile(r"(\d+\.?\d*)\s*-\s*(\d+\.?\d*)")
@@ -58,15 +63,18 @@ def hull_iou(a: tuple[float, float], b: tuple[float, float]) -> float:
 
 def score(records: Sequence[Mapping]) -> dict:
     """TimeLens's metrics of ``records`` (see the module docstring for the rules)."""
-    latest: dict[str, tuple[tuple[float, float], str]] = {}
+    latest: dict[str, tuple[tuple[float, float], tuple[float, float], bool]] = {}
     for r in records:
         gt = annotation(r)
-        latest[key(r, list(gt))] = (gt, r.get("answer") or "")
+        pairs = timelens_pairs(r.get("answer") or "")
+        duration = float(r["duration"])
+        start, end = pairs[0] if pairs else (duration + 10, duration + 20)
+        pair = (round(start / UNIT) * UNIT, round(end / UNIT) * UNIT)
+        latest[f"{os.path.basename(str(r.get('video')))}>>>{r.get('query')}>>>{list(gt)}"] = (gt, pair, not pairs)
     ious, failures = [], 0
-    for gt, text in latest.values():
-        pairs = timelens_pairs(text)
-        failures += not pairs
-        ious.append(hull_iou(gt, pairs[0] if pairs else (-100, -100)))
+    for gt, pair, failed in latest.values():
+        failures += failed
+        ious.append(hull_iou(gt, pair))
     n = len(ious)
     out: dict = {"n": n}
     for m in THRESHOLDS:
@@ -77,4 +85,5 @@ def score(records: Sequence[Mapping]) -> dict:
 
 
 SCORING = register(Scoring(
-    "timelens", "TencentARC/TimeLens @5d90c06, evaluation/compute_metrics.py + timelens/utils.py", score))
+    "timelens", "TencentARC/TimeLens @5d90c06, evaluation/eval_dataloader.py + evaluation/compute_metrics.py + "
+                "timelens/utils.py", score))
