@@ -56,6 +56,23 @@ def test_preset_prompt_budget_and_scoring_are_the_evaluators(name):
 
 def test_extremewhenbench_reports_its_own_metric():
     assert load_benchmark(EVALUATION / "extremewhenbench.yaml").scorings == ("lmms_extremewhenbench",)
+    bench = load_benchmark(EVALUATION / "lmms_eval_extremewhenbench.yaml")
+    # lmms-eval @75571cf tasks/extremewhenbench/utils.py DEFAULT_PROMPT.format(dur=3725.5, question=...)
+    default_prompt = (
+        "[Video Temporal Grounding]\n"
+        "You are watching a {dur:.0f}-second long video.\n"
+        "Please find the moment described by the following question, "
+        "determining its starting and ending times. The format should be: "
+        "'The event happens in the start time - end time'. "
+        "For example, The event 'person turn a light on' happens in the "
+        "24.3 - 30.4 seconds. "
+        'Now I will give you the question: "{question}"\n'
+        "Please return its start time and end time."
+    )
+    assert instruction("When does he leave?", bench.protocol.prompt_template, duration=3725.5) == \
+        default_prompt.format(dur=3725.5, question="When does he leave?")
+    assert (bench.max_new_tokens, bench.protocol.video.sampler, bench.scorings) == (
+        50, "lmms_eval_qwen2_5_vl", ("lmms_extremewhenbench",))
 
 
 def test_lmms_eval_indices():
