@@ -33,6 +33,15 @@ TIMEZERO_GROUND = (
     "(xx.xx) or time ranges (xx.xx to xx.xx) in <timestep> </timestep> tags.\n\nThen, provide the start and end times "
     "(in seconds, precise to two decimal places) in the format \"start time to end time\" within the <answer> </answer> "
     "tags. For example: \"12.54 to 17.83\".")
+# xiaomi-research/time-r1 @7f2b594 src/vllm_inference/data/config.py DEFAULT_TG_PROMPT["r1"] (scripts/test.sh passes
+# --use_r1_thinking_prompt; its --use_nothink also appends "<think>\n</think>\n" after the generation prompt, which
+# no template here does)
+TIME_R1_R1 = (
+    'To accurately pinpoint the event "{}" in the video, determine the precise time period of the event.\n\n'
+    "Output your thought process within the <think> </think> tags, including analysis with either specific time "
+    "ranges (xx.xx to xx.xx) in <timestep> </timestep> tags.\n\nThen, provide the start and end times (in seconds, "
+    'precise to two decimal places) in the format "start time to end time" within the <answer> </answer> tags. For '
+    'example: "12.54 to 17.83".')
 EXPECTED = {
     "lmms_eval_charades_sta": (f"{LMMS_CHARADES_PRE}{CAPTION}. {LMMS_CHARADES_POST}", True, 50,
                                "lmms_eval_qwen2_5_vl", "lmms_charades_sta"),
@@ -41,6 +50,7 @@ EXPECTED = {
     "timelens2_vlmevalkit_charades": (f"{LMMS_TIMELENS_PRE}{CAPTION}{LMMS_TIMELENS_POST}", True, 512, "exact",
                                       "timelens2_vlmevalkit"),
     "timezero_charades_sta": (TIMEZERO_GROUND.replace("[EVENT]", CAPTION), False, 2048, "qwen_vl_utils", "timezero"),
+    "time_r1_charades_sta": (TIME_R1_R1.format(CAPTION), False, 1024, "qwen_vl_utils", "time_r1"),
 }
 
 
