@@ -4,8 +4,8 @@
 
 Predictions: each annotated end ± N(0, sigma) seconds, ordered, start ≥ 0, one decimal; once as they come (some end
 past the video) and once clamped inside the video. Prints R1@0.3/0.5/0.7 and mIoU under ``standard``, ``clamped`` and
-the formula of www-Ye/TimeZero ``evaluate.py`` (hull union, ``thresh <= iou``), and how many exact ties that formula
-loses to float error. The numbers are in evaluation/README.md.
+the formula of www-Ye/TimeZero ``evaluate.py`` (hull union, ``thresh <= iou``), and how many exact ties (IoU = m in
+exact arithmetic, as ``standard`` computes it) that formula loses to float error. The numbers are in evaluation/README.md.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from grounding_rl.data.readers import read_annotations
 from grounding_rl.data.samples import validate
-from grounding_rl.reward.metrics import THRESHOLDS, TIE_TOLERANCE, compute_metrics
+from grounding_rl.reward.metrics import THRESHOLDS, compute_metrics, exact_time, standard_iou
 
 
 def timezero_iou(pred, gt) -> float:
@@ -38,7 +38,7 @@ def main() -> None:
     print(f"{len(raw)} queries: {counts}")
     rng = np.random.default_rng(args.seed)
     for name, inside in (("may end past the video", False), ("inside the video", True)):
-        records, published = [], []
+        records, published, exact = [], [], []
         for sample in kept:
             s = sample.raw_start + rng.normal(0, args.sigma)
             e = sample.raw_end + rng.normal(0, args.sigma)
@@ -50,6 +50,7 @@ def main() -> None:
             records.append({"start": sample.start, "end": sample.end, "raw_start": sample.raw_start,
                             "raw_end": sample.raw_end, "duration": sample.duration, "pred_start": s, "pred_end": e})
             published.append(timezero_iou((s, e), (sample.raw_start, sample.raw_end)))
+            exact.append(standard_iou((s, e), (sample.raw_start, sample.raw_end)))
         published = np.array(published)
         rows = {"standard": compute_metrics(records, "standard"), "clamped": compute_metrics(records, "clamped"),
                 "TimeZero's formula": {**{f"R1@{m}": 100 * float(np.mean(published >= m)) for m in THRESHOLDS},
@@ -57,7 +58,7 @@ def main() -> None:
         print(f"predictions {name}:")
         for label, m in rows.items():
             print(f"  {label:20s}" + " ".join(f"{k} {m[k]:6.2f}" for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")))
-        lost = {m: int(np.sum((published < m) & (published >= m - TIE_TOLERANCE))) for m in THRESHOLDS}
+        lost = {m: int(sum(p < m and x >= exact_time(m) for p, x in zip(published, exact))) for m in THRESHOLDS}
         print(f"  exact ties TimeZero's formula loses: {lost}")
 
 

@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     print(f"{'benchmark':18} {'fps':>4} {'rule':10} {'queries':>7} {'end > T/f':>10} {'depth s':>8} "
           f"{'end > (T-1)/f':>13} {'depth s':>8}")
-    for name, (fmt, annotations, durations) in BENCHMARKS.items():
-        samples, _ = validate(read_annotations(fmt, args.benchmarks / annotations,
+    for name, (fmt, annotation_file, durations) in BENCHMARKS.items():
+        samples, _ = validate(read_annotations(fmt, args.benchmarks / annotation_file,
                                                durations=args.benchmarks / durations if durations else None),
                               log_limit=0)
         for fps in args.fps:

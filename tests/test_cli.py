@@ -4,7 +4,6 @@ import sys
 import pytest
 
 from grounding_rl.cli import SUBCOMMANDS, main
-from grounding_rl.paths import REPO_ROOT
 
 
 def test_help_lists_every_subcommand(capsys):

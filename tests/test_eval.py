@@ -472,7 +472,16 @@ def test_eval_sh_prepares_a_benchmark_and_evaluates(tiny_model_dir, videos_dir, 
     # both scorings side by side, the standard one the headline
     assert metrics["scoring"] == "standard" and set(metrics["by_scoring"]) == {"standard", "clamped"}
     assert metrics["mIoU"] == metrics["by_scoring"]["standard"]["mIoU"]
-    assert "| standard |" in report and "| clamped |" in report
+    assert "| standard (headline) |" in report and "| clamped |" in report
+    # rerun on the finished folder with --scoring all: no query runs, every scoring is added from the predictions
+    proc = subprocess.run(cmd + ["--scoring", "all"], cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["run"]["queries_run"] == 0 and len(metrics["by_scoring"]) == 9
+    assert metrics["scoring"] == "standard" and metrics["mIoU"] == metrics["by_scoring"]["standard"]["mIoU"]
+    assert metrics["by_scoring"]["time_r1"]["source"].startswith("xiaomi-research/time-r1 @7f2b594")
+    assert "| time_r1 |" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow

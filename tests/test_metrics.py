@@ -94,3 +94,34 @@ def test_standard_scoring_keeps_annotation_and_prediction_as_written():
     assert compute_metrics([{**r, "pred_start": 45.0, "pred_end": 25.0}], "standard")["mIoU"] == 0.0
     with pytest.raises(ValueError, match="scoring"):
         compute_metrics([r], "published")
+
+
+@pytest.mark.parametrize("scoring", ["standard", "clamped"])
+def test_near_ties_do_not_count(scoring):
+    """Exact arithmetic, no tolerance: IoU 1/2 − 5e-10 (times with many decimals) misses R1@0.5; a 1e-9 tolerance
+    counted it."""
+    from fractions import Fraction
+
+    from grounding_rl.reward.metrics import exact_iou
+
+    gt, pred = (10.0, 20.0), (10.0, 14.999999995)  # IoU = 4.999999995 / 10
+    assert exact_iou(tuple(map(Fraction, map(repr, pred))), tuple(map(Fraction, gt))) == Fraction(4999999995, 10**10)
+    rec = {"start": gt[0], "end": gt[1], "duration": 60.0, "pred_start": pred[0], "pred_end": pred[1]}
+    assert compute_metrics([rec], scoring)["R1@0.5"] == 0.0
+    text = {"start": gt[0], "end": gt[1], "duration": 60.0, "answer": T("10.0 to 14.9999999999999999")}
+    assert compute_metrics([text], scoring)["R1@0.5"] == 0.0  # float64 reads 15.0; the text's own decimals miss
+    assert compute_metrics([{**text, "answer": T("10.0 to 15.0")}], scoring)["R1@0.5"] == 100.0
+
+
+def test_standard_negative_start_rule():
+    """``standard`` uses a negative time as written on either side; ``clamped`` clamps it to 0. The parser reads no
+    negative prediction ("-2 to 5" is no answer)."""
+    r = {"start": 0.0, "end": 4.0, "raw_start": -0.5, "raw_end": 4.0, "duration": 30.0, "pred_start": 0.0,
+         "pred_end": 4.0}
+    assert compute_metrics([r], "standard")["mIoU"] == 100 * 4 / 4.5  # exactly 800/9, rounded once
+    assert compute_metrics([r], "clamped")["mIoU"] == 100.0
+    negative_pred = {**r, "raw_start": 0.0, "pred_start": -1.0}  # (−1, 4) against (0, 4): 4/5
+    assert compute_metrics([negative_pred], "standard")["mIoU"] == 80.0
+    assert compute_metrics([negative_pred], "clamped")["mIoU"] == 100.0
+    as_text = {**r, "pred_start": None, "pred_end": None, "answer": T("-2 to 5")}
+    assert compute_metrics([as_text], "standard")["parse_failure_rate"] == 100.0

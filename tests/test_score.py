@@ -82,7 +82,8 @@ def test_annotations_follow_the_validation_policy(tmp_path):
     pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "ok", "start": 10.0, "end": 40.0}])
     metrics = score(pred, ann)
     assert metrics["scoring"] == "standard" and metrics["by_scoring"]["standard"] == {
-        k: v for k, v in metrics.items() if k not in ("scoring", "by_scoring", "unknown_qids", "missing_predictions")}
+        **{k: v for k, v in metrics.items() if k not in ("scoring", "by_scoring", "unknown_qids", "missing_predictions")},
+        "source": metrics["by_scoring"]["standard"]["source"]}
     assert metrics["n"] == 2 and metrics["mIoU"] == 37.5  # 10-40 s against the annotated 10-50 s: 0.75; "bad": 0
     clamped = metrics["by_scoring"]["clamped"]
     assert clamped["n"] == 1 and clamped["mIoU"] == 100.0  # the ground truth 10-50 s is clamped to 10-40 s
@@ -107,3 +108,49 @@ def test_missing_predictions_are_counted_and_an_empty_file_is_an_error(tmp_path,
     pred.write_text("")
     assert cli_main(["score", "--predictions", str(pred), "--annotations", str(ann)]) == 2
     assert capsys.readouterr().err.strip() == f"grounding-rl score: error: {pred}: no predictions in the file"
+
+
+def test_every_scoring_side_by_side(tmp_path, capsys):
+    """``--scoring all``: one table, each scoring with its own n and source; the headline stays ``standard``. The tie
+    GT (11.6, 14.6) against (11.6, 17.6) counts at R1@0.5 under ``standard`` and misses under every evaluator's float
+    arithmetic; the query without a prediction is in n or not by each evaluator's rule."""
+    ann = write_jsonl(tmp_path / "gt.jsonl", [gt("tie", 11.6, 14.6), gt("none", 1.0, 2.0)])
+    pred = write_jsonl(tmp_path / "pred.jsonl", [{"qid": "tie", "answer": "<answer>11.6 to 17.6</answer>"}])
+    out = tmp_path / "metrics.json"
+    assert main(["--predictions", str(pred), "--annotations", str(ann), "--out", str(out), "--scoring", "all"]) == 0
+    m = json.loads(out.read_text())
+    by = m["by_scoring"]
+    assert list(by) == ["standard", "clamped", "timelens", "lmms_timelens", "lmms_charades_sta",
+                        "lmms_extremewhenbench", "timelens2_vlmevalkit", "timezero", "time_r1", "set", "qvhighlights"]
+    assert m["scoring"] == "standard" and m["R1@0.5"] == by["standard"]["R1@0.5"] == 50.0
+    assert [by[k]["R1@0.5"] for k in list(by)[2:9]] == [0.0] * 7
+    assert [by[k]["n"] for k in by] == [2, 2, 2, 1, 2, 2, 1, 1, 1, 2, 2]
+    assert by["timezero"]["source"].startswith("www-Ye/TimeZero @a7c3523")
+    table = capsys.readouterr().out
+    assert "| standard (headline) | 2 | 50.00 | 50.00 |" in table and "| time_r1 | 1 | 100.00 | 0.00 |" in table
+    from grounding_rl.errors import UserError
+
+    with pytest.raises(UserError, match="--scoring: unknown scoring 'nope'"):
+        main(["--predictions", str(pred), "--annotations", str(ann), "--scoring", "nope"])
+
+
+def test_compare_rescores_existing_predictions(tmp_path, capsys):
+    """``compare --scoring all`` over an evaluation folder whose metrics.json has only standard and clamped: the other
+    scorings come from its predictions.jsonl, without a model."""
+    from grounding_rl.cli.compare import main as compare
+    from grounding_rl.data.samples import Sample
+    from grounding_rl.reward.records import metrics_from_records, prediction_record
+
+    samples = [Sample(video="v.mp4", query=f"q{i}", start=float(i), end=i + 4.0, duration=30.0, qid=str(i), source="t")
+               for i in range(3)]
+    records = [prediction_record(s, a) for s, a in zip(samples, ("0 to 4", "1.0 - 5.0", None))]
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "predictions.jsonl", records)
+    (run / "metrics.json").write_text(json.dumps(metrics_from_records(records)))
+    assert compare([f"base={run}", "--scoring", "timezero", "--scoring", "lmms_charades_sta"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| base | standard (headline) | 66.67 | 66.67 | 66.67 | 66.67 | 0.00 | 3 |"
+    # TimeZero reads "0 to 4" only, and leaves the missing one out of n; lmms-eval's Charades reads both, counts all
+    assert lines[4] == "| base | timezero | 50.00 | 50.00 | 50.00 | 50.00 | - | 2 |"
+    assert lines[5] == "| base | lmms_charades_sta | 66.67 | 66.67 | 66.67 | 66.67 | - | 3 |"

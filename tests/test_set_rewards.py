@@ -4,7 +4,7 @@ import pytest
 
 from grounding_rl.reward.rewards import format_reward, get_reward_funcs, iou_reward, reward_name
 from grounding_rl.reward.set_rewards import translate_timelens2_spec
-from tests.test_intervals import FIXTURE, _OURS
+from tests.test_intervals import FIXTURE
 
 
 def _reward(name):

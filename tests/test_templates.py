@@ -23,14 +23,25 @@ def test_each_template_names_its_answer_format_and_video_position():
     formats = {name: t.answer_format for name, t in templates.PROMPT_TEMPLATES.items()}
     assert formats == {"default": "think_answer", "default_no_think": "answer_only", "timezero": "think_answer",
                        "time_r1": "think_answer", "videochat_r1": "think_answer", "timelens": "timelens",
-                       "default_multi": "think_json_spans", "timelens2": "json_spans"}
-    assert [n for n in sorted(formats) if templates.is_thinking_free(n)] == ["default_no_think", "timelens",
-                                                                            "timelens2"]
+                       "default_multi": "think_json_spans", "timelens2": "json_spans",
+                       "lmms_charades_sta": "timelens", "lmms_extremewhenbench": "timelens"}
+    assert [n for n in sorted(formats) if templates.is_thinking_free(n)] == [
+        "default_no_think", "lmms_charades_sta", "lmms_extremewhenbench", "timelens", "timelens2"]
     assert [p["type"] for p in templates.conversation("q", "timelens2")[0]["content"]] == ["video", "text"]
     assert [p["type"] for p in templates.conversation("q", "timelens")[0]["content"]] == ["video", "text"]
     assert [p["type"] for p in templates.conversation("q", "time_r1")[0]["content"]] == ["text", "video"]
     with pytest.raises(ValueError, match="unknown prompt_template"):
         templates.get_template("timezero2")
+
+
+def test_a_template_that_states_the_duration():
+    """lmms-eval's ExtremeWhenBench prompt states the video's length as ``f"{dur:.0f}"``."""
+    text = templates.instruction("When does he leave?", "lmms_extremewhenbench", duration=3725.5)
+    assert text.startswith("[Video Temporal Grounding]\nYou are watching a 3726-second long video.\n")
+    assert text.endswith('Now I will give you the question: "When does he leave?"\nPlease return its start time and '
+                         "end time.")
+    with pytest.raises(ValueError, match="states the video's duration"):
+        templates.instruction("q", "lmms_extremewhenbench")
 
 
 @pytest.mark.parametrize("name", sorted(templates.PROMPT_TEMPLATES))

@@ -1,7 +1,7 @@
 """``grounding-rl compare``: one table of several runs' metrics, e.g. baseline vs SFT vs GRPO
 (:mod:`grounding_rl.eval.compare`).
 
-    grounding-rl compare NAME=PATH [NAME=PATH ...] [--json-key NAME:METRIC ...]
+    grounding-rl compare NAME=PATH [NAME=PATH ...] [--json-key NAME:METRIC ...] [--scoring NAME|all ...]
 """
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from grounding_rl.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grounding_rl.eval.compare import comparison_table, load_metrics
+    from grounding_rl.cli.eval import add_scoring_flag
+    from grounding_rl.eval.compare import comparison_table, load_metrics, with_scorings
 
     parser = argparse.ArgumentParser(prog="grounding-rl compare", description="One table of several runs' metrics.")
     parser.add_argument("runs", nargs="+", help="NAME=PATH (metrics.json or a folder holding one)")
     parser.add_argument("--json-key", action="append", default=[], metavar="NAME:METRIC",
                         help="add NAME_METRIC to the last JSON line (e.g. grpo:mIoU); repeatable")
+    add_scoring_flag(parser)
     args = parser.parse_args(argv)
     runs = {}
     try:
@@ -27,9 +29,11 @@ def main(argv: list[str] | None = None) -> int:
             if not sep:
                 raise ValueError(f"expected NAME=PATH, got {spec!r}")
             runs[name] = load_metrics(path)
+            if args.scoring:
+                runs[name] = with_scorings(path, runs[name], args.scoring)
     except (OSError, ValueError) as err:  # a missing path, a file that is not JSON, a run not written NAME=PATH
         raise UserError(str(err)) from None
-    print(comparison_table(runs))
+    print(comparison_table(runs, args.scoring))
     if args.json_key:
         summary = {}
         for key in args.json_key:

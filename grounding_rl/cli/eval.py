@@ -3,6 +3,10 @@
     grounding-rl eval --model DIR --data TEST.jsonl --out OUTDIR [--batch-size B] [--limit N] [--video-root DIR]
                       [--benchmark evaluation/X.yaml] [--prompt-template NAME] [--fps F] [--max-pixels P]
                       [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
+                      [--scoring NAME|all ...]
+
+Over a finished OUTDIR the run only scores: every query is already in ``predictions.jsonl`` (nothing pending, no model
+loads), so ``--scoring all`` rescores existing predictions under every published evaluator's rule.
 
 The flags become an :class:`grounding_rl.eval.evaluate.EvalRequest`; :func:`grounding_rl.eval.evaluate.evaluate` plans,
 runs and reports (its module docstring lists the files written: ``predictions.jsonl``, ``eval_config.json``,
@@ -42,9 +46,10 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
                         help="override the pixel budget per clip (video_total_pixels)")
     parser.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
                         help="override the maximum number of frames (video_max_frames)")
-    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils"],
+    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils", "lmms_eval_qwen2_5_vl"],
                         help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
-                        "Time-R1 and VideoChat-R1 checkpoints were evaluated)")
+                        "Time-R1 and VideoChat-R1 checkpoints were evaluated; lmms_eval_qwen2_5_vl: lmms-eval's "
+                        "Qwen2.5-VL backend, fetch_video's frames cut to 32 by linspace plus the last, 2 fps claimed)")
     parser.add_argument("--video-total-tokens", dest="total_tokens", type=int, default=None,
                         help="override the budget in merged video tokens a clip (video_total_tokens; replaces a saved "
                         "total_pixels)")
@@ -57,6 +62,17 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
                         "(video_budget_lowers_fps)")
     parser.add_argument("--video-cover-tail", dest="cover_tail", default=None, action=argparse.BooleanOptionalAction,
                         help="frames on the scale T / duration, covering the clip to its end (video_cover_tail)")
+
+
+def add_scoring_flag(parser: argparse.ArgumentParser) -> None:
+    """``--scoring NAME|all`` (repeatable), shared by ``eval``, ``score`` and ``compare``: the published evaluators'
+    scorings to show beside ``standard`` (the headline) and ``clamped`` (:mod:`grounding_rl.reward.scorings`)."""
+    parser.add_argument("--scoring", action="append", default=[], metavar="NAME|all",
+                        help="also score under this published evaluator's rule (timelens, lmms_timelens, "
+                        "lmms_charades_sta, lmms_extremewhenbench, timelens2_vlmevalkit, timezero, time_r1; for "
+                        "interval sets: set, against every span of TimeLens-Bench's spans_all, and qvhighlights, "
+                        "moment_detr's R1 and mAP, added by itself on qvhighlights data), or 'all'; repeatable. "
+                        "standard (the headline) and clamped are always computed")
 
 
 def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
@@ -77,6 +93,7 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
                         help="benchmark YAML (evaluation/*.yaml): its paper protocol is used when the checkpoint has "
                              "no grounding_config.json, its expected query count is checked, its anchors are reported")
     add_preprocessing_overrides(parser)
+    add_scoring_flag(parser)
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help=f"generation budget (default: the benchmark's, else {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--seed", type=int, default=0, help="random seed (decoding is greedy; recorded)")
@@ -92,10 +109,6 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
     parser.add_argument("--data-root", default=None,
                         help="folder of the --benchmark's annotation files (default: $GROUNDING_RL_DATA, else the "
                              "test data)")
-    parser.add_argument("--scoring", action="append", choices=["set", "qvhighlights"], default=[],
-                        help="also score under this scoring (repeatable): set (set IoU, precision and recall against "
-                        "every span of TimeLens-Bench's spans_all), qvhighlights (moment_detr's R1@0.5/0.7 and mAP; "
-                        "added by itself on qvhighlights data)")
     parser.add_argument("--max-missing-fraction", type=float, default=0.05,
                         help="fail (exit 2) when more than this share of the videos is missing (checked before the "
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
@@ -115,8 +128,7 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        attn_implementation=args.attn_implementation, engine=args.engine,
                        num_workers=args.num_workers, frame_cache=args.frame_cache,
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
-                       max_missing_fraction=args.max_missing_fraction,
-                       scorings=tuple(getattr(args, "scoring", None) or ()))
+                       max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """``grounding-rl score``: metrics of a predictions file against canonical annotations (:mod:`grounding_rl.eval.score`).
 
     grounding-rl score --predictions PRED.jsonl --annotations GT.jsonl [--out metrics.json] [--prompt-template NAME]
-                       [--scoring set|qvhighlights ...]
+                       [--scoring NAME|all ...]
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grounding_rl.cli.eval import add_scoring_flag
     from grounding_rl.eval.score import score
-    from grounding_rl.reward.metrics import EXTRA_SCORINGS, scoring_table
+    from grounding_rl.reward.metrics import scoring_table
 
     parser = argparse.ArgumentParser(
         prog="grounding-rl score", description="Score predictions against annotations (R1@m, mIoU)."
@@ -23,11 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the metrics as JSON here")
     parser.add_argument("--prompt-template", default="default",
                         help="the template the predictions were made with (its answer format sets the format rate)")
-    parser.add_argument("--scoring", action="append", choices=list(EXTRA_SCORINGS), default=[],
-                        help="also score under this scoring (repeatable): set (set IoU, precision and recall against "
-                        "every span of TimeLens-Bench's spans_all), qvhighlights (moment_detr's R1@0.5/0.7 and mAP)")
+    add_scoring_flag(parser)
     args = parser.parse_args(argv)
-    metrics = score(args.predictions, args.annotations, args.prompt_template, tuple(args.scoring))
+    metrics = score(args.predictions, args.annotations, args.prompt_template, args.scoring)
     print(scoring_table(metrics))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -121,7 +121,7 @@ def validate_spans(spans: Spans, duration: float, counts: dict[str, int] | None 
 
 def _validate_set(sample: Sample, query: str, training: bool, counts: dict[str, int]) -> tuple[Sample | None, str]:
     """:func:`validate_sample` for a sample with ``spans``: the policy per span, then ``start``/``end`` = the hull."""
-    start, end, duration = sample.start, sample.end, sample.duration
+    duration = sample.duration
     values = [t for span in sample.spans + (sample.spans_all or ()) for t in span]
     if not all(math.isfinite(x) for x in values + [duration]) or duration <= 0:
         return None, f"dropped: non-finite time or duration ≤ 0 (spans={sample.spans}, duration={duration})"

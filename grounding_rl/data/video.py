@@ -10,7 +10,12 @@ Frame *times* do not: qwen-vl-utils spreads T frames uniformly over the clip (``
 ``qwen_vl_utils.fetch_video``'s own frames (``linspace(0, total − 1, T)``) and its claimed rate ``T / total · fps``
 (so its ``second_per_grid_ts``), which is how the TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and
 evaluated. Its claimed frame times ``k / rate`` drift from the frames' true times (about 0.5 s on 10 s clips, 1.53 s
-computed for a 20-minute one; docs/BENCHMARKS.md).
+computed for a 20-minute one; docs/BENCHMARKS.md). ``lmms_eval_qwen2_5_vl`` reproduces lmms-eval's Qwen2.5-VL backend
+(EvolvingLMMs-Lab/lmms-eval @75571cf ``lmms_eval/models/simple/qwen2_5_vl.py``, ``generate_until``): qwen-vl-utils
+samples (as ``qwen_vl_utils``, sizes from its fps and pixel budget, the long-video settings ``total_tokens`` /
+``min_tokens`` / ``total_pixels`` / ``min_pixels`` respected), then :func:`lmms_eval_indices` keeps 32 of those frames
+by ``linspace`` plus the last, at the size computed for all of them, and the processor is called without fps or
+metadata: it assumes 2 fps (:data:`LMMS_EVAL_CLAIMED_FPS`, transformers 4.x) whatever the frames' true spacing.
 
 Long videos (TimeLens2's budget, ``grpo/timelens/data/video.py`` of MCG-NJU/TimeLens2): ``total_tokens`` and
 ``min_tokens`` give the budget in merged video tokens, ``total_pixels = total_tokens · factor²`` and ``min_pixels =
@@ -45,7 +50,9 @@ DEFAULT_MIN_PIXELS = VIDEO_MIN_TOKEN_NUM * IMAGE_FACTOR * IMAGE_FACTOR  # 100,35
 DEFAULT_MAX_PIXELS = VIDEO_MAX_TOKEN_NUM * IMAGE_FACTOR * IMAGE_FACTOR  # 602,112 (qwen-vl-utils default)
 
 
-VIDEO_SAMPLERS = ("exact", "qwen_vl_utils")
+VIDEO_SAMPLERS = ("exact", "qwen_vl_utils", "lmms_eval_qwen2_5_vl")
+LMMS_EVAL_NUM_FRAMES = 32  # lmms-eval's Qwen2_5_VL(max_num_frames=32)
+LMMS_EVAL_CLAIMED_FPS = 2.0  # the rate transformers 4.x's Qwen2.5-VL processor assumes when called without fps
 
 
 class VideoLoadError(RuntimeError):
@@ -530,8 +537,10 @@ def sample_frames(
         if hit is not None:
             return hit
 
-    if settings.sampler == "qwen_vl_utils":
+    if settings.sampler in ("qwen_vl_utils", "lmms_eval_qwen2_5_vl"):
         video = _sample_qwen_vl_utils(path, settings)
+        if settings.sampler == "lmms_eval_qwen2_5_vl":
+            video = _lmms_eval_subsample(video)
         if cache is not None:
             cache.put(path, settings, video)
         return video
@@ -609,6 +618,26 @@ def _sample_qwen_vl_utils(path: str, settings: VideoSettings) -> SampledVideo:
                         duration=float(metadata["total_num_frames"]) / source_fps, frame_indices=indices,
                         timestamps=[i / source_fps for i in indices], sampled_fps=float(claimed_fps),
                         backend=f"qwen_vl_utils/{metadata.get('video_backend', '?')}")
+
+
+def lmms_eval_indices(total: int, num_frames: int = LMMS_EVAL_NUM_FRAMES) -> np.ndarray:
+    """Which of ``total`` sampled frames lmms-eval's Qwen2.5-VL backend keeps: ``unique(linspace(0, total − 1,
+    num_frames, dtype=int))``, plus ``total − 1`` when missing (lmms-eval @75571cf
+    ``lmms_eval/models/simple/qwen2_5_vl.py``). E.g. total 60 → 32 indices 0, 1, 3, 5, …, 59; total 10 → 0..9."""
+    indices = np.unique(np.linspace(0, total - 1, num_frames, dtype=int))
+    if total - 1 not in indices:
+        indices = np.unique(np.append(indices, total - 1))
+    return indices
+
+
+def _lmms_eval_subsample(video: SampledVideo) -> SampledVideo:
+    """The ``lmms_eval_qwen2_5_vl`` sampler's step after qwen-vl-utils: the frames of :func:`lmms_eval_indices`, and
+    the rate the processor assumes without fps (:data:`LMMS_EVAL_CLAIMED_FPS`) as ``sampled_fps``."""
+    keep = lmms_eval_indices(len(video.frames))
+    return SampledVideo(path=video.path, frames=np.ascontiguousarray(video.frames[keep]), source_fps=video.source_fps,
+                        duration=video.duration, frame_indices=[video.frame_indices[i] for i in keep],
+                        timestamps=[video.timestamps[i] for i in keep], sampled_fps=LMMS_EVAL_CLAIMED_FPS,
+                        backend=f"lmms_eval_qwen2_5_vl/{video.backend}")
 
 
 def resize_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -60,6 +60,8 @@ class Benchmark:
             not published) and ``source``.
         description: free text.
         path: the YAML file.
+        scorings: the benchmark's own metric as named scorings (:mod:`grounding_rl.reward.scorings`, e.g.
+            ``lmms_extremewhenbench``), added by ``eval --benchmark`` beside ``standard`` and ``clamped``.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Benchmark:
     anchors: list[dict] = field(default_factory=list)
     description: str = ""
     path: str = ""
+    scorings: tuple[str, ...] = ()
 
 
 def _data_file(value, root: Path | None, path: Path) -> str | None:
@@ -143,6 +146,14 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_d
             value = anchor.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise BenchmarkError(f"{path}: anchors[{i}].{key} must be a number or null, got {value!r}")
+    scorings = data.get("scorings") or []
+    if not isinstance(scorings, list) or not all(isinstance(name, str) for name in scorings):
+        raise BenchmarkError(f"{path}: scorings must be a list of scoring names, got {scorings!r}")
+    from grounding_rl.reward.scorings import REGISTRY
+
+    unknown = [name for name in scorings if name not in REGISTRY]
+    if unknown:
+        raise BenchmarkError(f"{path}: unknown scoring(s) {unknown}; known: {', '.join(REGISTRY)}")
     return Benchmark(
         name=str(data["name"]),
         format=str(data["format"]),
@@ -155,6 +166,7 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_d
         anchors=list(anchors),
         description=str(data.get("description") or "").strip(),
         path=str(path),
+        scorings=tuple(scorings),
     )
 
 

@@ -26,7 +26,8 @@
   order, then ``metrics.json`` (metrics, model, data, sampling settings, seed, package versions), ``report.md`` and
   ``iou_hist.png``. Metrics come under two scorings (:mod:`grounding_rl.reward.metrics`): ``standard`` (the published
   evaluators' rule; the top level of ``metrics.json``, the report's headline and its anchor comparison) and
-  ``clamped`` (ours, the reward's rule), both under ``by_scoring``.
+  ``clamped`` (ours, the reward's rule), both under ``by_scoring``, and the published evaluators' own scorings named
+  in ``scorings`` (:mod:`grounding_rl.reward.scorings`), each with its own ``n`` and ``source``.
 """
 from __future__ import annotations
 
@@ -150,10 +151,12 @@ class EvalRequest:
         num_workers: DataLoader workers decoding clips per process (≥ 0).
         frame_cache, frame_cache_gb: an optional on-disk frame cache folder and its size bound (GB, > 0).
         overwrite: discard earlier predictions in ``out``.
-        scorings: extra scorings (``set``, ``qvhighlights``; :data:`grounding_rl.reward.metrics.EXTRA_SCORINGS`);
-            ``qvhighlights`` is added by itself when every query comes from the qvhighlights reader.
         max_missing_fraction: fail when more than this share of the videos is missing (checked before the model
             loads) or unreadable (after the run; metrics are written); 1.0 = never.
+        scorings: published evaluators' scorings to report beside ``standard`` and ``clamped`` (names of
+            :mod:`grounding_rl.reward.scorings`, or ``all``); they change no prediction, so a finished ``out`` is
+            rescored without running the model. ``qvhighlights`` is added by itself when every query comes from
+            the qvhighlights reader, and a benchmark's own ``scorings`` (its YAML) always.
     """
 
     model: str
@@ -191,6 +194,12 @@ class EvalRequest:
         check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1)
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm (got {self.engine!r})")
+        from grounding_rl.reward.metrics import scoring_names
+
+        try:
+            scoring_names(self.scorings)
+        except ValueError as err:
+            raise UserError(f"--scoring: {err}") from None
         self.overrides.check()
 
 
@@ -420,8 +429,8 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     request, config = plan_.request, plan_.config
     outdir = Path(request.out)
     records = merge_predictions(outdir, plan_.samples)
-    scorings = tuple(request.scorings)
-    if all(s.source == "qvhighlights" for s in plan_.samples) and "qvhighlights" not in scorings:
+    scorings = tuple(request.scorings) + (plan_.benchmark.scorings if plan_.benchmark else ())
+    if all(s.source == "qvhighlights" for s in plan_.samples):
         scorings += ("qvhighlights",)
     metrics = metrics_from_records(records, config.prompt_template, plan_.dropped, scorings)
     metrics["missing_videos"] = len(plan_.absent)

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from grounding_rl.paths import follow_umask
-from grounding_rl.reward.metrics import EXTRA_SCORINGS, format_metrics_table, scoring_table
+from grounding_rl.reward.metrics import format_metrics_table, scoring_sources, scoring_table
 
 # Distributions whose versions every metrics.json records, plus a few that change results.
 VERSION_PACKAGES = ("torch", "transformers", "trl", "qwen-vl-utils", "decord", "accelerate", "grounding-rl")
@@ -98,12 +98,14 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
              "R1@m: percent of queries with IoU ≥ m (exact ties count); mIoU: mean IoU in percent. Every query "
              "counts: an unparseable answer or a clip that failed to load is IoU 0."]
     if "by_scoring" in metrics:
-        lines += ["", f"Headline numbers use the `{metrics.get('scoring')}` scoring. Both side by side:", "",
+        lines += ["", f"The headline numbers above use the `{metrics.get('scoring')}` scoring. Every scoring side by "
+                  "side, each with its own n:", "",
                   scoring_table(metrics), "",
-                  "`standard`: the published evaluators' rule (TimeZero, VideoChat-R1, TimeLens) — ground truth as "
-                  "annotated, prediction as parsed. `clamped`: ours, the training reward's rule — both clamped into "
-                  "[0, duration]."]
-        extra = [name for name in metrics["by_scoring"] if name in EXTRA_SCORINGS]
+                  "`standard`: the published evaluators' shared rule (TimeZero, VideoChat-R1, TimeLens: IoU ≥ m) in "
+                  "exact arithmetic — ground truth as annotated, prediction as parsed. `clamped`: ours, the training "
+                  "reward's rule — both clamped into [0, duration]. Other rows reproduce one evaluator each, its "
+                  "parser, denominator and float comparisons included. Sources:", "", scoring_sources(metrics)]
+        extra = [name for name in metrics["by_scoring"] if name in ("set", "qvhighlights")]
         if "precision" in metrics or extra:
             lines += ["", "Interval sets: a query with several ground-truth spans (or every query of a template that "
                       "asks for a set) is scored by the IoU of the merged predicted set with the merged ground-truth "

@@ -10,7 +10,8 @@ count as failures (IoU 0), counted as ``missing_predictions`` and printed; predi
 Annotations pass through the one validation policy (:func:`grounding_rl.data.samples.validate`), as in ``eval``:
 start ≥ end dropped (``clamped`` leaves them out of n; ``standard`` counts them with IoU 0, as the published
 evaluators do), times clamped into [0, duration] for ``clamped``, kept as annotated for ``standard``
-(:mod:`grounding_rl.reward.metrics`); both scorings are printed and written.
+(:mod:`grounding_rl.reward.metrics`); both scorings are printed and written, and with ``--scoring NAME|all`` the
+published evaluators' own scorings beside them (:mod:`grounding_rl.reward.scorings`; they read the ``answer`` text).
 """
 from __future__ import annotations
 
@@ -36,22 +37,28 @@ def _index(path: Path) -> dict[str, tuple[int, dict]]:
     return out
 
 
-def score(predictions: Path, annotations: Path, prompt_template: str = "default",
-          scorings: tuple[str, ...] = ()) -> dict:
-    """Metrics of ``predictions`` against ``annotations`` under both scorings (``metrics_by_scoring``: ``standard``
-    at the top level, ``by_scoring`` with ``standard`` and ``clamped``), plus the counts ``unknown_qids`` and
+def score(predictions: Path, annotations: Path, prompt_template: str = "default", scorings=()) -> dict:
+    """Metrics of ``predictions`` against ``annotations`` under the scorings (``metrics_by_scoring``: ``standard``
+    at the top level, ``by_scoring`` with ``standard``, ``clamped`` and the further ``scorings`` named, or ``all``:
+    the published evaluators' own, :mod:`grounding_rl.reward.scorings`), plus the counts ``unknown_qids`` and
     ``missing_predictions``; a query without a prediction counts as IoU 0, and the count is printed on stderr.
     ``prompt_template`` names the answer format the format rate checks.
 
     Interval sets: a query whose annotation has several ``spans``, or every query when ``prompt_template`` asks for
     a set, is scored by set IoU (:func:`grounding_rl.reward.records.is_set_scored`); its prediction is the line's
-    ``pred_spans`` (``[[s, e], …]``) when given, else its ``answer`` parsed as a set. ``scorings``: extra scorings
-    (``set`` against ``spans_all``, ``qvhighlights``; :data:`grounding_rl.reward.metrics.EXTRA_SCORINGS`).
+    ``pred_spans`` (``[[s, e], …]``) when given, else its ``answer`` parsed as a set. The ``set``
+    scoring reads ``spans_all`` (every span a TimeLens-Bench entry lists), ``qvhighlights`` ranks ``pred_spans``.
 
     Raises:
         UserError: bad JSON, a missing or duplicate qid, or a bad field (naming file and line); a predictions file
-            without any prediction, or annotations without any usable query.
+            without any prediction, or annotations without any usable query; an unknown scoring.
     """
+    from grounding_rl.reward.metrics import scoring_names
+
+    try:
+        scoring_names(scorings)
+    except ValueError as err:
+        raise UserError(f"--scoring: {err}") from None
     from grounding_rl.data.samples import iter_samples, validate
     from grounding_rl.prompts.templates import is_set_template
     from grounding_rl.reward.records import is_set_scored
@@ -83,7 +90,7 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise UserError(f"{predictions}:{preds[qid][0]}: {key!r} must be seconds or null, got {excerpt(value)}")
         record = {
-            "qid": f"{qid} ({annotations})",
+            "qid": f"{qid} ({annotations})", "video": gt.video, "query": gt.query,
             "start": gt.start, "end": gt.end, "duration": gt.duration, "raw_start": gt.raw_start, "raw_end": gt.raw_end,
             "answer": answer, "pred_start": pred.get("start"), "pred_end": pred.get("end"),
         }
@@ -100,7 +107,7 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         if gt.spans_all is not None:
             record["spans_all"] = [list(s) for s in gt.spans_all]
         records.append(record)
-    metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"], extra=scorings)
+    metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"], scorings=scorings)
     metrics["unknown_qids"] = len(unknown)
     metrics["missing_predictions"] = sum(1 for qid in gts if qid not in preds)
     if metrics["missing_predictions"]:

@@ -265,7 +265,8 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
         if height % family.pixel_factor or width % family.pixel_factor:
             raise ValueError(f"{video.path}: frames of {height}x{width} are not multiples of {family.pixel_factor} "
                              f"({family.name}); sample with family.video_settings(settings)")
-    texts = [family.video_prompt(processor, render_prompt(processor, q, template), video_layout) for q in queries]
+    texts = [family.video_prompt(processor, render_prompt(processor, q, template, v.duration), video_layout)
+             for q, v in zip(queries, videos)]
     clip_of: dict[int, int] = {}
     index = [clip_of.setdefault(id(v), len(clip_of)) for v in videos]
     call = processor

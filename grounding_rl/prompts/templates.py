@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 EVENT = "[EVENT]"
+DURATION = "[DURATION]"  # the video's length in whole seconds ("{:.0f}"), for prompts that state it
 
 # Answer formats: what a template asks the model to write, so the format reward accepts exactly that.
 THINK_ANSWER = "think_answer"  # <think>…</think><answer>S to E</answer>, S and E plain seconds ("12.54 to 17.83")
@@ -77,6 +78,25 @@ TIMELENS_PROMPT = (
     "The format should be: 'The event happens in <start time> - <end time> seconds'."
 )
 
+# lmms-eval's Charades-STA prompt (EvolvingLMMs-Lab/lmms-eval @75571cf, lmms_eval/tasks/charades_sta/charades.yaml
+# pre_prompt + caption + ". " + post_prompt, utils.temporal_grounding_doc_to_text), typos kept ("seonds"); its
+# Qwen2.5-VL backend puts the video first. Its TimeLens task's prompt is TIMELENS_PROMPT, character for character.
+LMMS_CHARADES_STA = (
+    "Please find the visual event described by a sentence in the video, determining its starting and ending times. "
+    "The format should be: 'The event happens in the start time - end time'. For example, The event 'person turn a "
+    "light on' happens in the 24.3 - 30.4 seonds. Now I will give you the textual sentence: [EVENT]. Please return its "
+    "start time and end time."
+)
+
+# lmms-eval's ExtremeWhenBench prompt (lmms_eval/tasks/extremewhenbench/utils.py @75571cf, DEFAULT_PROMPT with
+# {dur:.0f} → [DURATION], {question} → [EVENT]): it states the video's length.
+LMMS_EXTREMEWHENBENCH = (
+    "[Video Temporal Grounding]\nYou are watching a [DURATION]-second long video.\nPlease find the moment described by "
+    "the following question, determining its starting and ending times. The format should be: 'The event happens in "
+    "the start time - end time'. For example, The event 'person turn a light on' happens in the 24.3 - 30.4 seconds. "
+    'Now I will give you the question: "[EVENT]"\nPlease return its start time and end time.'
+)
+
 # Ours: shorter (fewer prompt tokens per clip), same answer format.
 DEFAULT = (
     'When does the event "[EVENT]" happen in the video? Think briefly within <think> </think> tags, then give the '
@@ -117,6 +137,12 @@ PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
     "default_multi": PromptTemplate(DEFAULT_MULTI, answer_format=THINK_JSON_SPANS),
     "timelens2": PromptTemplate(TIMELENS2_PROMPT, answer_format=JSON_SPANS, video_first=True,
                                 source="MCG-NJU/TimeLens2 @a5ce450, grpo/configs/data/timelens2.json"),
+    "lmms_charades_sta": PromptTemplate(LMMS_CHARADES_STA, answer_format=TIMELENS, video_first=True,
+                                        source="EvolvingLMMs-Lab/lmms-eval @75571cf, "
+                                               "lmms_eval/tasks/charades_sta/charades.yaml"),
+    "lmms_extremewhenbench": PromptTemplate(LMMS_EXTREMEWHENBENCH, answer_format=TIMELENS, video_first=True,
+                                            source="EvolvingLMMs-Lab/lmms-eval @75571cf, "
+                                                   "lmms_eval/tasks/extremewhenbench/utils.py"),
 }
 TEMPLATES: dict[str, str] = {name: t.text for name, t in PROMPT_TEMPLATES.items()}
 
@@ -188,26 +214,34 @@ def is_thinking_free(template: str) -> bool:
     return get_template(template).answer_format in THINKING_FREE_FORMATS
 
 
-def instruction(query: str, template: str = "default") -> str:
-    """The user text for one query.
+def instruction(query: str, template: str = "default", duration: float | None = None) -> str:
+    """The user text for one query; ``duration`` (seconds, the video's length) fills a template that states it
+    (``[DURATION]``, written ``f"{duration:.0f}"`` as lmms-eval writes it).
 
     Raises:
-        ValueError: unknown template name (lists the known ones).
+        ValueError: unknown template name (lists the known ones); a template that states the duration without one.
     """
-    return get_template(template).text.replace(EVENT, query.strip())
+    text = get_template(template).text
+    if DURATION in text:
+        if duration is None:
+            raise ValueError(f"prompt_template {template!r} states the video's duration: give it")
+        text = text.replace(DURATION, f"{duration:.0f}")
+    return text.replace(EVENT, query.strip())
 
 
-def conversation(query: str, template: str = "default") -> list[dict]:
+def conversation(query: str, template: str = "default", duration: float | None = None) -> list[dict]:
     """A one-turn chat: user content is the instruction text, then the video (TimeZero's, Time-R1's and VideoChat-R1's
     order), or the video first for a ``video_first`` template (TimeLens). No system message, so Qwen's chat template
     adds its default one."""
-    parts = [{"type": "text", "text": instruction(query, template)}, {"type": "video"}]
+    parts = [{"type": "text", "text": instruction(query, template, duration)}, {"type": "video"}]
     if get_template(template).video_first:
         parts.reverse()
     return [{"role": "user", "content": parts}]
 
 
-def render_prompt(processor, query: str, template: str = "default") -> str:
+def render_prompt(processor, query: str, template: str = "default", duration: float | None = None) -> str:
     """The chat-templated prompt text (with one ``<|vision_start|><|video_pad|><|vision_end|>`` placeholder that the
-    processor expands to the clip's video tokens), ending with the assistant turn's opening."""
-    return processor.apply_chat_template(conversation(query, template), tokenize=False, add_generation_prompt=True)
+    processor expands to the clip's video tokens), ending with the assistant turn's opening; ``duration`` as in
+    :func:`instruction`."""
+    return processor.apply_chat_template(conversation(query, template, duration), tokenize=False,
+                                         add_generation_prompt=True)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 _TOKEN_RE = re.compile(
     r"(?P<num>\d+(?::\d+)*(?:\.\d*)?|\.\d+)"  # a number or a clock
@@ -60,29 +61,32 @@ _MAX_FILLERS = 3
 _TIME, _JOIN, _UNIT, _FOREIGN, _START, _END, _FILL, _BREAK = range(8)
 
 
-def _clock_seconds(text: str) -> float | None:
-    """``"01:02:03.5"`` → 3723.5; ``"00:12"`` → 12.0. None for more than three fields, an inner field that is not two
-    digits, or a minutes/seconds field of 60 or more."""
+def _clock_seconds(text: str, number=float):
+    """``"01:02:03.5"`` → 3723.5; ``"00:12"`` → 12.0 (``number``: float, or Fraction for the exact value). None for
+    more than three fields, an inner field that is not two digits, or a minutes/seconds field of 60 or more."""
     *head, last = text.split(":")
     if len(head) > 2 or any(len(f) != 2 for f in head[1:]) or len(last.split(".")[0]) != 2:
         return None
-    seconds = float(last)
+    seconds = number(last)
     if seconds >= 60 or any(float(f) >= 60 for f in head[1:]):
         return None
-    total = 0.0
+    total = number(0)
     for field in head:
-        total = total * 60 + float(field)
+        total = total * 60 + number(field)
     return total * 60 + seconds
 
 
-def _tokens(text: str) -> list[tuple[int, object]]:
-    """``[(kind, value)]``: times carry their seconds (None when malformed or not finite), spaces dropped."""
+def _tokens(text: str, exact: bool = False) -> list[tuple[int, object]]:
+    """``[(kind, value)]``: times carry their seconds (None when malformed or not finite as a float; a Fraction of the
+    written decimals when ``exact``), spaces dropped."""
     out: list[tuple[int, object]] = []
     for match in _TOKEN_RE.finditer(text):
         kind = match.lastgroup
         value = match.group()
         if kind == "num":
             seconds = _clock_seconds(value) if ":" in value else float(value)
+            if seconds is not None and math.isfinite(seconds) and exact:
+                seconds = _clock_seconds(value, Fraction) if ":" in value else Fraction(value)
             out.append((_TIME, seconds if seconds is not None and math.isfinite(seconds) else None))
         elif kind == "word":
             word = value.lower()
@@ -112,8 +116,8 @@ def _tokens(text: str) -> list[tuple[int, object]]:
     return out
 
 
-def _read(text: str) -> tuple[float, float] | None:
-    tokens = _tokens(text)
+def _read(text: str, exact: bool = False) -> tuple | None:
+    tokens = _tokens(text, exact)
     pairs: set[tuple[float, float]] = set()
     starts: set[float] = set()
     ends: set[float] = set()
@@ -135,15 +139,15 @@ def _read(text: str) -> tuple[float, float] | None:
             second = tokens[j + 1][1]
             if second is None:
                 return None
-            pairs.add((float(value), float(second)))
+            pairs.add((value, second))
         # labelled: walk back over at most _MAX_FILLERS fillers to a start/end word
         k, fillers = i - 1, 0
         while k >= 0 and tokens[k][0] == _FILL and fillers < _MAX_FILLERS:
             k, fillers = k - 1, fillers + 1
         if k >= 0 and tokens[k][0] == _START:
-            starts.add(float(value))
+            starts.add(value)
         elif k >= 0 and tokens[k][0] == _END:
-            ends.add(float(value))
+            ends.add(value)
     if len(starts) > 1 or len(ends) > 1:
         return None
     if starts and ends:
@@ -182,18 +186,19 @@ def _answer_region(text: str) -> str | None:
     return rest
 
 
-def parse_answer(text: str | None) -> tuple[float, float] | None:
+def parse_answer(text: str | None, exact: bool = False) -> tuple | None:
     """Parse a completion into ``(start, end)`` seconds under the module's grammar (lenient in form, strict about
     ambiguity). Examples: ``"<answer>12.54 to 17.83</answer>"``, ``"<answer>5.0s to 11.6s</answer>"``,
     ``"<answer>00:12 to 00:17</answer>"`` → (12.0, 17.0), ``"<answer>[12.54, 17.83]</answer>"``,
     ``"The event happens in 3.0 - 7.5 seconds."`` → (3.0, 7.5), ``"<answer>between 3 and 7.</answer>"`` → (3.0, 7.0),
     ``"<answer>1 to 2 and 3</answer>"`` → None. Linear time in ``len(text)``. Never raises on a string; non-string
-    input (e.g. None) gives None.
+    input (e.g. None) gives None. ``exact=True``: the same reading, the two times as :class:`fractions.Fraction` of
+    the decimals as written (``"11.6"`` → 58/5; what the ``standard`` scoring compares).
     """
     if not isinstance(text, str):
         return None
     region = _answer_region(text)
-    return None if region is None else _read(region)
+    return None if region is None else _read(region, exact)
 
 
 def extract_think(text: str | None) -> str | None:

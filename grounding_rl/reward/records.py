@@ -88,16 +88,17 @@ def _set_record(sample: Sample, answer: str | None, error: str | None, sampling:
 
 
 def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0,
-                         scorings: tuple[str, ...] = ()) -> dict:
+                         scorings=()) -> dict:
     """Both scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard`` and
     ``clamped``) over prediction records (one per query), plus ``video_load_failures`` (records with an ``error``).
     A record without ``gt_raw_*`` (written before they existed) scores its clamped ground truth under ``standard``.
     ``dropped_annotations``: lines of the data file that the validation policy dropped (``standard`` counts them).
-    ``scorings``: extra scorings (``set``, ``qvhighlights``: :data:`grounding_rl.reward.metrics.EXTRA_SCORINGS`).
+    ``scorings``: further scorings by name (or ``all``; :func:`grounding_rl.reward.metrics.scoring_names`).
     Set-scored records (``gt_spans``) are scored by set IoU. Raises ValueError when ``records`` is empty."""
     rows = []
     for r in records:
-        row = {"qid": r["qid"], "start": r["gt_start"], "end": r["gt_end"], "duration": r["duration"],
+        row = {"qid": r["qid"], "video": r.get("video"), "query": r.get("query"), "start": r["gt_start"],
+               "end": r["gt_end"], "duration": r["duration"],
                "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
                "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")}
         if r.get("gt_spans") is not None:
