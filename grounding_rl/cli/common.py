@@ -195,6 +195,8 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     script_args.video_root = resolve_config_path(script_args.video_root)
     script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
     model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
+    if getattr(training_args, "teacher_model_name_or_path", None):  # a distillation teacher (train or distill)
+        training_args.teacher_model_name_or_path = resolve_model_path(training_args.teacher_model_name_or_path)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args

@@ -1,0 +1,42 @@
+"""On-policy distillation (``grounding-rl distill`` and the GRPO teacher term) on tiny models and the demo clips."""
+import json
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    from grounding_rl.dev.demo import generate_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    generate_demo(out, num_train=4, num_test=2, seed=0, progress=False)
+    return out
+
+
+def distill_argv(demo_dir, student, teacher, out, *extra):
+    """A ``grounding-rl distill`` run from flags alone (no --config)."""
+    return ["distill", "--model_name_or_path", str(student), "--teacher_model_name_or_path", str(teacher),
+            "--train_file", str(demo_dir / "train.jsonl"), "--video_root", str(demo_dir), "--output_dir", str(out),
+            "--use_cpu", "true", "--dtype", "float32", "--per_device_train_batch_size", "2", "--max_steps", "2",
+            "--max_completion_length", "8", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
+            "--disable_tqdm", "true", "--dataloader_num_workers", "0", "--video_fps", "1", "--video_min_pixels",
+            "3136", "--video_max_pixels", "3136", "--seed", "0", *extra]
+
+
+def test_distill_from_itself_has_zero_loss_and_leaves_trains_files(tmp_path, demo_dir, bpe_tiny_model_dir):
+    """Teacher = student: the loss and the divergence are 0 at every step (no dropout, no weight decay by default);
+    the folder holds what train leaves, with save_strategy no, and the model card names the teacher."""
+    from grounding_rl.cli import main as cli
+
+    out = tmp_path / "run"
+    assert cli(distill_argv(demo_dir, bpe_tiny_model_dir, bpe_tiny_model_dir, out)) == 0
+    logs = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in entry]
+    assert [entry["step"] for entry in logs] == [1, 2]
+    assert all(abs(entry["loss"]) < 1e-6 and abs(entry["distillation/divergence"]) < 1e-6 for entry in logs), logs
+    assert "train_loss" in json.loads((out / "train_results.json").read_text())
+    assert json.loads((out / "grounding_config.json").read_text())["prompt_template"] == "default"
+    card = (out / "README.md").read_text()
+    assert f"| teacher | `{bpe_tiny_model_dir}` |" in card and "(distillation, grounding_rl)" in card
