@@ -40,3 +40,33 @@ def test_distill_from_itself_has_zero_loss_and_leaves_trains_files(tmp_path, dem
     assert json.loads((out / "grounding_config.json").read_text())["prompt_template"] == "default"
     card = (out / "README.md").read_text()
     assert f"| teacher | `{bpe_tiny_model_dir}` |" in card and "(distillation, grounding_rl)" in card
+
+
+def test_cross_family_pair_is_refused_unless_thinking_free(tmp_path, demo_dir, tiny_model_dir, tiny_qwen3_model_dir,
+                                                           capsys):
+    """A Qwen3-VL teacher for a Qwen2.5-VL student: refused in one line with a thinking template (Qwen3 defines
+    <think> as one token); trained with default_no_think, the teacher seeing the same frames at its own pixel factor
+    (32, the student's 28) and the divergence running over the 151,665 ids both tokenizers define."""
+    from grounding_rl.cli import main as cli
+
+    argv = distill_argv(demo_dir, tiny_model_dir, tiny_qwen3_model_dir, tmp_path / "refused")
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "<think>" in err and "default_no_think" in err, err
+    out = tmp_path / "run"
+    assert cli(distill_argv(demo_dir, tiny_model_dir, tiny_qwen3_model_dir, out, "--prompt_template",
+                            "default_no_think", "--beta", "0.5")) == 0
+    logs = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in entry]
+    assert all(entry["distillation/divergence"] > 0 for entry in logs), logs
+
+
+def test_shared_vocabulary_of_the_real_tokenizers(qwen_processor_dir, qwen3_processor_dir):
+    """Qwen3-VL adds four ids (151,665-151,668) to Qwen2.5-VL's 151,665, left out of the divergence; the rest agree."""
+    from transformers import AutoTokenizer
+
+    from grounding_rl.update import divergence
+
+    q7, qwen3 = AutoTokenizer.from_pretrained(qwen_processor_dir), AutoTokenizer.from_pretrained(qwen3_processor_dir)
+    assert (len(q7), len(qwen3)) == (151665, 151669)
+    assert divergence.shared_vocab_size(q7, qwen3) == 151665
+    assert divergence.tokenizer_mismatch(q7, qwen3, thinking_free=True) is None

@@ -556,6 +556,24 @@ def _check_resumable(folder: str) -> str:
     return folder
 
 
+def check_teacher(model_args, training_args) -> None:
+    """A distillation teacher (``teacher_model_name_or_path``) checked against the student from their tokenizers
+    alone, before any weights load (:func:`grounding_rl.update.recipes.distillation.check_pair`); nothing without one.
+
+    Raises:
+        UserError: one line: the tokenizers disagree on a shared id, or the chat tokens differ and the template is not
+            thinking-free.
+    """
+    teacher = getattr(training_args, "teacher_model_name_or_path", None)
+    if not teacher:
+        return
+    from grounding_rl.models.loading import load_processor
+    from grounding_rl.update.recipes.distillation import check_pair
+
+    student = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
+    check_pair(student.tokenizer, load_processor(teacher).tokenizer, training_args.prompt_template, teacher)
+
+
 def finish_training(trainer, result) -> None:
     """Save the final model into ``output_dir`` (with processor, ``grounding_config.json`` and model card, through
     :class:`grounding_rl.update.saving.GroundingSaveMixin`), then the files open-r1 and TRL scripts leave:
