@@ -70,3 +70,73 @@ def test_shared_vocabulary_of_the_real_tokenizers(qwen_processor_dir, qwen3_proc
     assert (len(q7), len(qwen3)) == (151665, 151669)
     assert divergence.shared_vocab_size(q7, qwen3) == 151665
     assert divergence.tokenizer_mismatch(q7, qwen3, thinking_free=True) is None
+
+
+@pytest.fixture(scope="module")
+def noisy_bpe_teacher(bpe_tiny_model_dir, tmp_path_factory):
+    """The demo's tiny model with re-drawn weights: a teacher that disagrees with the student."""
+    from conftest import make_noisy_model
+
+    return make_noisy_model(bpe_tiny_model_dir, tmp_path_factory.mktemp("noisy_bpe"))
+
+
+def test_lora_student_resumes_bit_exact_and_no_checkpoint_holds_the_teacher(tmp_path, demo_dir, bpe_tiny_model_dir,
+                                                                            noisy_bpe_teacher):
+    """A LoRA student distilled for 3 steps, and the same run killed after checkpoint-1 and resumed: the same adapter
+    bytes. Every checkpoint holds the student's adapter alone (no teacher tensor, no second model file)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from grounding_rl.cli import main as cli
+
+    def run(out, *extra):
+        return cli(distill_argv(demo_dir, bpe_tiny_model_dir, noisy_bpe_teacher, out, "--use_peft", "true",
+                                "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-2", "--max_steps", "3",
+                                "--save_strategy", "steps", "--save_steps", "1", *extra))
+
+    assert run(tmp_path / "full") == 0
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-1", killed / "checkpoint-1")
+    assert run(killed, "--resume_from_checkpoint", "true") == 0
+    final, again = (load_file(str(folder / "adapter_model.safetensors")) for folder in (tmp_path / "full", killed))
+    assert final.keys() == again.keys() and all(torch.equal(final[k], again[k]) for k in final)
+    first = load_file(str(tmp_path / "full" / "checkpoint-1" / "adapter_model.safetensors"))
+    assert any(not torch.equal(first[k], final[k]) for k in final)  # it trained
+    for folder in [tmp_path / "full", *sorted((tmp_path / "full").glob("checkpoint-*"))]:
+        assert all("lora_" in key for key in load_file(str(folder / "adapter_model.safetensors")))
+        assert not list(folder.glob("model*.safetensors")), folder
+    logs = [e for e in json.loads((tmp_path / "full" / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert all(e["distillation/divergence"] > 0 for e in logs)
+
+
+def test_grpo_with_a_teacher_term_adds_weight_times_the_divergence(tmp_path, videos_dir, bpe_tiny_model_dir,
+                                                                   noisy_bpe_teacher):
+    """GRPO + teacher (distillation_weight w, distillation_beta 0.5): the micro-batch loss minus the GRPO loss alone is
+    w × the logged token-mean divergence (dapo over one process and one micro-batch: the same normaliser); GRPO's beta
+    stays the reference KL's (0 here: no reference model)."""
+    from conftest import POOL, varied_reward
+
+    from grounding_rl.data.dataset import GroundingDataset
+    from grounding_rl.models.loading import load_policy, load_processor
+    from grounding_rl.update.config import GroundingGRPOConfig
+    from grounding_rl.update.trainer import GroundingGRPOTrainer
+
+    args = GroundingGRPOConfig(
+        output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=4, max_steps=1,
+        max_completion_length=8, report_to=[], save_strategy="no", seed=0, video_fps=1.0, video_min_pixels=3136,
+        video_max_pixels=3136, dataloader_num_workers=0, teacher_model_name_or_path=str(noisy_bpe_teacher),
+        distillation_weight=0.25, distillation_beta=0.5)
+    dataset = GroundingDataset([{"video": str(videos_dir / POOL), "query": "someone cleans the pool", "start": 1.0,
+                                 "end": 4.0, "duration": 10.0, "qid": "q"}])
+    trainer = GroundingGRPOTrainer(load_policy(str(bpe_tiny_model_dir)), args, dataset,
+                                   load_processor(str(bpe_tiny_model_dir)), reward_funcs=[varied_reward])
+    assert trainer.ref_model is None and "distillation" in [r.name for r in trainer.recipes]
+    batch = trainer.generate_and_score(next(iter(trainer.get_train_dataloader())))
+    with_teacher = trainer.compute_loss(trainer.model, batch).item()
+    divergence = trainer._metrics["distillation/divergence"][-1]
+    args.distillation_weight = 0.0  # the same batch, the teacher term weighted 0
+    alone = trainer.compute_loss(trainer.model, batch).item()
+    assert divergence > 0
+    assert with_teacher - alone == pytest.approx(0.25 * divergence, rel=1e-5, abs=1e-7)
