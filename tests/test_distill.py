@@ -140,3 +140,19 @@ def test_grpo_with_a_teacher_term_adds_weight_times_the_divergence(tmp_path, vid
     alone = trainer.compute_loss(trainer.model, batch).item()
     assert divergence > 0
     assert with_teacher - alone == pytest.approx(0.25 * divergence, rel=1e-5, abs=1e-7)
+
+
+def test_fits_counts_the_teacher(capsys):
+    """``grounding-rl fits`` on the 7B → 3B recipe: the 7B teacher's bf16 weights, partitioned over 8 GPUs under
+    ZeRO-3 and whole under ZeRO-2 (trl.models.prepare_deepspeed keeps a stage-0 copy), and no reference model."""
+    from grounding_rl.cli import main as cli
+
+    assert cli(["fits", "configs/qwen2_5_vl_7b_to_3b_distill.yaml", "--gpus", "8", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # after DeepSpeed's own warning
+    teacher = report["workload"]["teacher_params"]
+    assert 8.2e9 < teacher < 8.4e9 and report["workload"]["num_generations"] == 1
+    rows = {row["name"]: row["bytes"] for row in report["strategies"]}
+    assert rows["zero3"]["teacher"] == 2 * teacher // 8 and rows["zero2"]["teacher"] == 2 * teacher
+    assert rows["zero3"]["reference"] == 0
+    b = rows["zero3"]
+    assert b["total"] == b["model_states"] + b["teacher"] + b["activations"] + b["overhead"]
