@@ -156,3 +156,22 @@ def test_fits_counts_the_teacher(capsys):
     assert rows["zero3"]["reference"] == 0
     b = rows["zero3"]
     assert b["total"] == b["model_states"] + b["teacher"] + b["activations"] + b["overhead"]
+
+
+@pytest.mark.parametrize("name, student, teacher, template", [
+    ("qwen2_5_vl_7b_to_3b_distill.yaml", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "timezero"),
+    ("qwen3_vl_8b_to_2b_distill.yaml", "Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-8B-Instruct", "timelens"),
+])
+def test_distill_recipes_parse(name, student, teacher, template):
+    """The distillation recipes parse through distill's parser: reverse KL, one completion per clip, no reference KL;
+    the Qwen3 pair is thinking-free."""
+    from grounding_rl.cli.common import parse_training_args
+    from grounding_rl.prompts.templates import is_thinking_free
+    from grounding_rl.update.distill_config import DistillationConfig
+
+    _, args, model_args = parse_training_args(DistillationConfig, ["--config", f"configs/{name}", "--use_cpu", "true"],
+                                              "grounding-rl distill")
+    assert (model_args.model_name_or_path, args.teacher_model_name_or_path) == (student, teacher)
+    assert (args.beta, args.teacher_divergence_beta, args.kl_beta, args.num_generations) == (1.0, 1.0, 0.0, 1)
+    assert args.prompt_template == template and args.bf16 and args.loss_top_k == 0
+    assert is_thinking_free(template) == name.startswith("qwen3")
