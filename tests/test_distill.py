@@ -175,3 +175,16 @@ def test_distill_recipes_parse(name, student, teacher, template):
     assert (args.beta, args.teacher_divergence_beta, args.kl_beta, args.num_generations) == (1.0, 1.0, 0.0, 1)
     assert args.prompt_template == template and args.bf16 and args.loss_top_k == 0
     assert is_thinking_free(template) == name.startswith("qwen3")
+
+
+def test_truncated_completions_are_masked_as_in_grpo(tmp_path, demo_dir, bpe_tiny_model_dir, noisy_bpe_teacher):
+    """mask_truncated_completions: the random tiny student never ends within 8 tokens, so every completion is
+    truncated and masked: the teacher disagrees, yet the loss and the logged divergence are 0."""
+    from grounding_rl.cli import main as cli
+
+    out = tmp_path / "run"
+    assert cli(distill_argv(demo_dir, bpe_tiny_model_dir, noisy_bpe_teacher, out,
+                            "--mask_truncated_completions", "true")) == 0
+    logs = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in entry]
+    assert all(e["completions/clipped_ratio"] == 1.0 for e in logs), logs
+    assert all(e["loss"] == 0.0 and e["distillation/divergence"] == 0.0 for e in logs), logs

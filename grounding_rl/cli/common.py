@@ -415,13 +415,17 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
     file and its content hash, the model and its fingerprint (:func:`grounding_rl.run_record.model_fingerprint`),
     prompt template, video layout, video and sampling settings, the difficulty-aware data selection, LoRA settings
-    (:func:`lora_settings`), seed, data seed and package version (not the git commit). ``max_steps``,
+    (:func:`lora_settings`), seed, data seed, a distillation teacher and its β, and package version (not the git
+    commit). ``max_steps``,
     learning rate and the like are not in it: a finished run may be continued with more steps."""
     from grounding_rl import __version__
     from grounding_rl.run_record import file_sha256, model_fingerprint
     from grounding_rl.update.config import DATA_SELECTION_KEYS
 
+    teacher = getattr(training_args, "teacher_model_name_or_path", None)  # distillation: the teacher and its weights
     return {
+        **({"teacher": teacher, "teacher_fingerprint": model_fingerprint(teacher, None),
+            "teacher_divergence_beta": training_args.teacher_divergence_beta} if teacher else {}),
         "train_file": script_args.train_file, "train_sha256": file_sha256(script_args.train_file),
         "max_train_samples": script_args.max_train_samples, "model": model_args.model_name_or_path,
         "model_revision": model_args.model_revision,
