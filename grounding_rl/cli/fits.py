@@ -219,18 +219,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: the prompt ({work['prompt_tokens']} tokens) is longer than the recipe's max_prompt_length "
               f"({report['max_prompt_length']}): training would refuse it; raise max_prompt_length to train on it")
     print(f"per GPU, GiB, {args.gpus} GPU(s) of {args.gpu_memory:g} GiB:")
-    header = (f"  {'strategy':<14} {'weights':>8} {'grads':>7} {'optim':>7} {'ref':>6} {'teach':>6} {'activ':>7} {'other':>6} "
-              f"{'total':>7} {'DS states':>10}  fits")
+    header = (f"  {'strategy':<14} {'weights':>8} {'grads':>7} {'optim':>7} {'ref':>6} {'teach':>6} {'activ':>7} "
+              f"{'other':>6} {'total':>7} {'DS states':>10}  fits")
     print(header)
     for row in report["strategies"]:
         b = row["bytes"]
         ds = row["deepspeed_model_states"]
         print(f"  {row['name']:<14} {b['weights'] / GIB:8.2f} {b['gradients'] / GIB:7.2f} {b['optimizer'] / GIB:7.2f} "
-              f"{b['reference'] / GIB:6.2f} {b['teacher'] / GIB:6.2f} {b['activations'] / GIB:7.2f} {b['overhead'] / GIB:6.2f} "
-              f"{b['total'] / GIB:7.2f} {'-' if ds is None else f'{ds / GIB:.2f}':>10}  "
+              f"{b['reference'] / GIB:6.2f} {b['teacher'] / GIB:6.2f} {b['activations'] / GIB:7.2f} "
+              f"{b['overhead'] / GIB:6.2f} {b['total'] / GIB:7.2f} {'-' if ds is None else f'{ds / GIB:.2f}':>10}  "
               f"{'yes' if row['fits'] else 'NO'}")
-    print("  (activations: the larger of training and generation, an estimate; other: CUDA context and allocator, "
-          "assumed; DS states: DeepSpeed's estimate with every parameter trainable; offloaded states need CPU RAM)")
+    print("  (activations: the larger of training and generation, an estimate; teach: a distillation teacher's frozen "
+          "weights; other: CUDA context and allocator, assumed; DS states: DeepSpeed's estimate with every parameter trainable; offloaded states need CPU RAM)")
     stages = {row["zero_stage"] for row in report["strategies"]} & {2, 3}
     if stages:
         print("\nDeepSpeed's estimators (model states only):")

@@ -11,8 +11,9 @@ yields a *generation batch* (each clip G times, split across processes); :meth:`
 between ranks are normalised together), lets the recipes resample it, logs it once, shuffles its groups when it feeds
 several micro-batches, and adds π_old / π_ref log-probs when needed; :meth:`_prepare_inputs` buffers it as
 ``steps_per_generation`` micro-batches, reused ``num_iterations`` times; :meth:`compute_loss` runs the policy forward
-and the GRPO loss. Generation, the policy and the reference forwards see the very same token ids and video tensors;
-with ``share_video_encoding`` each distinct clip is encoded once and each distinct prompt prefilled once.
+and the GRPO loss, plus the recipes' loss terms (a distillation teacher's, :meth:`Recipe.loss_term`). Generation,
+the policy and the reference forwards see the very same token ids and video tensors; with ``share_video_encoding``
+each distinct clip is encoded once and each distinct prompt prefilled once.
 
 Phase timings (seconds; verl's ``fit()`` timers), per generation: ``timing/generate``, ``timing/sync_weights`` (vLLM),
 ``timing/reward``, ``timing/dynamic_sampling`` (the extra draws, also counted in generate and reward),

@@ -82,9 +82,10 @@ class Distillation(Recipe):
         elif args.loss_top_k == 1 and args.teacher_divergence_beta != 1.0:
             problems.append("loss_top_k 1 is TRL's top-1 reverse KL and needs beta 1 (distillation_beta with GRPO)")
         kwargs = args.teacher_model_init_kwargs
-        if isinstance(kwargs, dict) and set(kwargs) - set(TEACHER_INIT_KEYS):
-            problems.append(f"teacher_model_init_kwargs: unsupported keys {sorted(set(kwargs) - set(TEACHER_INIT_KEYS))}"
-                            f" (supported: {', '.join(TEACHER_INIT_KEYS)})")
+        unknown = sorted(set(kwargs) - set(TEACHER_INIT_KEYS)) if isinstance(kwargs, dict) else []
+        if unknown:
+            problems.append(f"teacher_model_init_kwargs: unsupported keys {unknown} (supported: "
+                            f"{', '.join(TEACHER_INIT_KEYS)})")
         return problems
 
     # ------------------------------------------------------------------------------------------------ setup
