@@ -188,3 +188,22 @@ def test_truncated_completions_are_masked_as_in_grpo(tmp_path, demo_dir, bpe_tin
     logs = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in entry]
     assert all(e["completions/clipped_ratio"] == 1.0 for e in logs), logs
     assert all(e["loss"] == 0.0 and e["distillation/divergence"] == 0.0 for e in logs), logs
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--epsilon", "0.3"], "epsilon 0.3 is refused by distill"),
+    (["--num_generations", "4"], "num_generations must be 1"),
+    (["--distillation_beta", "0.5"], "distill's divergence is beta"),
+    (["--beta", "1.5"], "beta must be in [0, 1]"),
+    (["--loss_top_k", "1", "--beta", "0.5"], "loss_top_k 1 is TRL's top-1 reverse KL and needs beta 1"),
+])
+def test_distill_refuses_grpo_only_settings_in_one_line(tmp_path, extra, message, capsys):
+    """GRPO-only keys, several completions per prompt, β outside [0, 1]: one line, exit 2, before any model loads."""
+    from grounding_rl.cli import main as cli
+
+    argv = ["distill", "--model_name_or_path", str(tmp_path / "student"), "--teacher_model_name_or_path",
+            str(tmp_path / "teacher"), "--train_file", str(tmp_path / "train.jsonl"), "--output_dir",
+            str(tmp_path / "out"), "--use_cpu", "true", "--report_to", "none", *extra]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
