@@ -220,3 +220,38 @@ def test_two_processes_zero3_sft_killed_and_resumed_end_bit_identical(tmp_path, 
     assert [k for k in final if not torch.equal(final[k], again[k])] == []
     start = load_file(str(tmp_path / "full" / "checkpoint-2" / "model.safetensors"))
     assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights
+
+
+@pytest.mark.slow
+def test_two_processes_zero3_distill_shards_the_teacher(tmp_path, tiny_model_dir, videos_dir):
+    """``grounding-rl distill`` under ZeRO-3 on 2 processes: the teacher is DeepSpeed-initialised and partitioned like
+    the reference model; teacher = the starting student, so the first step's divergence is 0 and the second's is not
+    (the update moved the student); both ranks log the same reduced metrics."""
+    worker = WORKER.replace("from grounding_rl.cli.train import main", "from grounding_rl.cli.distill import main")
+    worker = worker.replace('"ref_type": type(ref).__name__ if ref is not None else None,',
+                            '"ref_type": type(ref).__name__ if ref is not None else None, "teacher_sharded": sum(1 '
+                            'for r in t.recipes if r.name == "distillation" for p in r.teacher.parameters() if '
+                            'hasattr(p, "ds_id") and p.numel() == 0), "teacher_type": [type(r.teacher).__name__ for '
+                            'r in t.recipes if r.name == "distillation"],')
+    (tmp_path / "worker.py").write_text(worker)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+           str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"), "--num_processes", "2",
+           str(tmp_path / "worker.py"), str(tmp_path / "report"),
+           "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path",
+           str(tiny_model_dir), "--teacher_model_name_or_path", str(tiny_model_dir), "--output_dir",
+           str(tmp_path / "out"), "--num_generations", "1", "--scale_rewards", "none", "--beta", "1.0",
+           "--per_device_train_batch_size", "2", "--learning_rate", "1e-2", "--max_completion_length", "8",
+           "--max_steps", "2"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    reports = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("report.rank*.json"))]
+    assert [r["rank"] for r in reports] == [0, 1]
+    for r in reports:
+        assert (r["world_size"], r["zero_stage"], r["global_step"]) == (2, 3, 2)
+        assert r["teacher_type"] == ["DeepSpeedEngine"] and r["teacher_sharded"] > 0 and r["ref_type"] is None
+        assert r["logs"][0]["distillation/divergence"] == pytest.approx(0.0, abs=1e-6)
+        assert r["logs"][1]["distillation/divergence"] > 1e-6
+    assert reports[0]["logs"] == reports[1]["logs"]
+    assert "| teacher |" in (tmp_path / "out" / "README.md").read_text()

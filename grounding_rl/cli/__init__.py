@@ -17,6 +17,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("grounding_rl.cli.prepare", "convert benchmark annotations to canonical JSONL"),
     "score": ("grounding_rl.cli.score", "score predictions against annotations (R1@m, mIoU)"),
     "train": ("grounding_rl.cli.train", "GRPO training (--config X.yaml plus --key value overrides)"),
+    "distill": ("grounding_rl.cli.distill",
+                "on-policy distillation from a teacher model (--config X.yaml plus --key value overrides)"),
     "sft": ("grounding_rl.cli.sft", "supervised warm start on the answer format (--config X.yaml ...)"),
     "merge-lora": ("grounding_rl.cli.merge_lora", "merge a LoRA checkpoint into full weights"),
     "fits": ("grounding_rl.cli.fits", "per-GPU memory a recipe needs (weights, gradients, optimizer, activations)"),

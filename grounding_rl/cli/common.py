@@ -195,6 +195,8 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     script_args.video_root = resolve_config_path(script_args.video_root)
     script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
     model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
+    if getattr(training_args, "teacher_model_name_or_path", None):  # a distillation teacher (train or distill)
+        training_args.teacher_model_name_or_path = resolve_model_path(training_args.teacher_model_name_or_path)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
@@ -413,13 +415,17 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
     file and its content hash, the model and its fingerprint (:func:`grounding_rl.run_record.model_fingerprint`),
     prompt template, video layout, video and sampling settings, the difficulty-aware data selection, LoRA settings
-    (:func:`lora_settings`), seed, data seed and package version (not the git commit). ``max_steps``,
+    (:func:`lora_settings`), seed, data seed, a distillation teacher and its β, and package version (not the git
+    commit). ``max_steps``,
     learning rate and the like are not in it: a finished run may be continued with more steps."""
     from grounding_rl import __version__
     from grounding_rl.run_record import file_sha256, model_fingerprint
     from grounding_rl.update.config import DATA_SELECTION_KEYS
 
+    teacher = getattr(training_args, "teacher_model_name_or_path", None)  # distillation: the teacher and its weights
     return {
+        **({"teacher": teacher, "teacher_fingerprint": model_fingerprint(teacher, None),
+            "teacher_divergence_beta": training_args.teacher_divergence_beta} if teacher else {}),
         "train_file": script_args.train_file, "train_sha256": file_sha256(script_args.train_file),
         "max_train_samples": script_args.max_train_samples, "model": model_args.model_name_or_path,
         "model_revision": model_args.model_revision,
@@ -552,6 +558,24 @@ def _check_resumable(folder: str) -> str:
         raise UserError(f"resume_from_checkpoint: {folder} holds no optimizer state (saved with save_only_model: "
                         f"true); start a new run from it with --model_name_or_path {folder} instead")
     return folder
+
+
+def check_teacher(model_args, training_args) -> None:
+    """A distillation teacher (``teacher_model_name_or_path``) checked against the student from their tokenizers
+    alone, before any weights load (:func:`grounding_rl.update.recipes.distillation.check_pair`); nothing without one.
+
+    Raises:
+        UserError: one line: the tokenizers disagree on a shared id, or the chat tokens differ and the template is not
+            thinking-free.
+    """
+    teacher = getattr(training_args, "teacher_model_name_or_path", None)
+    if not teacher:
+        return
+    from grounding_rl.models.loading import load_processor
+    from grounding_rl.update.recipes.distillation import check_pair
+
+    student = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
+    check_pair(student.tokenizer, load_processor(teacher).tokenizer, training_args.prompt_template, teacher)
 
 
 def finish_training(trainer, result) -> None:

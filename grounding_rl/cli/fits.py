@@ -60,9 +60,14 @@ def parse_recipe(config: str):
     ``use_cpu`` so a bf16 recipe parses on a machine without a GPU; nothing here runs on a device)."""
     from grounding_rl.cli.common import parse_training_args
     from grounding_rl.update.config import GroundingGRPOConfig
+    from grounding_rl.update.distill_config import DistillationConfig
+    from grounding_rl.yaml_files import load_yaml
 
-    return parse_training_args(GroundingGRPOConfig, ["--config", config, "--use_cpu", "true", "--report_to", "none"],
-                               "grounding-rl fits")
+    keys = load_yaml(config) if Path(config).is_file() else {}
+    distill = isinstance(keys, dict) and keys.get("teacher_model_name_or_path") and "distillation_weight" not in keys
+    return parse_training_args(DistillationConfig if distill else GroundingGRPOConfig,
+                               ["--config", config, "--use_cpu", "true", "--report_to", "none"],
+                               f"grounding-rl {'distill' if distill else 'fits'}")
 
 
 def video_prompt(settings, seconds: float, frame_size: tuple[int, int], token_pixels: int, family=None) -> dict:
@@ -120,6 +125,11 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     family = family_of(model_config)
     settings = family.video_settings(args.video_settings)
     video = video_prompt(settings, video_seconds, frame_size, token_pixels, family)
+    teacher = {}
+    if getattr(args, "teacher_model_name_or_path", None):  # a distillation teacher, frozen in the same processes
+        teacher_config = memory.model_config(args.teacher_model_name_or_path, shared_dir())
+        teacher_shape = memory.model_shape(memory.meta_model(teacher_config))
+        teacher = {"teacher_params": teacher_shape.total_params, "teacher_vocab": teacher_shape.vocab}
     if video_tokens is not None:
         video["video_tokens"] = video_tokens
     work = memory.Workload(
@@ -129,8 +139,9 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
         video_tokens=video["video_tokens"], time_tokens=video["time_tokens"],
         completion_tokens=args.max_completion_length,
         dtype_bytes=4 if model_args.dtype in ("float32", None) and not args.bf16 else 2,
-        checkpointing=bool(args.gradient_checkpointing), beta=args.beta, use_peft=bool(model_args.use_peft),
-        freeze_vision=bool(script_args.freeze_vision_tower), share_video_encoding=bool(args.share_video_encoding))
+        checkpointing=bool(args.gradient_checkpointing), beta=args.kl_beta, use_peft=bool(model_args.use_peft),
+        freeze_vision=bool(script_args.freeze_vision_tower), share_video_encoding=bool(args.share_video_encoding),
+        **teacher)
     rows = []
     for path in accelerate_configs:
         try:
@@ -187,10 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**report, "gpu_memory_gib": args.gpu_memory}))
         return 0
     shape, work = report["shape"], report["workload"]
+    teacher_note = f", teacher {work['teacher_params'] / 1e9:.2f}e9 parameters" if work["teacher_params"] else ""
     print(f"{report['recipe']}: {report['model']}, {shape['total_params'] / 1e9:.2f}e9 parameters "
           f"({shape['vision_params'] / 1e9:.2f}e9 vision), {shape['trainable_params'] / 1e9:.3f}e9 trainable; "
           f"{'bf16' if work['dtype_bytes'] == 2 else 'fp32'}, beta {work['beta']}"
-          f"{' (reference model)' if work['beta'] > 0 and not work['use_peft'] else ''}, "
+          f"{' (reference model)' if work['beta'] > 0 and not work['use_peft'] else ''}{teacher_note}, "
           f"{work['rows']} completions per micro-batch, {work['generation_rows']} per generation, "
           f"G {work['num_generations']}")
     from grounding_rl.dev.memory import TEXT_TOKENS
@@ -207,18 +219,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: the prompt ({work['prompt_tokens']} tokens) is longer than the recipe's max_prompt_length "
               f"({report['max_prompt_length']}): training would refuse it; raise max_prompt_length to train on it")
     print(f"per GPU, GiB, {args.gpus} GPU(s) of {args.gpu_memory:g} GiB:")
-    header = (f"  {'strategy':<14} {'weights':>8} {'grads':>7} {'optim':>7} {'ref':>6} {'activ':>7} {'other':>6} "
-              f"{'total':>7} {'DS states':>10}  fits")
+    header = (f"  {'strategy':<14} {'weights':>8} {'grads':>7} {'optim':>7} {'ref':>6} {'teach':>6} {'activ':>7} "
+              f"{'other':>6} {'total':>7} {'DS states':>10}  fits")
     print(header)
     for row in report["strategies"]:
         b = row["bytes"]
         ds = row["deepspeed_model_states"]
         print(f"  {row['name']:<14} {b['weights'] / GIB:8.2f} {b['gradients'] / GIB:7.2f} {b['optimizer'] / GIB:7.2f} "
-              f"{b['reference'] / GIB:6.2f} {b['activations'] / GIB:7.2f} {b['overhead'] / GIB:6.2f} "
-              f"{b['total'] / GIB:7.2f} {'-' if ds is None else f'{ds / GIB:.2f}':>10}  "
+              f"{b['reference'] / GIB:6.2f} {b['teacher'] / GIB:6.2f} {b['activations'] / GIB:7.2f} "
+              f"{b['overhead'] / GIB:6.2f} {b['total'] / GIB:7.2f} {'-' if ds is None else f'{ds / GIB:.2f}':>10}  "
               f"{'yes' if row['fits'] else 'NO'}")
-    print("  (activations: the larger of training and generation, an estimate; other: CUDA context and allocator, "
-          "assumed; DS states: DeepSpeed's estimate with every parameter trainable; offloaded states need CPU RAM)")
+    print("  (activations: the larger of training and generation, an estimate; teach: a distillation teacher's frozen "
+          "weights; other: CUDA context and allocator, assumed; DS states: DeepSpeed's estimate with every parameter trainable; offloaded states need CPU RAM)")
     stages = {row["zero_stage"] for row in report["strategies"]} & {2, 3}
     if stages:
         print("\nDeepSpeed's estimators (model states only):")

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                         "grounding-rl train")
     common.setup_logging(training_args)
     fingerprint = common.run_fingerprint(script_args, training_args, model_args)
+    common.check_teacher(model_args, training_args)  # a distillation teacher's tokenizer, before any weights load
     resume = common.resolve_resume(training_args, fingerprint)  # before any loading: a wrong checkpoint fails at once
     common.claim_output_dir(script_args, training_args, fingerprint, resume)  # one run per folder
     common.init_deepspeed_comm(training_args)

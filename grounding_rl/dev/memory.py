@@ -101,6 +101,8 @@ class Workload:
         use_peft: LoRA (the reference is the adapter-free base; no copy).
         freeze_vision: the vision tower has no gradients (no saved vision activations).
         share_video_encoding: encode each clip once per micro-batch.
+        teacher_params: parameters of a distillation teacher held frozen in the process (0: none).
+        teacher_vocab: its LM head's rows (its completion logits per row are kept for the divergence).
     """
 
     rows: int
@@ -115,6 +117,8 @@ class Workload:
     freeze_vision: bool = False
     share_video_encoding: bool = True
     time_tokens: int = 0
+    teacher_params: int = 0
+    teacher_vocab: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -140,6 +144,7 @@ class MemoryEstimate:
     generation_activations: int
     overhead: int
     total: int
+    teacher: int = 0
 
     @property
     def model_states(self) -> int:
@@ -275,6 +280,8 @@ def activation_bytes(shape: ModelShape, work: Workload) -> tuple[int, int]:
         vision = shape.vision_depth * patches * shape.vision_hidden * b + 2 * patches * vision_layer
     else:
         vision = shape.vision_depth * patches * vision_layer
+    if work.teacher_params:  # the teacher's completion logits (no graph) and the divergence's fp32 terms (saved)
+        logits += work.rows * work.completion_tokens * (work.teacher_vocab * b + 3 * shape.vocab * 4)
     training = text + logits + vision
     kv_cache = work.generation_rows * work.sequence_tokens * 2 * shape.layers * shape.kv_width * b
     prefill_rows = math.ceil(work.generation_rows / work.num_generations) if work.share_video_encoding else \
@@ -314,11 +321,15 @@ def estimate(shape: ModelShape, work: Workload, strategy: Strategy, gpus: int) -
         gradients = 0 if strategy.offload_optimizer else 4 * trainable // gpus
         optimizer = 0 if strategy.offload_optimizer else 12 * trainable // gpus
         reference = (0 if strategy.offload_param else 2 * base // gpus) if reference_copy else 0
+    # a distillation teacher: frozen like the reference model (trl.models.prepare_deepspeed), in the weights' dtype
+    teacher_bytes = work.teacher_params * (work.dtype_bytes if strategy.zero_stage == 0 else 2)
+    if strategy.zero_stage == 3:
+        teacher_bytes = 0 if strategy.offload_param else teacher_bytes // gpus
     training, generation = activation_bytes(shape, work)
     activations = max(training, generation)
-    peak = weights + gradients + optimizer + reference + activations + CUDA_OVERHEAD
+    peak = weights + gradients + optimizer + reference + teacher_bytes + activations + CUDA_OVERHEAD
     return MemoryEstimate(int(weights), int(gradients), int(optimizer), int(reference), activations, training,
-                          generation, CUDA_OVERHEAD, int(peak))
+                          generation, CUDA_OVERHEAD, int(peak), int(teacher_bytes))
 
 
 def deepspeed_model_states(shape: ModelShape, strategy: Strategy, gpus: int, nodes: int = 1) -> int | None:

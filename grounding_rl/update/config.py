@@ -15,6 +15,7 @@ from grounding_rl.update.arguments import BaseTrainingArguments, count_problems,
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 from grounding_rl.update.recipes import recipe_problems
 from grounding_rl.update.recipes.difficulty import DIFFICULTY_SAMPLING, DifficultyArguments  # noqa: F401
+from grounding_rl.update.recipes.distillation import DistillationArguments
 from grounding_rl.update.recipes.dynamic_sampling import DynamicSamplingArguments
 from grounding_rl.update.recipes.engine_correction import EngineCorrectionArguments
 from grounding_rl.update.recipes.gt_injection import GroundTruthInjectionArguments
@@ -31,7 +32,7 @@ DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "diffi
 @dataclass
 class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineCorrectionArguments,
                           DynamicSamplingArguments, GroundTruthInjectionArguments, RewardShapingArguments,
-                          DifficultyArguments, OnlineFilterArguments, ValidationArguments):
+                          DifficultyArguments, OnlineFilterArguments, DistillationArguments, ValidationArguments):
     """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
 
     The recipes' fields come from their modules' dataclasses (:mod:`grounding_rl.update.recipes`), with their
@@ -176,8 +177,8 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
             problems.append(f"loss_type {self.loss_type!r} is not one of {LOSS_TYPES}")
         if self.scale_rewards not in SCALE_REWARDS:
             problems.append(f"scale_rewards {self.scale_rewards!r} is not one of {SCALE_REWARDS}")
-        if self.num_generations < 2:
-            problems.append(f"num_generations must be ≥ 2 (got {self.num_generations})")
+        if self.num_generations < self.min_generations:
+            problems.append(f"num_generations must be ≥ {self.min_generations} (got {self.num_generations})")
         if not self.max_completion_length or self.max_completion_length < 1:
             problems.append(f"max_completion_length must be ≥ 1 (got {self.max_completion_length})")
         if self.temperature <= 0:
@@ -240,6 +241,23 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
                 f"{self.num_iterations} micro-batches, gradient_accumulation_steps "
                 f"{self.gradient_accumulation_steps} per step): checkpoints are written only between generations, "
                 "so that a resumed run trains on the same completions")
+
+    min_generations = 2  # a group needs two rewards to compare (distillation: 1)
+
+    @property
+    def kl_beta(self) -> float:
+        """The weight of the KL to the reference model in the loss (GRPO's ``beta``)."""
+        return self.beta
+
+    @property
+    def teacher_weight(self) -> float:
+        """The weight of the distillation teacher term (``distillation_weight``)."""
+        return self.distillation_weight
+
+    @property
+    def teacher_divergence_beta(self) -> float:
+        """The generalized-JSD β of the teacher term (``distillation_beta``)."""
+        return self.distillation_beta
 
     def vllm_problems(self) -> list[str]:
         """Messages for invalid vLLM settings (empty when all is well or ``use_vllm`` is off)."""

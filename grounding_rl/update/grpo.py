@@ -58,7 +58,8 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
     Args:
         rewards: (N,) total reward per completion, grouped contiguously: rows ``[g·G, (g+1)·G)`` share a prompt.
             NaN marks a completion that no reward function scored; it is left out of the group mean/std and gets 0.
-        num_generations: G, completions per prompt (≥ 2).
+        num_generations: G, completions per prompt (≥ 2; 1 only with ``"none"``: every advantage is then 0, the
+            case of on-policy distillation, whose loss is the teacher term alone).
         scale_rewards: ``"group"`` divide by each group's std + 1e-4; ``"batch"`` by the std of all N rewards + 1e-4;
             ``"none"`` only subtract the group mean (Dr. GRPO).
 
@@ -66,11 +67,11 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
         :class:`Advantages`. Worked example: rewards [0.0, 1.6, 5.4, 8.8], G = 4 → [−1.0006, −0.5953, 0.3673, 1.2286].
 
     Raises:
-        ValueError: N not a multiple of G, G < 2, or an unknown ``scale_rewards``.
+        ValueError: N not a multiple of G, G < 2 (G = 1 with ``"none"`` aside), or an unknown ``scale_rewards``.
     """
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
-    if num_generations < 2:
+    if num_generations < 1 or (num_generations == 1 and scale_rewards != "none"):
         raise ValueError(f"num_generations must be ≥ 2 for group advantages, got {num_generations}")
     rewards = rewards.float()
     if rewards.ndim != 1 or rewards.numel() % num_generations:

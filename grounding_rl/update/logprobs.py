@@ -7,7 +7,6 @@ distinct clip and every row gets its clip's features through ``mm_encoder_output
 """
 from __future__ import annotations
 
-import torch
 from trl.trainer.utils import selective_log_softmax
 
 from grounding_rl.models.vision import encode_videos
@@ -16,7 +15,8 @@ from grounding_rl.update.batching import clip_grid, forward_inputs
 from grounding_rl.update.prefix import packed_completion_logps
 
 
-def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt: bool = False) -> torch.Tensor:
+def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt: bool = False,
+                     return_logits: bool = False):
     """log π(o_t | prompt, video, o_<t) for each completion token.
 
     Args:
@@ -28,11 +28,15 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
         share_prompt: with a shared-video batch, run each group's prompt once
             (:func:`grounding_rl.update.prefix.packed_completion_logps`; the caller checks the model supports it).
 
+        return_logits: also return the (B, C, V) completion logits (divided by ``temperature``; a distillation
+            teacher term needs the whole distribution).
+
     Returns:
-        (B, C) float tensor; values at masked positions are meaningless (the caller masks them).
+        (B, C) float tensor; values at masked positions are meaningless (the caller masks them). With
+        ``return_logits``: ``(logps, logits)``.
     """
     if share_prompt and VIDEO_INDEX in batch:
-        return packed_completion_logps(model, batch, temperature)
+        return packed_completion_logps(model, batch, temperature, return_logits)
     completion_ids = batch["completion_ids"]
     length = completion_ids.size(1)
     inputs = forward_inputs(batch)
@@ -43,7 +47,8 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
     logits = outputs.logits[:, :-1, :]  # position P−1+t predicts completion token t
     if temperature != 1.0:
         logits = logits / temperature
-    return selective_log_softmax(logits, completion_ids)
+    logps = selective_log_softmax(logits, completion_ids)
+    return (logps, logits) if return_logits else logps
 
 
 def reference_model(trainer, ref_model=None):
@@ -52,7 +57,7 @@ def reference_model(trainer, ref_model=None):
     the policy, no optimizer) or accelerate-prepared."""
     from accelerate.utils import is_peft_model
 
-    if trainer.args.beta == 0.0 or is_peft_model(trainer.model):
+    if trainer.args.kl_beta == 0.0 or is_peft_model(trainer.model):
         return None
     if ref_model is None:
         from grounding_rl.models.loading import load_reference
@@ -60,12 +65,19 @@ def reference_model(trainer, ref_model=None):
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         ref_model = load_reference(unwrapped.config._name_or_path, dtype=str(unwrapped.dtype).removeprefix("torch."),
                                    attn_implementation=unwrapped.config._attn_implementation)
-    ref_model.eval().requires_grad_(False)
+    return frozen_copy(trainer, ref_model)
+
+
+def frozen_copy(trainer, model):
+    """``model`` frozen (eval mode, no gradients) and placed like the trainer's policy: DeepSpeed-initialised
+    (``trl.models.prepare_deepspeed``: ZeRO-3 sharded like the policy, no optimizer) or accelerate-prepared for
+    evaluation. The reference model and a distillation teacher; neither is part of the policy's checkpoints."""
+    model.eval().requires_grad_(False)
     if trainer.is_deepspeed_enabled:
         from trl.models import prepare_deepspeed
 
-        return prepare_deepspeed(ref_model, trainer.accelerator)
-    return trainer.accelerator.prepare_model(ref_model, evaluation_mode=True)
+        return prepare_deepspeed(model, trainer.accelerator)
+    return trainer.accelerator.prepare_model(model, evaluation_mode=True)
 
 
 def prefix_sharing(model, args) -> bool:

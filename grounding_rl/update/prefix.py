@@ -84,7 +84,7 @@ def packed_layout(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, grou
     return allowed, offsets.reshape(-1)
 
 
-def packed_completion_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tensor:
+def packed_completion_logps(model, batch: dict, temperature: float = 1.0, return_logits: bool = False):
     """log π(o_t | prompt, video, o_<t) for each completion token, with each group's prompt run once.
 
     Args:
@@ -93,6 +93,7 @@ def packed_completion_logps(model, batch: dict, temperature: float = 1.0) -> tor
         batch: a shared-video batch (``video_index``; :mod:`grounding_rl.update.batching`) whose rows of one clip share
             the whole prompt, with ``completion_ids`` / ``completion_mask`` (B, C).
         temperature: logits are divided by it, as in sampling.
+        return_logits: also return the (B, C, V) logits in row order (``(logps, logits)``).
 
     Returns:
         (B, C) float tensor in the batch's row order, equal to
@@ -142,4 +143,5 @@ def packed_completion_logps(model, batch: dict, temperature: float = 1.0) -> tor
     logits = logits[u_index, g_index]  # (B, C, V) in row order
     if temperature != 1.0:
         logits = logits / temperature
-    return selective_log_softmax(logits, completion_ids)
+    logps = selective_log_softmax(logits, completion_ids)
+    return (logps, logits) if return_logits else logps

@@ -26,16 +26,17 @@ def training_command(argv: list[str] | None = None) -> str:
 
 
 def model_card(grounding_config, base_model: str | None, stage: str, command: str | None,
-               lora_targets: str | None = None):
+               lora_targets: str | None = None, teacher: str | None = None):
     """The ``README.md`` of a checkpoint, a ``huggingface_hub.ModelCard``: its Hub metadata (``ModelCardData``: library,
     pipeline tag, tags, base model) and the settings evaluation must reuse.
 
     Args:
         grounding_config: the :class:`grounding_rl.prompts.preprocessing.GroundingConfig` saved beside it.
         base_model: the model training started from (path or hub id), or None.
-        stage: ``"GRPO"`` or ``"SFT"``.
+        stage: ``"GRPO"``, ``"SFT"`` or ``"distillation"``.
         command: the training command line, or None.
         lora_targets: the LoRA ``target_modules`` of an adapter checkpoint (their text), or None for full weights.
+        teacher: the distillation teacher (path or hub id), or None.
     """
     video = grounding_config.video.to_dict()
     cell = (lora_targets or "").replace("|", "\\|")  # a "|" inside a table cell, even in code, ends the cell (GFM)
@@ -47,13 +48,14 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
     from huggingface_hub import ModelCard, ModelCardData
 
     data = ModelCardData(library_name="transformers", pipeline_tag="video-text-to-text", base_model=base_model or None,
-                         tags=["grounding-rl", "video-temporal-grounding", "grpo" if stage == "GRPO" else "sft"])
+                         tags=["grounding-rl", "video-temporal-grounding", stage.lower()])
     lines = [
         f"# Video temporal grounding model ({stage}, grounding_rl)", "",
         f"Trained with `grounding_rl` ({stage}) from `{base_model or 'unknown'}` to answer when an event happens in a "
         "video: `<think>…</think><answer>start to end</answer>`, times in seconds.", "",
         "| setting | value |", "|---|---|",
         f"| base model | `{base_model or 'unknown'}` |",
+        *([f"| teacher | `{teacher}` |"] if teacher else []),
         f"| prompt template | `{grounding_config.prompt_template}` |",
         f"| video layout | `{grounding_config.video_layout}` |",
         *[f"| video {key} | `{value}` |" for key, value in video.items()],
@@ -71,11 +73,11 @@ def model_card(grounding_config, base_model: str | None, stage: str, command: st
 
 
 def write_grounding_files(folder: str | Path, grounding_config, base_model: str | None, stage: str,
-                          command: str | None, lora_targets: str | None = None) -> None:
+                          command: str | None, lora_targets: str | None = None, teacher: str | None = None) -> None:
     """Write ``grounding_config.json`` and the model card (:func:`model_card`) into ``folder`` (created if needed)."""
     folder = Path(folder)
     grounding_config.save(folder)
-    model_card(grounding_config, base_model, stage, command, lora_targets).save(folder / MODEL_CARD)
+    model_card(grounding_config, base_model, stage, command, lora_targets, teacher).save(folder / MODEL_CARD)
 
 
 def lora_targets_of(model) -> str | None:
@@ -123,7 +125,7 @@ class GroundingSaveMixin:
             config = self.grounding_config()  # the video settings as sampled: with the model family's pixel factor
             config = dataclasses.replace(config, video=family_of(unwrapped).video_settings(config.video))
             write_grounding_files(folder, config, base, self.stage, self.command or training_command(),
-                                  lora_targets_of(unwrapped))
+                                  lora_targets_of(unwrapped), getattr(self.args, "teacher_model_name_or_path", None))
             if self.fingerprint is not None:
                 write_record(Path(folder) / "run_fingerprint.json", self.fingerprint)
             follow_umask(folder)

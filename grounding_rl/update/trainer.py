@@ -11,8 +11,9 @@ yields a *generation batch* (each clip G times, split across processes); :meth:`
 between ranks are normalised together), lets the recipes resample it, logs it once, shuffles its groups when it feeds
 several micro-batches, and adds π_old / π_ref log-probs when needed; :meth:`_prepare_inputs` buffers it as
 ``steps_per_generation`` micro-batches, reused ``num_iterations`` times; :meth:`compute_loss` runs the policy forward
-and the GRPO loss. Generation, the policy and the reference forwards see the very same token ids and video tensors;
-with ``share_video_encoding`` each distinct clip is encoded once and each distinct prompt prefilled once.
+and the GRPO loss, plus the recipes' loss terms (a distillation teacher's, :meth:`Recipe.loss_term`). Generation,
+the policy and the reference forwards see the very same token ids and video tensors; with ``share_video_encoding``
+each distinct clip is encoded once and each distinct prompt prefilled once.
 
 Phase timings (seconds; verl's ``fit()`` timers), per generation: ``timing/generate``, ``timing/sync_weights`` (vLLM),
 ``timing/reward``, ``timing/dynamic_sampling`` (the extra draws, also counted in generate and reward),
@@ -128,6 +129,8 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         self.max_missing_fraction = max_missing_fraction
         self.completions = None  # the trained rollout's rows, for log_completions
         self.eval_dropped = eval_dropped
+        for recipe in self.recipes:
+            recipe.setup(self)
 
     # ------------------------------------------------------------------------------------------------ models
     def _ref_logps(self, batch):
@@ -245,7 +248,7 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
             with timed(self, "old_logps"):
                 batch["old_logps"] = self._micro_batched(
                     lambda b: completion_logps(self.model, b, args.temperature, self.share_prompt), batch)
-        if args.beta != 0.0:
+        if args.kl_beta != 0.0:
             with timed(self, "ref"):
                 batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
         for recipe in self.recipes:
@@ -270,7 +273,11 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         if return_outputs:
             raise ValueError("GroundingGRPOTrainer does not return outputs")
         args = self.args
-        logps = completion_logps(model, inputs, args.temperature, self.share_prompt)
+        logits = None
+        if any(recipe.needs_logits for recipe in self.recipes):
+            logps, logits = completion_logps(model, inputs, args.temperature, self.share_prompt, return_logits=True)
+        else:
+            logps = completion_logps(model, inputs, args.temperature, self.share_prompt)
         old_logps = inputs.get("old_logps")
         mask = inputs["completion_mask"]
         accumulation = getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
@@ -280,10 +287,12 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
                                              accumulation, args.steps_per_generation)
         out = grpo.grpo_loss(
             logps, logps.detach() if old_logps is None else old_logps, inputs["advantages"], mask,
-            ref_logps=inputs.get("ref_logps"), beta=args.beta, use_bias_correction_kl=args.use_bias_correction_kl,
+            ref_logps=inputs.get("ref_logps"), beta=args.kl_beta, use_bias_correction_kl=args.use_bias_correction_kl,
             epsilon_low=args.epsilon, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items,
             importance_weights=inputs.get("importance_weights"))
+        terms = [recipe.loss_term(self, inputs, logits, num_items) for recipe in self.recipes]
+        out.loss = out.loss + sum(term for term in terms if term is not None)
         loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation
 
         def global_mean(values):

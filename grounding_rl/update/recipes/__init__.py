@@ -7,12 +7,14 @@ Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every de
 ``sampler`` (the training sampler), ``pool`` (the samples an extra draw may use), ``inject`` (replace completions,
 :func:`grounding_rl.update.rollout.sanitise`), ``observe`` / ``shape`` (the gathered rewards,
 :func:`grounding_rl.update.rollout.build_rollout`), ``resample`` (more draws, handed a draw function),
-``drops_zero_std_groups``, ``loss_inputs`` (the batch the loss sees), ``save`` / ``load`` (checkpoint files).
+``drops_zero_std_groups``, ``loss_inputs`` (the batch the loss sees), ``loss_term`` (added to the loss), ``save`` /
+``load`` (checkpoint files); ``setup`` once, when the trainer is built.
 """
 from __future__ import annotations
 
 from grounding_rl.update.recipes.base import Recipe
 from grounding_rl.update.recipes.difficulty import DifficultySelection
+from grounding_rl.update.recipes.distillation import Distillation
 from grounding_rl.update.recipes.dynamic_sampling import DynamicSampling
 from grounding_rl.update.recipes.engine_correction import EngineCorrection
 from grounding_rl.update.recipes.gt_injection import GroundTruthInjection
@@ -23,7 +25,7 @@ from grounding_rl.update.recipes.validation import Validation
 # order = the order the hooks run in
 RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, OnlineFilter, GroundTruthInjection,
                                                         TempSampShaping, DynamicSampling, EngineCorrection,
-                                                        Validation)}
+                                                        Distillation, Validation)}
 def recipe_problems(args) -> list[str]:
     """Every registered recipe's messages for ``args``."""
     return [message for recipe in RECIPES.values() for message in recipe.problems(args)]

@@ -23,6 +23,9 @@ class Recipe:
     def __init__(self, args):
         self.args = args
 
+    def setup(self, trainer) -> None:
+        """Once, at the end of the trainer's ``__init__`` (models a recipe holds, e.g. a teacher)."""
+
     def prepare_data(self, trainer, dataset):
         return dataset
 
@@ -48,6 +51,13 @@ class Recipe:
 
     def loss_inputs(self, trainer, rollout, batch) -> None:
         """Add to (or change) the loss batch in place."""
+
+    needs_logits = False  # loss_term reads the policy's completion logits
+
+    def loss_term(self, trainer, inputs, logits, num_items):
+        """None, or a scalar added to the micro-batch's loss (before gradient-accumulation scaling); ``logits``:
+        (B, C, V) completion logits when :attr:`needs_logits`, else None."""
+        return None
 
     def save(self, trainer, folder: str) -> None:
         """Write the recipe's state into a checkpoint folder."""

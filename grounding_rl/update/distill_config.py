@@ -1,0 +1,78 @@
+"""``DistillationConfig``: on-policy distillation (``grounding-rl distill``) with TRL 1.16's names.
+
+TRL's ``DistillationConfig`` (``trl/trainer/distillation_config.py``) names the teacher ``teacher_model_name_or_path``
+/ ``teacher_model_init_kwargs``, the divergence ``beta`` (0 forward KL, 0.5 JSD, 1 reverse KL; default 1), and shares
+``temperature``, ``max_completion_length``, ``use_vllm``, ``vllm_mode`` with GRPO; it is fully on-policy with one
+completion per prompt. Here it is :class:`~grounding_rl.update.config.GroundingGRPOConfig` with ``beta`` read as the
+divergence's, one completion per prompt (every advantage is then 0: the GRPO surrogate carries no gradient) and the
+teacher term (:mod:`grounding_rl.update.recipes.distillation`) at weight 1; the data, model, video and logging keys
+are train's. Where it differs from TRL: ``loss_top_k`` (TRL's server-distillation knob) defaults to 0, the full shared
+vocabulary; GKD's ``lmbda`` (the on-policy share) is not taken (always fully on-policy, TRL's stable trainer);
+``learning_rate``, ``bf16`` and ``gradient_checkpointing`` keep train's defaults; the rewards are still scored, for the
+logs only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grounding_rl.update.arguments import trl_field
+from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.recipes.distillation import _distillation_field
+
+# GRPO-only settings: distill refuses a value other than the default (their GRPO meaning has no use here)
+GRPO_ONLY = {
+    "distillation_beta": "distill's divergence is beta (TRL's name); distillation_beta is train's",
+    "distillation_weight": "distill's loss is the teacher term alone",
+    "epsilon": "no surrogate to clip (every advantage is 0)", "epsilon_high": "no surrogate to clip",
+    "use_bias_correction_kl": "no KL to a reference model", "num_iterations": "fully on-policy (TRL's stable trainer)",
+    "drop_zero_std_groups": "a group of one completion always has zero std",
+    "dynamic_sampling": "no groups to filter", "max_num_gen_batches": "no groups to filter",
+    "use_gt_injection": "the student samples every completion", "reward_shaping": "rewards are logged, not trained on",
+    "online_difficulty_range": "no groups of rewards to filter on",
+}
+
+
+@dataclass
+class DistillationConfig(GroundingGRPOConfig):
+    """Configuration of ``grounding-rl distill`` (see the module docstring)."""
+
+    beta: float = _distillation_field("beta")
+    num_generations: int = trl_field(
+        "num_generations", default=1, note="Distillation: one completion per prompt, as TRL's DistillationTrainer; "
+        "no other value.")
+    scale_rewards: str = trl_field("scale_rewards", default="none",
+                                   note="Distillation: none (one completion per prompt has no std to scale by).")
+
+    min_generations = 1
+
+    def __post_init__(self):
+        from dataclasses import fields
+
+        defaults = {f.name: f.default for f in fields(GroundingGRPOConfig)}
+        problems = [f"{name} {getattr(self, name)!r} is refused by distill: {why}" for name, why in GRPO_ONLY.items()
+                    if getattr(self, name) != defaults[name]]
+        if self.num_generations != 1:
+            problems.append(f"num_generations must be 1 for distill (got {self.num_generations}): one completion per "
+                            "prompt, as TRL's DistillationTrainer")
+        if self.scale_rewards not in ("none", False, "false"):
+            problems.append(f"scale_rewards must be none for distill (got {self.scale_rewards!r})")
+        if not self.teacher_model_name_or_path:
+            problems.append("teacher_model_name_or_path is required (in the YAML or as --teacher_model_name_or_path)")
+        if not 0.0 <= self.beta <= 1.0:
+            problems.append(f"beta must be in [0, 1] (got {self.beta}): 0 forward KL, 0.5 JSD, 1 reverse KL")
+        if problems:
+            raise ValueError("invalid DistillationConfig: " + "; ".join(problems))
+        super().__post_init__()
+
+    @property
+    def kl_beta(self) -> float:
+        """No KL to a reference model in distillation (``beta`` is the divergence's)."""
+        return 0.0
+
+    @property
+    def teacher_weight(self) -> float:
+        return 1.0
+
+    @property
+    def teacher_divergence_beta(self) -> float:
+        return self.beta
