@@ -3,6 +3,7 @@
     grounding-rl eval --model DIR --data TEST.jsonl --out OUTDIR [--batch-size B] [--limit N] [--video-root DIR]
                       [--benchmark evaluation/X.yaml] [--prompt-template NAME] [--fps F] [--max-pixels P]
                       [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
+                      [--zoom [--zoom-margin M] [--zoom-spend fps|resolution] [--zoom-time video|window]]
 
 The flags become an :class:`grounding_rl.eval.evaluate.EvalRequest`; :func:`grounding_rl.eval.evaluate.evaluate` plans,
 runs and reports (its module docstring lists the files written: ``predictions.jsonl``, ``eval_config.json``,
@@ -59,10 +60,46 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
                         help="frames on the scale T / duration, covering the clip to its end (video_cover_tail)")
 
 
+def add_zoom_flags(parser: argparse.ArgumentParser) -> None:
+    """``--zoom`` and its knobs (:class:`grounding_rl.eval.zoom.ZoomSettings`), shared by ``eval`` and ``infer``."""
+    from grounding_rl.eval.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
+
+    parser.add_argument("--zoom", action="store_true",
+                        help="answer twice: over the whole video, then on the window of the first answer widened by "
+                             "--zoom-margin (the centre half when it does not parse), under the same budget")
+    parser.add_argument("--zoom-margin", type=float, default=DEFAULT_MARGIN,
+                        help="widen the first answer on each side by this fraction of its length, and at least by "
+                             "two frames of the first pass (default %(default)s)")
+    parser.add_argument("--zoom-spend", choices=ZOOM_SPEND, default="fps",
+                        help="spend the first pass's budget on frame rate (default: as many frames as pass 1, over "
+                             "the window) or on resolution (pass 1's rate, larger frames)")
+    parser.add_argument("--zoom-time", choices=ZOOM_TIME, default="video",
+                        help="Qwen2.5-VL: the window's time positions start at its true time in the video (default) "
+                             "or at 0 with the answer shifted (Qwen3-VL always shows the true timestamps)")
+
+
+def zoom_from_args(args: argparse.Namespace):
+    """:class:`grounding_rl.eval.zoom.ZoomSettings` of parsed :func:`add_zoom_flags` arguments, None without
+    ``--zoom``. Raises UserError for a knob given without ``--zoom`` (it would change nothing)."""
+    from grounding_rl.eval.zoom import DEFAULT_MARGIN, ZoomSettings
+
+    if not args.zoom:
+        given = [flag for flag, value, default in (("--zoom-margin", args.zoom_margin, DEFAULT_MARGIN),
+                                                   ("--zoom-spend", args.zoom_spend, "fps"),
+                                                   ("--zoom-time", args.zoom_time, "video")) if value != default]
+        if given:
+            raise UserError(f"{', '.join(given)} given without --zoom; add --zoom or drop them")
+        return None
+    zoom = ZoomSettings(margin=args.zoom_margin, spend=args.zoom_spend, time=args.zoom_time)
+    zoom.check()
+    return zoom
+
+
 def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
-                 out_help: str = "output folder (predictions, metrics, report)") -> argparse.ArgumentParser:
+                 out_help: str = "output folder (predictions, metrics, report)", zoom: bool = True
+                 ) -> argparse.ArgumentParser:
     """The options of ``eval``; ``grounding-rl difficulty`` reuses them with its own name, description and
-    ``--out``."""
+    ``--out``, without the zoom flags (``zoom=False``)."""
     from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
 
     parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0],
@@ -95,6 +132,8 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
     parser.add_argument("--max-missing-fraction", type=float, default=0.05,
                         help="fail (exit 2) when more than this share of the videos is missing (checked before the "
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
+    if zoom:
+        add_zoom_flags(parser)
     return parser
 
 
@@ -111,7 +150,8 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        attn_implementation=args.attn_implementation, engine=args.engine,
                        num_workers=args.num_workers, frame_cache=args.frame_cache,
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
-                       max_missing_fraction=args.max_missing_fraction)
+                       max_missing_fraction=args.max_missing_fraction,
+                       zoom=zoom_from_args(args) if hasattr(args, "zoom") else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,12 @@
       {"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer", "reasoning",
        "start", "end", "iou"[, "error"]}
 
+  With ``zoom`` (``eval --zoom``, :mod:`grounding_rl.eval.zoom`) each query is answered twice: pass 1 over the whole
+  video (each video decoded once for all its queries), pass 2 on the window pass 1's answer gives (decoded by seeking);
+  ``answer``/``start``/``end``/``iou``/``sampling`` are pass 2's in the video's absolute time, pass 1's are kept under
+  ``pass1``, with ``zoom_window`` [a, b] and ``zoom_fallback`` (:func:`grounding_rl.eval.zoom.zoom_record`). Resume
+  and sharding are those of one pass: a query's record is written once both passes are done.
+
   ``start``/``end`` are the parsed prediction in seconds as the model wrote it (null when unparseable; ``iou`` applies
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
   --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and
@@ -50,6 +56,7 @@ from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.reward.records import metrics_from_records, prediction_record
 from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
 from grounding_rl.run_record import write_record
+from grounding_rl.eval.zoom import ZoomSettings
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +68,7 @@ HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
 RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video_layout",
-            "video", "max_new_tokens", "dtype", "attn_implementation", "version")
+            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -151,6 +158,8 @@ class EvalRequest:
         overwrite: discard earlier predictions in ``out``.
         max_missing_fraction: fail when more than this share of the videos is missing (checked before the model
             loads) or unreadable (after the run; metrics are written); 1.0 = never.
+        zoom: a second pass on the window of each first answer (:class:`grounding_rl.eval.zoom.ZoomSettings`);
+            None = one pass.
     """
 
     model: str
@@ -172,6 +181,7 @@ class EvalRequest:
     frame_cache_gb: float = 20.0
     overwrite: bool = False
     max_missing_fraction: float = 0.05
+    zoom: ZoomSettings | None = None
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -188,6 +198,8 @@ class EvalRequest:
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm (got {self.engine!r})")
         self.overrides.check()
+        if self.zoom is not None:
+            self.zoom.check()
 
 
 @dataclass
@@ -299,7 +311,17 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
               "prompt_template": config.prompt_template, "video_layout": config.video_layout,
               "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
               "dtype": request.dtype, "attn_implementation": request.attn_implementation,
-              **({"engine": request.engine} if request.engine != "hf" else {})}
+              **({"engine": request.engine} if request.engine != "hf" else {}),
+              "zoom": request.zoom.to_dict() if request.zoom is not None else None}
+    if request.zoom is not None:
+        from grounding_rl.eval.settings import _family
+
+        family = _family(request.model)
+        if family is not None:
+            request.zoom.check_family(family.name, request.engine)
+        if config.video.sampler != "exact":
+            raise UserError(f"--zoom samples windows with the exact sampler (the settings have sampler "
+                            f"{config.video.sampler!r}; give --video-sampler exact)")
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
                     run=record)
@@ -314,9 +336,13 @@ def _check_run(outdir: Path, run: dict) -> None:
     Raises:
         UserError: one line naming what changed and the two ways on (``--overwrite``, or another ``--out``).
     """
-    from grounding_rl.run_record import check_record
+    from grounding_rl.run_record import check_record, read_record
 
     if existing_predictions(outdir):  # no predictions (e.g. a failed load): nothing to keep, whatever the record says
+        previous = read_record(outdir / RUN_FILE)
+        if previous is not None and "zoom" not in previous and run.get("zoom") is not None:  # made before --zoom
+            raise UserError(f"{outdir} holds predictions made by something else (zoom: None → {run['zoom']!r}); "
+                            "rerun with --overwrite to replace them, or give a new --out")
         check_record(outdir / RUN_FILE, run, RUN_KEYS, f"{outdir} holds predictions made by something else",
                      "rerun with --overwrite to replace them, or give a new --out")
 
@@ -373,18 +399,32 @@ def run(plan_: EvalPlan, state) -> RunResult:
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
         writer = JsonlAppender(outdir / name)
         config = plan_.config
-        batches = greedy_answer_batches(model, processor, [s.video for s in shard], [s.query for s in shard],
-                                        config.video, config.prompt_template, plan_.max_new_tokens,
-                                        request.batch_size, request.num_workers, request.frame_cache,
-                                        int(request.frame_cache_gb * 1e9), engine=engine,
-                                        video_layout=config.video_layout)
+        videos, queries = [s.video for s in shard], [s.query for s in shard]
+        if request.zoom is None:
+            batches = greedy_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
+                                            plan_.max_new_tokens, request.batch_size, request.num_workers,
+                                            request.frame_cache, int(request.frame_cache_gb * 1e9), engine=engine,
+                                            video_layout=config.video_layout)
+        else:
+            from grounding_rl.eval.zoom import zoom_answer_batches
+            from grounding_rl.family import family_of
+
+            batches = zoom_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
+                                          plan_.max_new_tokens, request.batch_size, request.zoom,
+                                          family_of(processor).name, request.num_workers, request.frame_cache,
+                                          int(request.frame_cache_gb * 1e9), engine=engine,
+                                          video_layout=config.video_layout)
         bar = tqdm(total=len(shard), desc=f"eval (rank 0 of {state.num_processes})", unit="query",
                    disable=not main_process, file=sys.stderr)
         failed = 0
         try:
             for batch in batches:
-                for position, answer, error, sampling in batch:
+                for position, answer, error, sampling, *zoomed in batch:
                     record = prediction_record(shard[position], answer, error, sampling)
+                    if zoomed:
+                        from grounding_rl.eval.zoom import zoom_record
+
+                        record = zoom_record(record, zoomed[0], shard[position])
                     writer.write(record)
                     failed += record.get("error") is not None
                 bar.update(len(batch))
@@ -424,7 +464,8 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
             "sampling": {"source": plan_.source, "prompt_template": config.prompt_template,
                          "video_layout": config.video_layout, "video": config.video.to_dict(),
                          "max_new_tokens": plan_.max_new_tokens, "do_sample": False, "repetition_penalty": 1.0,
-                         "batch_size": request.batch_size, "dtype": request.dtype},
+                         "batch_size": request.batch_size, "dtype": request.dtype,
+                         **({"zoom": request.zoom.to_dict()} if request.zoom is not None else {})},
             "seed": request.seed, "num_processes": num_processes,
             "run": {"queries_run": result.queries_run, "videos_run": result.videos_run, "wall_time_s": wall,
                     "queries_per_second": round(result.queries_run / wall, 4) if wall > 0 and result.queries_run
