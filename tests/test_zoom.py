@@ -98,6 +98,22 @@ def test_zoom_record_keeps_both_passes():
     assert zm.zoom_record(first, None, sample) is first
 
 
+def test_zoom_summary_counts_fallbacks_recall_and_pass1():
+    def record(gt, window, fallback, first, final):
+        return {"qid": str(gt), "gt_start": gt[0], "gt_end": gt[1], "gt_raw_start": gt[0], "gt_raw_end": gt[1],
+                "duration": 100.0, "answer": "<answer>x</answer>", "start": final[0], "end": final[1],
+                "zoom_window": window, "zoom_fallback": fallback,
+                "pass1": {"answer": None if first is None else "<answer>x</answer>",
+                          "start": None if first is None else first[0], "end": None if first is None else first[1]}}
+
+    records = [record((10, 20), [5, 25], False, (10, 20), (12, 20)),  # pass 1 IoU 1, final 0.8
+               record((60, 70), [25, 75], True, None, (60, 70))]  # fallback, pass 1 none (0), final 1
+    summary = zm.zoom_summary(records)
+    assert summary["queries"] == 2 and summary["fallbacks"] == 1 and summary["window_errors"] == 0
+    assert summary["window_recall"] == 100.0
+    assert summary["pass1"]["mIoU"] == pytest.approx(50.0) and summary["pass1"]["R1@0.5"] == pytest.approx(50.0)
+
+
 def test_zoom_settings_and_flags_are_checked():
     with pytest.raises(UserError, match="--zoom-margin"):
         zm.ZoomSettings(margin=-1).check()
@@ -162,7 +178,10 @@ def test_eval_zoom_two_passes_resume_and_decodes(tiny_model_dir, videos_dir, tmp
             assert record["zoom_window"][1] - record["zoom_window"][0] == pytest.approx(
                 record["zoom_window"][1] / 3 * 2, rel=0.01)  # the centre half [d/4, 3d/4]
     assert json.loads((tmp_path / "once" / "eval_config.json").read_text())["zoom"] == zm.ZoomSettings().to_dict()
-    assert json.loads((tmp_path / "once" / "metrics.json").read_text())["sampling"]["zoom"]["spend"] == "fps"
+    metrics = json.loads((tmp_path / "once" / "metrics.json").read_text())
+    assert metrics["sampling"]["zoom"]["spend"] == "fps"
+    assert metrics["zoom"]["queries"] == 6
+    assert metrics["zoom"]["fallbacks"] == sum(r["zoom_fallback"] for r in records)
 
     assert run(tmp_path / "resumed", "--limit", "3") == 0
     capsys.readouterr()
@@ -207,3 +226,27 @@ def test_long_demo_clips_have_short_events_and_a_time_bar():
     bottom = frames[t, demo.SIZE - demo.TIME_BAR_ROWS:]
     assert (bottom[:, :62] == 0).all() and (bottom[:, 62:] != 0).any(axis=-1).all()
     assert not (demo.render_frames(demo.clip_spec(0, "train", 0))[:, -1] == 0).all(axis=-1).any()  # short: no bar
+
+
+def test_video_time_offsets_shift_qwen2_5_vl_positions_inside_the_block_only(tiny_model_dir, videos_dir):
+    """``time="video"``: inside the block the model's own ``get_rope_index`` (what ``generate`` calls) puts the window's
+    video tokens at their time in the whole video; outside it nothing changes."""
+    from grounding_rl.data.video import sample_window
+    from grounding_rl.models.loading import load_for_inference
+    from grounding_rl.models.vision import core_model, rope_position_ids
+    from grounding_rl.prompts.preprocessing import build_inputs
+
+    model, processor = load_for_inference(str(tiny_model_dir), "cpu")
+    clip = sample_window(videos_dir / "charades_OHOFG.mp4", 20.0, 30.0,
+                         VideoSettings(fps=1.0, max_pixels=28 * 28 * 16, min_pixels=28 * 28 * 4))
+    inputs = dict(build_inputs(processor, ["q"], [clip], "default"))
+    before = rope_position_ids(model, inputs)
+    offset = zm.position_offset(zm.window_origin(clip), model.config.vision_config.tokens_per_second)
+    assert offset == 40
+    with zm.video_time_offsets(model, [offset]):
+        inside = rope_position_ids(model, inputs)
+    video = inputs["mm_token_type_ids"][0] == 2
+    assert (inside[0, 0, video] - before[0, 0, video]).unique().tolist() == [40]
+    assert inside[0, 0, ~video].equal(before[0, 0, ~video]) and inside[1:].equal(before[1:])
+    assert rope_position_ids(model, inputs).equal(before)
+    assert "get_rope_index" not in vars(core_model(model))

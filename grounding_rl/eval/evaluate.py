@@ -458,6 +458,10 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     metrics = metrics_from_records(records, config.prompt_template, plan_.dropped)
     metrics["missing_videos"] = len(plan_.absent)
     metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
+    if request.zoom is not None:
+        from grounding_rl.eval.zoom import zoom_summary
+
+        metrics["zoom"] = zoom_summary(records, config.prompt_template, plan_.dropped)
     wall = round(result.wall_time_s, 3)
     info = {"model": plan_.model_id, "data": plan_.run["data"],
             "benchmark": plan_.benchmark.name if plan_.benchmark else None, "limit": request.limit,
@@ -483,6 +487,11 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     print(f"eval: {metrics['n']} queries; {metrics['video_load_failures']} failed clips (IoU 0; "
           f"{len(plan_.absent)} of {plan_.num_videos} videos missing), {metrics['missing_predictions']} without a "
           "parsed prediction (IoU 0)")
+    if request.zoom is not None:
+        z = metrics["zoom"]
+        print(f"eval: zoom: pass 1 mIoU {z['pass1']['mIoU']:.2f}, R1@0.5 {z['pass1']['R1@0.5']:.2f}; ground truth "
+              f"inside the window for {z['window_recall']}% of {z['queries']} queries; {z['fallbacks']} fallback "
+              f"window(s), {z['window_errors']} window(s) not sampled")
     print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
     unreadable = sorted({r.get("video") or r["qid"] for r in records if r.get("error")})
     check_fraction(unreadable, plan_.num_videos, request.max_missing_fraction,

@@ -323,3 +323,21 @@ def zoom_record(record: dict, zoom: dict | None, sample) -> dict:
                end=None if interval is None else round(interval[1], 6),
                iou=query_iou(interval, (sample.start, sample.end), sample.duration), sampling=zoom["sampling"])
     return out
+
+
+def zoom_summary(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0) -> dict:
+    """What the zoom did over a run's records (``metrics.json`` ``zoom``): ``{"queries", "fallbacks",
+    "window_errors", "window_recall", "pass1": {"R1@0.3", "R1@0.5", "R1@0.7", "mIoU"}}`` — queries with a zoom,
+    those whose window was the fallback, those whose window could not be sampled, the percentage of queries whose
+    ground truth lies wholly inside the window (the most pass 2 can find), and pass 1's metrics (the single-pass
+    answers, ``standard`` scoring) over the same records."""
+    from grounding_rl.reward.records import metrics_from_records
+
+    zoomed = [r for r in records if "zoom_window" in r]
+    first = [{**r, **{k: r["pass1"][k] for k in ("answer", "start", "end")}} if "pass1" in r else r for r in records]
+    pass1 = metrics_from_records(first, prompt_template, dropped_annotations)
+    inside = sum(1 for r in zoomed if r["zoom_window"][0] <= r["gt_start"] and r["gt_end"] <= r["zoom_window"][1])
+    return {"queries": len(zoomed), "fallbacks": sum(1 for r in zoomed if r["zoom_fallback"]),
+            "window_errors": sum(1 for r in zoomed if r.get("zoom_error")),
+            "window_recall": round(100.0 * inside / len(zoomed), 2) if zoomed else None,
+            "pass1": {k: pass1[k] for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")}}
