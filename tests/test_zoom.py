@@ -120,8 +120,11 @@ def test_zoom_settings_and_flags_are_checked():
     with pytest.raises(UserError, match="Qwen3-VL"):
         zm.ZoomSettings(time="window").check_family("qwen3_vl")
     with pytest.raises(UserError, match="vllm"):
-        zm.ZoomSettings().check_family("qwen2_5_vl", "vllm")
+        zm.ZoomSettings(time="video").check_family("qwen2_5_vl", "vllm")
     zm.ZoomSettings(time="window").check_family("qwen2_5_vl", "vllm")
+    zm.ZoomSettings().check_family("qwen3_vl")  # the family's default
+    assert zm.ZoomSettings().time_for("qwen2_5_vl") == "window" and zm.ZoomSettings().time_for("qwen3_vl") == "video"
+    assert zm.ZoomSettings(time="video").time_for("qwen2_5_vl") == "video"
     from grounding_rl.cli.eval import build_parser, zoom_from_args
 
     parser = build_parser()

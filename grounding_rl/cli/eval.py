@@ -73,9 +73,10 @@ def add_zoom_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zoom-spend", choices=ZOOM_SPEND, default="fps",
                         help="spend the first pass's budget on frame rate (default: as many frames as pass 1, over "
                              "the window) or on resolution (pass 1's rate, larger frames)")
-    parser.add_argument("--zoom-time", choices=ZOOM_TIME, default="video",
-                        help="Qwen2.5-VL: the window's time positions start at its true time in the video (default) "
-                             "or at 0 with the answer shifted (Qwen3-VL always shows the true timestamps)")
+    parser.add_argument("--zoom-time", choices=ZOOM_TIME, default=None,
+                        help="Qwen2.5-VL: the window's time positions start at 0 and the answer is shifted by the "
+                             "window's start (window, its default) or at the window's true time in the video (video); "
+                             "Qwen3-VL always shows the true timestamps (video)")
 
 
 def zoom_from_args(args: argparse.Namespace):
@@ -86,7 +87,7 @@ def zoom_from_args(args: argparse.Namespace):
     if not args.zoom:
         given = [flag for flag, value, default in (("--zoom-margin", args.zoom_margin, DEFAULT_MARGIN),
                                                    ("--zoom-spend", args.zoom_spend, "fps"),
-                                                   ("--zoom-time", args.zoom_time, "video")) if value != default]
+                                                   ("--zoom-time", args.zoom_time, None)) if value != default]
         if given:
             raise UserError(f"{', '.join(given)} given without --zoom; add --zoom or drop them")
         return None
