@@ -253,3 +253,24 @@ def test_video_time_offsets_shift_qwen2_5_vl_positions_inside_the_block_only(tin
     assert inside[0, 0, ~video].equal(before[0, 0, ~video]) and inside[1:].equal(before[1:])
     assert rope_position_ids(model, inputs).equal(before)
     assert "get_rope_index" not in vars(core_model(model))
+
+
+def test_qwen3_vl_pass_2_prompt_shows_the_windows_true_timestamps(tiny_qwen3_model_dir, videos_dir, capsys):
+    """Qwen3-VL: the pass-2 prompt's ``<t seconds>`` lie inside the zoom window (absolute time), pass 1's span the
+    clip; the default ``--zoom-time`` resolves to ``video`` for this family."""
+    import re
+
+    from grounding_rl.cli import infer as infer_cli
+
+    fast = ["--fps", "1", "--max-pixels", str(32 * 32 * 16), "--min-pixels", str(32 * 32 * 4),
+            "--max-new-tokens", "12"]
+    rc = infer_cli.main(["--model", str(tiny_qwen3_model_dir), "--video", str(videos_dir / "charades_OHOFG.mp4"),
+                         "--query", "person sitting down in a chair.", "--zoom", "--print-prompt", "--json", *fast])
+    assert rc == 0
+    captured = capsys.readouterr()
+    window = json.loads(captured.out)[0]["zoom_window"]
+    first, second = captured.err.split("--- pass 2 (zoom window")
+    times1 = [float(t) for t in re.findall(r"<(\d+\.\d) seconds>", first)]
+    times2 = [float(t) for t in re.findall(r"<(\d+\.\d) seconds>", second)]
+    assert times1[0] < 1.0 and times1[-1] > 30.0
+    assert times2 and window[0] - 0.05 <= times2[0] and times2[-1] <= window[1] + 0.05
