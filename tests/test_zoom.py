@@ -3,7 +3,6 @@ the long demo clips."""
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 

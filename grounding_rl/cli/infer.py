@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_VIDEO
     check_generation_length("--max-new-tokens", args.max_new_tokens, args.model)
     if zoom is not None:
-        from grounding_rl.eval.settings import _family
+        from grounding_rl.eval.settings import checkpoint_family
 
-        family = _family(args.model)
+        family = checkpoint_family(args.model)
         if family is not None:
             zoom.check_family(family.name, args.engine)
         if config.video.sampler != "exact":

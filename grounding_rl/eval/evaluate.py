@@ -50,13 +50,13 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOverrides, check_generation_length,
                                         describe_config, resolve_config)
+from grounding_rl.eval.zoom import ZoomSettings
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
 from grounding_rl.models.loading import check_model_folder
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.reward.records import metrics_from_records, prediction_record
 from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
 from grounding_rl.run_record import write_record
-from grounding_rl.eval.zoom import ZoomSettings
 
 logger = logging.getLogger(__name__)
 
@@ -314,9 +314,9 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
               **({"engine": request.engine} if request.engine != "hf" else {}),
               "zoom": request.zoom.to_dict() if request.zoom is not None else None}
     if request.zoom is not None:
-        from grounding_rl.eval.settings import _family
+        from grounding_rl.eval.settings import checkpoint_family
 
-        family = _family(request.model)
+        family = checkpoint_family(request.model)
         if family is not None:
             request.zoom.check_family(family.name, request.engine)
         if config.video.sampler != "exact":

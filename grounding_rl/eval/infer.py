@@ -1,7 +1,8 @@
 """Asking when something happens in one video (what ``grounding-rl infer`` runs, :mod:`grounding_rl.cli.infer`): greedy
 answers for several queries on one decoded clip (:func:`infer`), each turned into seconds clamped to the video
 (:func:`answer_result`), the exact prompt (:func:`format_prompt`) and a readable summary (:func:`format_text`).
-:func:`infer_zoom` answers twice, on the whole clip and on the window of the first answer (:mod:`grounding_rl.eval.zoom`).
+:func:`infer_zoom` answers twice, on the whole clip and on the window of the first answer
+(:mod:`grounding_rl.eval.zoom`).
 """
 from __future__ import annotations
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from grounding_rl.data.video import FRAME_FACTOR, SampledVideo, VideoSettings
 from grounding_rl.errors import UserError, check_number
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 
 ZOOM_SPEND = ("fps", "resolution")
 ZOOM_TIME = ("video", "window")
@@ -223,13 +224,14 @@ def video_time_offsets(model, offsets: list[int] | None):
 
 # ------------------------------------------------------------------------------------------------------ the two passes
 def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template: str, max_new_tokens: int,
-               zoom: ZoomSettings, family_name: str, engine=None, video_layout: str = "released",
-               on_prompt=None) -> list[dict]:
+              zoom: ZoomSettings, family_name: str, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
+              on_prompt=None) -> list[dict]:
     """Pass 2 for pass-1 rows ``(position, answer, error, sampling, path, duration)`` whose clip loaded: each window
     sampled by seeking (:func:`grounding_rl.data.video.sample_window`), the rows answered in one greedy batch (each
-    its own clip), answers mapped to absolute time. Returns one dict per row, in order: :func:`zoom_fields` input
-    ``{"window", "fallback", "answer", "interval", "sampling", "error"}``. ``on_prompt(row_index, video)`` is called
-    with each pass-2 clip before generation (``infer --print-prompt``)."""
+    its own clip), answers mapped to absolute time. Returns one dict per row, in order: :func:`zoom_record`'s ``zoom``,
+    ``{"window", "fallback", "answer", "interval", "sampling", "error"}``; a window that cannot be sampled, or a pass
+    that runs out of memory, gives ``error`` (the record keeps pass 1's answer). ``on_prompt(row_index, video)`` is
+    called with each pass-2 clip before generation (``infer --print-prompt``)."""
     from grounding_rl.data.video import VideoLoadError, WindowError, sample_window
     from grounding_rl.reward.parsing import parse_answer
     from grounding_rl.rollout.generation import SamplingParams, generate_answers
@@ -262,10 +264,19 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
 
         per_second = unwrap(model).config.vision_config.tokens_per_second
         offsets = [position_offset(window_origin(clip), per_second) for clip in clips]
-    with video_time_offsets(model, offsets):
-        answers = generate_answers(model, processor, [queries[rows[i][0]] for i in ok], clips, template,
-                                   SamplingParams.greedy(max_new_tokens), **({"engine": engine} if engine else {}),
-                                   video_layout=video_layout)
+    import torch
+
+    try:
+        with video_time_offsets(model, offsets):
+            answers = generate_answers(model, processor, [queries[rows[i][0]] for i in ok], clips, template,
+                                       SamplingParams.greedy(max_new_tokens),
+                                       **({"engine": engine} if engine else {}), video_layout=video_layout)
+    except torch.OutOfMemoryError as err:  # pass 1's answers stand, with the reason (as a clip that does not load)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        for index in ok:
+            out[index]["error"] = f"zoom pass: out of memory: {err}"[:300]
+        return out
     for index, clip, answer in zip(ok, clips, answers):
         parsed = parse_answer(answer)
         out[index]["answer"] = answer
@@ -276,7 +287,7 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
 def zoom_answer_batches(model, processor, videos, queries, settings: VideoSettings, template: str,
                         max_new_tokens: int, batch_size: int, zoom: ZoomSettings, family_name: str,
                         num_workers: int = 2, frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                        engine=None, video_layout: str = "released"):
+                        engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT):
     """:func:`grounding_rl.rollout.greedy.greedy_answer_batches` (pass 1: each video decoded once for all its
     queries) followed, batch by batch, by pass 2 on each row's window (:func:`zoom_rows`).
 
