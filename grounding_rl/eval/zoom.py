@@ -293,7 +293,8 @@ def zoom_answer_batches(model, processor, videos, queries, settings: VideoSettin
 
     Yields:
         lists of ``(position, answer | None, error | None, sampling | None, zoom | None)``: pass 1's row as
-        ``greedy_answer_batches`` gives it, and ``zoom`` the pass-2 dict (None when pass 1's clip did not load).
+        ``greedy_answer_batches`` gives it, and ``zoom`` the pass-2 dict (None when pass 1 has an error: its clip did
+        not load or it ran out of memory).
     """
     from grounding_rl.rollout.greedy import greedy_answer_batches
 
@@ -303,7 +304,7 @@ def zoom_answer_batches(model, processor, videos, queries, settings: VideoSettin
                                        video_layout=video_layout):
         rows = []
         for position, answer, error, sampling in batch:
-            if sampling is not None:
+            if sampling is not None and error is None:  # a clip that loaded and answered (no out of memory)
                 path = videos[position]
                 if path not in durations:
                     durations[path] = _duration(path)
