@@ -2,6 +2,10 @@
 (:mod:`grounding_rl.dev.demo`).
 
     grounding-rl demo-data --out DIR [--num-train N] [--num-test N] [--seed S] [--min-duration S] [--max-duration S]
+                           [--long]
+
+``--long``: clips of a few minutes (120-180 s by default, 300 train / 50 test) with events of 2-5 s and a time bar
+that does not wrap over the clip, for the zoom evaluation (``eval --zoom``; configs/demo_long_sft.yaml).
 """
 from __future__ import annotations
 
@@ -11,23 +15,41 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grounding_rl.dev.demo import MAX_DURATION, MIN_DURATION, NUM_TEST, NUM_TRAIN, generate_demo
+    from grounding_rl.dev import demo
 
     parser = argparse.ArgumentParser(prog="grounding-rl demo-data",
                                      description="Procedural clips with a known event interval (the CPU demo).")
     parser.add_argument("--out", required=True, help="output folder (videos/, train.jsonl, test.jsonl)")
-    parser.add_argument("--num-train", type=int, default=NUM_TRAIN)
-    parser.add_argument("--num-test", type=int, default=NUM_TEST)
+    parser.add_argument("--num-train", type=int, default=None,
+                        help=f"default {demo.NUM_TRAIN} ({demo.LONG_NUM_TRAIN} with --long)")
+    parser.add_argument("--num-test", type=int, default=None,
+                        help=f"default {demo.NUM_TEST} ({demo.LONG_NUM_TEST} with --long)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-duration", type=float, default=MIN_DURATION, help="seconds")
-    parser.add_argument("--max-duration", type=float, default=MAX_DURATION, help="seconds")
+    parser.add_argument("--min-duration", type=float, default=None,
+                        help=f"seconds; default {demo.MIN_DURATION} ({demo.LONG_MIN_DURATION} with --long)")
+    parser.add_argument("--max-duration", type=float, default=None,
+                        help=f"seconds; default {demo.MAX_DURATION} ({demo.LONG_MAX_DURATION} with --long)")
+    parser.add_argument("--long", action="store_true",
+                        help="clips of a few minutes, events of 2-5 s, a time bar that does not wrap (for --zoom)")
     parser.add_argument("--no-time-code", dest="time_code", action="store_false",
                         help="constant background (no hue time code)")
     args = parser.parse_args(argv)
-    if args.num_train < 0 or args.num_test < 0:
+    long = args.long
+    num_train = args.num_train if args.num_train is not None else (demo.LONG_NUM_TRAIN if long else demo.NUM_TRAIN)
+    num_test = args.num_test if args.num_test is not None else (demo.LONG_NUM_TEST if long else demo.NUM_TEST)
+    lowest = args.min_duration if args.min_duration is not None else (
+        demo.LONG_MIN_DURATION if long else demo.MIN_DURATION)
+    highest = args.max_duration if args.max_duration is not None else (
+        demo.LONG_MAX_DURATION if long else demo.MAX_DURATION)
+    if num_train < 0 or num_test < 0:
         parser.error("--num-train and --num-test must be >= 0")
-    result = generate_demo(args.out, args.num_train, args.num_test, args.seed, args.min_duration, args.max_duration,
-                           time_code=args.time_code)
+    if long and lowest < demo.LONG_EVENT_SECONDS[1]:
+        parser.error(f"--long needs --min-duration >= {demo.LONG_EVENT_SECONDS[1]} (got {lowest})")
+    try:
+        result = demo.generate_demo(args.out, num_train, num_test, args.seed, lowest, highest,
+                                    time_code=args.time_code, long=long)
+    except ValueError as err:
+        parser.error(str(err))
     print(json.dumps(result))
     return 0
 

@@ -20,7 +20,7 @@ def build_parser():
 
     parser = eval_parser(prog="grounding-rl difficulty", description=__doc__.split("\n\n")[0],
                          out_help="the scored JSONL to write (D_scored.jsonl); its sidecar D_scored.json records the "
-                                  "model and settings")
+                                  "model and settings", zoom=False)
     parser.add_argument("--work-dir", default=None,
                         help="folder of the evaluation run (predictions, metrics; resumable); default OUT.eval/")
     parser.add_argument("--reward-funcs", nargs="+", default=None,

@@ -4,6 +4,7 @@
                       [--benchmark evaluation/X.yaml] [--prompt-template NAME] [--fps F] [--max-pixels P]
                       [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
                       [--scoring NAME|all ...]
+                      [--zoom [--zoom-margin M] [--zoom-spend fps|resolution] [--zoom-time video|window]]
 
 Over a finished OUTDIR the run only scores: every query is already in ``predictions.jsonl`` (nothing pending, no model
 loads), so ``--scoring all`` rescores existing predictions under every published evaluator's rule.
@@ -73,12 +74,47 @@ def add_scoring_flag(parser: argparse.ArgumentParser) -> None:
                         "interval sets: set, against every span of TimeLens-Bench's spans_all, and qvhighlights, "
                         "moment_detr's R1 and mAP, added by itself on qvhighlights data), or 'all'; repeatable. "
                         "standard (the headline) and clamped are always computed")
+def add_zoom_flags(parser: argparse.ArgumentParser) -> None:
+    """``--zoom`` and its knobs (:class:`grounding_rl.eval.zoom.ZoomSettings`), shared by ``eval`` and ``infer``."""
+    from grounding_rl.eval.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
+
+    parser.add_argument("--zoom", action="store_true",
+                        help="answer twice: over the whole video, then on the window of the first answer widened by "
+                             "--zoom-margin (the centre half when it does not parse), under the same budget")
+    parser.add_argument("--zoom-margin", type=float, default=DEFAULT_MARGIN,
+                        help="widen the first answer on each side by this fraction of its length, and at least by "
+                             "two frames of the first pass (default %(default)s)")
+    parser.add_argument("--zoom-spend", choices=ZOOM_SPEND, default="fps",
+                        help="spend the first pass's budget on frame rate (default: as many frames as pass 1, over "
+                             "the window) or on resolution (pass 1's rate, larger frames)")
+    parser.add_argument("--zoom-time", choices=ZOOM_TIME, default=None,
+                        help="Qwen2.5-VL: the window's time positions start at 0 and the answer is shifted by the "
+                             "window's start (window, its default) or at the window's true time in the video (video); "
+                             "Qwen3-VL always shows the true timestamps (video)")
+
+
+def zoom_from_args(args: argparse.Namespace):
+    """:class:`grounding_rl.eval.zoom.ZoomSettings` of parsed :func:`add_zoom_flags` arguments, None without
+    ``--zoom``. Raises UserError for a knob given without ``--zoom`` (it would change nothing)."""
+    from grounding_rl.eval.zoom import DEFAULT_MARGIN, ZoomSettings
+
+    if not args.zoom:
+        given = [flag for flag, value, default in (("--zoom-margin", args.zoom_margin, DEFAULT_MARGIN),
+                                                   ("--zoom-spend", args.zoom_spend, "fps"),
+                                                   ("--zoom-time", args.zoom_time, None)) if value != default]
+        if given:
+            raise UserError(f"{', '.join(given)} given without --zoom; add --zoom or drop them")
+        return None
+    zoom = ZoomSettings(margin=args.zoom_margin, spend=args.zoom_spend, time=args.zoom_time)
+    zoom.check()
+    return zoom
 
 
 def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
-                 out_help: str = "output folder (predictions, metrics, report)") -> argparse.ArgumentParser:
+                 out_help: str = "output folder (predictions, metrics, report)", zoom: bool = True
+                 ) -> argparse.ArgumentParser:
     """The options of ``eval``; ``grounding-rl difficulty`` reuses them with its own name, description and
-    ``--out``."""
+    ``--out``, without the zoom flags (``zoom=False``)."""
     from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
 
     parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0],
@@ -112,6 +148,8 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
     parser.add_argument("--max-missing-fraction", type=float, default=0.05,
                         help="fail (exit 2) when more than this share of the videos is missing (checked before the "
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
+    if zoom:
+        add_zoom_flags(parser)
     return parser
 
 
@@ -128,7 +166,8 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        attn_implementation=args.attn_implementation, engine=args.engine,
                        num_workers=args.num_workers, frame_cache=args.frame_cache,
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
-                       max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring))
+                       max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring),
+                       zoom=zoom_from_args(args) if hasattr(args, "zoom") else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """``grounding-rl infer``: ask when something happens in a video (:mod:`grounding_rl.eval.infer`).
 
     grounding-rl infer --model DIR --video FILE --query TEXT [--query TEXT ...] [--gt S E ...] [--plot OUT.png] [--json]
-                       [--print-prompt]
+                       [--print-prompt] [--zoom [--zoom-margin M] [--zoom-spend fps|resolution]
+                       [--zoom-time video|window]]
 
 For each query it prints the start and end in seconds (clamped to the video), the answer text and the reasoning. With
 ``--json`` stdout is exactly one JSON list with an object per query, ``{"query", "start", "end", "answer",
@@ -10,6 +11,12 @@ timeline picture (frames with timestamps, predicted intervals, and the ground tr
 query, in order). ``--print-prompt`` first prints, per query, the exact prompt the model is given (special tokens
 and Qwen3-VL's textual timestamps shown, video tokens collapsed to a count; on stderr with ``--json``). A missing or
 unreadable video is a one-line error and exit code 2.
+
+``--zoom`` answers each query twice (:func:`grounding_rl.eval.infer.infer_zoom`): over the whole video, then on the
+window of the first answer; the result is the second answer in the video's seconds, with ``pass1``, ``zoom_window``
+and ``zoom_fallback``. With ``--print-prompt`` each query's pass-1 prompt, a line ``--- pass 2 (zoom window S–E s)
+---`` and its pass-2 prompt are printed once pass 1 has answered (the window is the model's: the model is loaded for
+the prompt anyway).
 
 Preprocessing and prompt are the checkpoint's (``grounding_config.json``), overridable, as in ``grounding-rl eval``.
 """
@@ -46,7 +53,7 @@ def _quiet_native_stderr():
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from grounding_rl.cli.eval import add_preprocessing_overrides
+    from grounding_rl.cli.eval import add_preprocessing_overrides, add_zoom_flags
     from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
 
     parser = argparse.ArgumentParser(prog="grounding-rl infer", description="Ask when something happens in a video.")
@@ -62,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "shown)")
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
     add_preprocessing_overrides(parser)
+    add_zoom_flags(parser)
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="generation budget")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda when available)")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32")
@@ -93,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     check_number("--max-new-tokens", args.max_new_tokens, minimum=1)
     overrides = PreprocessingOverrides.from_args(args)
     overrides.check()
+    from grounding_rl.cli.eval import zoom_from_args
+
+    zoom = zoom_from_args(args)
     log = sys.stderr if args.json else sys.stdout
 
     try:
@@ -101,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grounding-rl infer: error: {err}", file=sys.stderr)
         return EXIT_VIDEO
     check_generation_length("--max-new-tokens", args.max_new_tokens, args.model)
+    if zoom is not None:
+        zoom.check_run(args.model, args.engine, config.video.sampler, config.prompt_template)
     if not Path(args.video).is_file():
         print(f"grounding-rl infer: error: video not found: {args.video}", file=sys.stderr)
         return EXIT_VIDEO
@@ -119,12 +132,21 @@ def main(argv: list[str] | None = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine)
-    if args.print_prompt:
-        for query in args.query:
-            prompt = format_prompt(processor, video, query, config.prompt_template, config.video_layout)
-            print(f"infer: prompt for {query!r}:\n{prompt}", file=log)
-    results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
-                    args.batch_size, engine=engine, video_layout=config.video_layout)
+    if zoom is not None:
+        from grounding_rl.eval.infer import infer_zoom
+        from grounding_rl.family import family_of
+
+        printer = (lambda text: print(text, file=log)) if args.print_prompt else None
+        results = infer_zoom(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
+                             config.video, zoom, family_of(processor).name,
+                             args.batch_size, engine=engine, video_layout=config.video_layout, print_prompt=printer)
+    else:
+        if args.print_prompt:
+            for query in args.query:
+                prompt = format_prompt(processor, video, query, config.prompt_template, config.video_layout)
+                print(f"infer: prompt for {query!r}:\n{prompt}", file=log)
+        results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
+                        args.batch_size, engine=engine, video_layout=config.video_layout)
     if args.json:  # the answer first; optional files after it
         sys.stdout.write(json.dumps(results, ensure_ascii=False) + "\n")
     else:

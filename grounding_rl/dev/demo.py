@@ -21,6 +21,14 @@ to learn to decode 3D-RoPE position differences, which the demo's tiny model did
 uniform patch's (mean/std-normalised) pixel vector, which a grey ramp hardly changes. The background stays ≥ 60 levels
 (max over channels) from every shape colour. ``time_code=False`` (``--no-time-code``) gives a constant background.
 
+*Long clips* (``long=True``, ``grounding-rl demo-data --long``): clips of :data:`LONG_MIN_DURATION` to
+:data:`LONG_MAX_DURATION` seconds (a few minutes) written at :data:`LONG_FPS`, events of :data:`LONG_EVENT_SECONDS`
+(2 to 5 s), and a time code that does not wrap over the clip: a black *time bar* along the bottom
+:data:`TIME_BAR_ROWS` rows whose length grows one step per second, ``round(SIZE · floor(t) / LONG_MAX_DURATION)``
+pixels (the whole width at :data:`LONG_MAX_DURATION`), drawn over the hue clock, which stays for the second within
+its 12 s turn. At a budget that sees one frame every few seconds an event of 2-5 s falls between frames or in one or
+two of them: a zoom pass (``eval --zoom``) has something to find.
+
 Deterministic: clip ``i`` of a split depends only on (seed, split, i) — same JSONL, same decoded frames.
 """
 from __future__ import annotations
@@ -56,6 +64,11 @@ MIN_DURATION, MAX_DURATION = 6.0, 12.0  # default clip length range, seconds
 NUM_TRAIN, NUM_TEST = 1000, 200  # default split sizes (what scripts/demo.sh trains and evaluates on)
 EVENT_FRACTION = (0.2, 0.5)  # event length as a fraction of the clip (at least 2 s)
 TIME_CODE_GREY, TIME_CODE_CHROMA, TIME_CODE_PERIOD = 112, 40, 12  # background of second k: hue k/PERIOD of a turn
+LONG_MIN_DURATION, LONG_MAX_DURATION = 120.0, 180.0  # --long clip length range, seconds
+LONG_EVENT_SECONDS = (2, 5)  # --long event length range, whole seconds
+LONG_FPS = 4  # frames per second of the written long clips (fewer frames to encode; a window of 4 s holds 16)
+LONG_NUM_TRAIN, LONG_NUM_TEST = 300, 50  # --long default split sizes
+TIME_BAR_ROWS = 10  # height of the long clips' time bar, pixels
 
 
 @dataclass(frozen=True)
@@ -81,10 +94,16 @@ class ClipSpec:
     distractors: tuple[ShapeSpec, ...]
     query: str
     time_code: bool = True
+    long: bool = False
+
+    @property
+    def fps(self) -> int:
+        """Frames per second of the written clip (:data:`LONG_FPS` for a long clip, else :data:`FPS`)."""
+        return LONG_FPS if self.long else FPS
 
     @property
     def num_frames(self) -> int:
-        return int(round(self.duration * FPS))
+        return int(round(self.duration * self.fps))
 
 
 def demo_queries() -> list[str]:
@@ -116,13 +135,15 @@ def shape_mask(shape: str, cx: int, cy: int, radius: int, size: int = SIZE) -> n
 
 
 def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURATION,
-              max_duration: float = MAX_DURATION, time_code: bool = True) -> ClipSpec:
+              max_duration: float = MAX_DURATION, time_code: bool = True, long: bool = False) -> ClipSpec:
     """The random content of clip ``index`` of ``split``: a pure function of (seed, split, index).
 
     Duration uniform on the :data:`TIME_STEP` grid in [min_duration, max_duration]; event length
     :data:`EVENT_FRACTION` of it (≥ 2 steps) on the same grid, placed uniformly; target and 1-3 distractors each in
     their own quadrant (no overlap), distractor colours all different from the target's. ``time_code`` only changes
-    the rendering (:func:`background_colour`), not the random draws.
+    the rendering (:func:`background_colour`), not the random draws. ``long``: the event lasts
+    :data:`LONG_EVENT_SECONDS` whole seconds instead (the clip length still comes from min/max_duration; the
+    module docstring gives the long clips' defaults) and the clip is rendered with the time bar at :data:`LONG_FPS`.
 
     Raises:
         ValueError: unknown split, or durations not in 3 ≤ min ≤ max.
@@ -134,7 +155,10 @@ def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURAT
     rng = np.random.default_rng([seed, SPLITS[split], index])
     steps = rng.integers(int(min_duration / TIME_STEP), int(max_duration / TIME_STEP) + 1)
     duration = steps * TIME_STEP
-    length = max(2, int(round(rng.uniform(*EVENT_FRACTION) * steps)))
+    if long:
+        length = int(rng.integers(LONG_EVENT_SECONDS[0], LONG_EVENT_SECONDS[1] + 1))
+    else:
+        length = max(2, int(round(rng.uniform(*EVENT_FRACTION) * steps)))
     first = int(rng.integers(0, steps - length + 1))
     start, end = first * TIME_STEP, (first + length) * TIME_STEP
 
@@ -156,7 +180,8 @@ def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURAT
     template = QUERY_TEMPLATES[int(rng.integers(len(QUERY_TEMPLATES)))]
     return ClipSpec(name=f"{split}_{index:05d}", duration=float(duration), start=float(start), end=float(end),
                     target=target, distractors=distractors,
-                    query=template.format(colour=target.colour, shape=target.shape), time_code=time_code)
+                    query=template.format(colour=target.colour, shape=target.shape), time_code=time_code,
+                    long=long)
 
 
 def background_colour(seconds, time_code: bool = True) -> np.ndarray:
@@ -174,10 +199,18 @@ def background_colour(seconds, time_code: bool = True) -> np.ndarray:
     return np.round(np.stack(channels, axis=-1)).astype(np.uint8)
 
 
+def time_bar_length(seconds) -> np.ndarray:
+    """Pixels of the long clips' time bar at each time: ``round(SIZE · floor(t) / LONG_MAX_DURATION)``, at most
+    SIZE (0 at 0-1 s, 56 at 90 s, 112 from 180 s)."""
+    seconds = np.floor(np.asarray(seconds, dtype=np.float64) + 1e-9)
+    return np.minimum(SIZE, np.round(SIZE * seconds / LONG_MAX_DURATION)).astype(np.int64)
+
+
 def render_frames(spec: ClipSpec) -> np.ndarray:
-    """uint8 frames (T, 112, 112, 3) of a clip; frame i shows time i / 8 s and has the target iff start ≤ t < end;
-    its background is :func:`background_colour` of that time."""
-    times = np.arange(spec.num_frames) / FPS
+    """uint8 frames (T, 112, 112, 3) of a clip; frame i shows time i / fps s (``spec.fps``) and has the target iff
+    start ≤ t < end; its background is :func:`background_colour` of that time; a long clip with the time code has
+    the time bar (:func:`time_bar_length`) black over its bottom :data:`TIME_BAR_ROWS` rows."""
+    times = np.arange(spec.num_frames) / spec.fps
     frames = np.empty((len(times), SIZE, SIZE, 3), np.uint8)
     frames[:] = background_colour(times, spec.time_code)[:, None, None, :]
     for d in spec.distractors:
@@ -187,6 +220,9 @@ def render_frames(spec: ClipSpec) -> np.ndarray:
     shown = frames[visible]
     shown[:, shape_mask(t.shape, t.cx, t.cy, t.radius)] = COLOURS[t.colour]
     frames[visible] = shown
+    if spec.long and spec.time_code:
+        for i, length in enumerate(time_bar_length(times)):
+            frames[i, SIZE - TIME_BAR_ROWS:, :length] = 0
     return frames
 
 
@@ -209,7 +245,7 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str
 
 def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST, seed: int = 0,
                   min_duration: float = MIN_DURATION, max_duration: float = MAX_DURATION, progress: bool = True,
-                  time_code: bool = True) -> dict:
+                  time_code: bool = True, long: bool = False) -> dict:
     """Write ``out/videos/*.mp4`` and ``out/train.jsonl`` / ``out/test.jsonl`` (canonical JSONL).
 
     Args:
@@ -218,7 +254,8 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
         seed: the whole output is a function of it.
         min_duration, max_duration: clip length range, seconds.
         progress: show a tqdm bar.
-        time_code: burn the time into the background brightness (module docstring).
+        time_code: burn the time into the background hue (and the time bar of a long clip; module docstring).
+        long: long clips (the module docstring; pass the long durations as min/max_duration).
 
     Returns:
         ``{"train": path, "test": path, "clips": n, "seconds": wall time}``.
@@ -233,9 +270,9 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     jobs = [("train", i) for i in range(num_train)] + [("test", i) for i in range(num_test)]
     rows: dict[str, list[Sample]] = {"train": [], "test": []}
     for split, index in tqdm(jobs, desc="demo clips", disable=not progress):
-        spec = clip_spec(seed, split, index, min_duration, max_duration, time_code)
+        spec = clip_spec(seed, split, index, min_duration, max_duration, time_code, long)
         rel = f"videos/{spec.name}.mp4"
-        write_video(out / rel, render_frames(spec))
+        write_video(out / rel, render_frames(spec), fps=spec.fps)
         rows[split].append(Sample(video=rel, query=spec.query, start=spec.start, end=spec.end,
                                   duration=spec.duration, qid=f"demo:{spec.name}", source="demo"))
     paths = {}

@@ -14,6 +14,12 @@
       {"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer", "reasoning",
        "start", "end", "iou"[, "error"]}
 
+  With ``zoom`` (``eval --zoom``, :mod:`grounding_rl.eval.zoom`) each query is answered twice: pass 1 over the whole
+  video (each video decoded once for all its queries), pass 2 on the window pass 1's answer gives (decoded by seeking);
+  ``answer``/``start``/``end``/``iou``/``sampling`` are pass 2's in the video's absolute time, pass 1's are kept under
+  ``pass1``, with ``zoom_window`` [a, b] and ``zoom_fallback`` (:func:`grounding_rl.eval.zoom.zoom_record`). Resume
+  and sharding are those of one pass: a query's record is written once both passes are done.
+
   ``start``/``end`` are the parsed prediction in seconds as the model wrote it (null when unparseable; ``iou`` applies
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
   --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and
@@ -45,6 +51,7 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOverrides, check_generation_length,
                                         describe_config, resolve_config)
+from grounding_rl.eval.zoom import ZoomSettings
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
 from grounding_rl.models.loading import check_model_folder
 from grounding_rl.reward.metrics import format_metrics_table
@@ -63,7 +70,7 @@ HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
 RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video_layout",
-            "video", "max_new_tokens", "dtype", "attn_implementation", "version")
+            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -157,6 +164,8 @@ class EvalRequest:
             :mod:`grounding_rl.reward.scorings`, or ``all``); they change no prediction, so a finished ``out`` is
             rescored without running the model. ``qvhighlights`` is added by itself when every query comes from
             the qvhighlights reader, and a benchmark's own ``scorings`` (its YAML) always.
+        zoom: a second pass on the window of each first answer (:class:`grounding_rl.eval.zoom.ZoomSettings`);
+            None = one pass.
     """
 
     model: str
@@ -179,6 +188,7 @@ class EvalRequest:
     overwrite: bool = False
     max_missing_fraction: float = 0.05
     scorings: tuple[str, ...] = ()
+    zoom: ZoomSettings | None = None
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -201,6 +211,8 @@ class EvalRequest:
         except ValueError as err:
             raise UserError(f"--scoring: {err}") from None
         self.overrides.check()
+        if self.zoom is not None:
+            self.zoom.check()
 
 
 @dataclass
@@ -312,7 +324,10 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
               "prompt_template": config.prompt_template, "video_layout": config.video_layout,
               "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
               "dtype": request.dtype, "attn_implementation": request.attn_implementation,
-              **({"engine": request.engine} if request.engine != "hf" else {})}
+              **({"engine": request.engine} if request.engine != "hf" else {}),
+              "zoom": request.zoom.to_dict() if request.zoom is not None else None}
+    if request.zoom is not None:
+        request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
                     run=record)
@@ -327,9 +342,13 @@ def _check_run(outdir: Path, run: dict) -> None:
     Raises:
         UserError: one line naming what changed and the two ways on (``--overwrite``, or another ``--out``).
     """
-    from grounding_rl.run_record import check_record
+    from grounding_rl.run_record import check_record, read_record
 
     if existing_predictions(outdir):  # no predictions (e.g. a failed load): nothing to keep, whatever the record says
+        previous = read_record(outdir / RUN_FILE)
+        if previous is not None and "zoom" not in previous and run.get("zoom") is not None:  # made before --zoom
+            raise UserError(f"{outdir} holds predictions made by something else (zoom: None → {run['zoom']!r}); "
+                            "rerun with --overwrite to replace them, or give a new --out")
         check_record(outdir / RUN_FILE, run, RUN_KEYS, f"{outdir} holds predictions made by something else",
                      "rerun with --overwrite to replace them, or give a new --out")
 
@@ -386,19 +405,33 @@ def run(plan_: EvalPlan, state) -> RunResult:
         name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
         writer = JsonlAppender(outdir / name)
         config = plan_.config
-        batches = greedy_answer_batches(model, processor, [s.video for s in shard], [s.query for s in shard],
-                                        config.video, config.prompt_template, plan_.max_new_tokens,
-                                        request.batch_size, request.num_workers, request.frame_cache,
-                                        int(request.frame_cache_gb * 1e9), engine=engine,
-                                        video_layout=config.video_layout)
+        videos, queries = [s.video for s in shard], [s.query for s in shard]
+        if request.zoom is None:
+            batches = greedy_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
+                                            plan_.max_new_tokens, request.batch_size, request.num_workers,
+                                            request.frame_cache, int(request.frame_cache_gb * 1e9), engine=engine,
+                                            video_layout=config.video_layout)
+        else:
+            from grounding_rl.eval.zoom import zoom_answer_batches
+            from grounding_rl.family import family_of
+
+            batches = zoom_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
+                                          plan_.max_new_tokens, request.batch_size, request.zoom,
+                                          family_of(processor).name, request.num_workers, request.frame_cache,
+                                          int(request.frame_cache_gb * 1e9), engine=engine,
+                                          video_layout=config.video_layout)
         bar = tqdm(total=len(shard), desc=f"eval (rank 0 of {state.num_processes})", unit="query",
                    disable=not main_process, file=sys.stderr)
         failed = 0
         try:
             for batch in batches:
-                for position, answer, error, sampling in batch:
+                for position, answer, error, sampling, *zoomed in batch:
                     record = prediction_record(shard[position], answer, error, sampling,
                                                set_answers=is_set_template(config.prompt_template))
+                    if zoomed:
+                        from grounding_rl.eval.zoom import zoom_record
+
+                        record = zoom_record(record, zoomed[0], shard[position])
                     writer.write(record)
                     failed += record.get("error") is not None
                 bar.update(len(batch))
@@ -435,13 +468,18 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     metrics = metrics_from_records(records, config.prompt_template, plan_.dropped, scorings)
     metrics["missing_videos"] = len(plan_.absent)
     metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
+    if request.zoom is not None:
+        from grounding_rl.eval.zoom import zoom_summary
+
+        metrics["zoom"] = zoom_summary(records, config.prompt_template, plan_.dropped)
     wall = round(result.wall_time_s, 3)
     info = {"model": plan_.model_id, "data": plan_.run["data"],
             "benchmark": plan_.benchmark.name if plan_.benchmark else None, "limit": request.limit,
             "sampling": {"source": plan_.source, "prompt_template": config.prompt_template,
                          "video_layout": config.video_layout, "video": config.video.to_dict(),
                          "max_new_tokens": plan_.max_new_tokens, "do_sample": False, "repetition_penalty": 1.0,
-                         "batch_size": request.batch_size, "dtype": request.dtype},
+                         "batch_size": request.batch_size, "dtype": request.dtype,
+                         **({"zoom": request.zoom.to_dict()} if request.zoom is not None else {})},
             "seed": request.seed, "num_processes": num_processes,
             "run": {"queries_run": result.queries_run, "videos_run": result.videos_run, "wall_time_s": wall,
                     "queries_per_second": round(result.queries_run / wall, 4) if wall > 0 and result.queries_run
@@ -460,6 +498,11 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     print(f"eval: {metrics['n']} queries; {metrics['video_load_failures']} failed clips (IoU 0; "
           f"{len(plan_.absent)} of {plan_.num_videos} videos missing), {metrics['missing_predictions']} without a "
           "parsed prediction (IoU 0)")
+    if request.zoom is not None:
+        z = metrics["zoom"]
+        print(f"eval: zoom: pass 1 mIoU {z['pass1']['mIoU']:.2f}, R1@0.5 {z['pass1']['R1@0.5']:.2f}; ground truth "
+              f"inside the window for {z['window_recall']}% of {z['queries']} queries; {z['fallbacks']} fallback "
+              f"window(s), {z['window_errors']} window(s) not sampled")
     print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
     unreadable = sorted({r.get("video") or r["qid"] for r in records if r.get("error")})
     check_fraction(unreadable, plan_.num_videos, request.max_missing_fraction,

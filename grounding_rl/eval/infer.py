@@ -1,6 +1,8 @@
 """Asking when something happens in one video (what ``grounding-rl infer`` runs, :mod:`grounding_rl.cli.infer`): greedy
 answers for several queries on one decoded clip (:func:`infer`), each turned into seconds clamped to the video
 (:func:`answer_result`), the exact prompt (:func:`format_prompt`) and a readable summary (:func:`format_text`).
+:func:`infer_zoom` answers twice, on the whole clip and on the window of the first answer
+(:mod:`grounding_rl.eval.zoom`).
 """
 from __future__ import annotations
 
@@ -51,6 +53,60 @@ def infer(model, processor, video: SampledVideo, queries: list[str], template: s
     return results
 
 
+def zoom_heading(window) -> str:
+    """The line ``infer --zoom --print-prompt`` writes between pass 1's and pass 2's prompt:
+    ``--- pass 2 (zoom window 30.00–60.00 s) ---``."""
+    return f"--- pass 2 (zoom window {window[0]:.2f}–{window[1]:.2f} s) ---"
+
+
+def infer_zoom(model, processor, video: SampledVideo, queries: list[str], template: str, max_new_tokens: int,
+               settings, zoom, family_name: str, batch_size: int = 4, engine=None,
+               video_layout: str = DEFAULT_VIDEO_LAYOUT, print_prompt=None) -> list[dict]:
+    """:func:`infer` (pass 1 on ``video``, the whole clip decoded once) then pass 2 per query on the window of its
+    answer (:mod:`grounding_rl.eval.zoom`; ``settings`` the clip's sampling settings, ``zoom`` a
+    :class:`grounding_rl.eval.zoom.ZoomSettings`, ``family_name`` the model's family).
+
+    ``print_prompt(text)``, when given, receives per query pass 1's prompt, :func:`zoom_heading` and pass 2's prompt,
+    in that order (pass 2's window needs pass 1's answer, so they are printed after pass 1 has run).
+
+    Returns:
+        one :func:`answer_result` per query with pass 2's answer in the video's absolute seconds (clamped to the
+        clip), plus ``pass1`` (pass 1's result), ``zoom_window`` [a, b], ``zoom_fallback`` and, when the window could
+        not be sampled, ``zoom_error`` (the result is then pass 1's).
+    """
+    from grounding_rl.eval.zoom import zoom_rows
+
+    first = infer(model, processor, video, queries, template, max_new_tokens, batch_size, engine, video_layout)
+    results = []
+    step = max(1, batch_size)
+    for i in range(0, len(queries), step):
+        chunk = list(range(i, min(len(queries), i + step)))
+        rows = [(p, first[p]["answer"], None, first[p]["sampling"], video.path, video.duration) for p in chunk]
+
+        def show(index, clip):
+            if print_prompt is not None:
+                query = queries[chunk[index]]
+                print_prompt(f"infer: prompt for {query!r} (pass 1):\n"
+                             + format_prompt(processor, video, query, template, video_layout))
+                print_prompt(zoom_heading(clip.window))
+                print_prompt(format_prompt(processor, clip, query, template, video_layout))
+
+        zoomed = zoom_rows(model, processor, rows, queries, settings, template, max_new_tokens, zoom, family_name,
+                            engine, video_layout, on_prompt=show)
+        for p, item in zip(chunk, zoomed):
+            result = dict(first[p])
+            extra = {"pass1": first[p], "zoom_window": item["window"], "zoom_fallback": item["fallback"]}
+            if item["error"] is not None:
+                extra["zoom_error"] = item["error"]
+            else:
+                interval = item["interval"]
+                start, end = clamp_interval(interval, video.duration) if interval is not None else (None, None)
+                result = {"query": queries[p], "start": start, "end": end, "answer": item["answer"],
+                          "reasoning": extract_think(item["answer"]), "sampling": item["sampling"]}
+            results.append({**result, **extra})
+    return results
+
+
 def format_prompt(processor, video: SampledVideo, query: str, template: str,
                   video_layout: str = DEFAULT_VIDEO_LAYOUT) -> str:
     """The exact prompt the model is given for one query on a clip
@@ -71,6 +127,12 @@ def format_text(results: list[dict], video: SampledVideo) -> str:
             lines.append("    spans: " + ", ".join(f"{s:.2f} s to {e:.2f} s" for s, e in r["spans"]))
         else:
             lines.append(f"    interval: {r['start']:.2f} s to {r['end']:.2f} s")
+        if "zoom_window" in r:
+            p1 = r["pass1"]
+            first = "(no parseable answer)" if p1["start"] is None else f"{p1['start']:.2f} s to {p1['end']:.2f} s"
+            lines.append(f"    pass 1: {first}; zoom window {r['zoom_window'][0]:.2f} s to {r['zoom_window'][1]:.2f} s"
+                         + (" (fallback: the centre half)" if r["zoom_fallback"] else "")
+                         + (f"; {r['zoom_error']}" if r.get("zoom_error") else ""))
         lines.append(f"    answer: {r['answer'].strip()!r}")
         lines.append(f"    reasoning: {r['reasoning'] if r['reasoning'] is not None else '(none)'}")
     return "\n".join(lines)

@@ -214,7 +214,9 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
         video: the :class:`~grounding_rl.data.video.SampledVideo` used for generation (frames (T, H, W, 3) uint8,
             ``timestamps`` in seconds, ``duration``).
         results: one mapping per query with ``query``, ``start``, ``end`` (seconds, clamped; None when unparseable)
-            and, for a set answer, ``spans`` (``[[s, e], …]``: one bar per span).
+            and, for a set answer, ``spans`` (``[[s, e], …]``: one bar per span); a zoom result (``infer --zoom``)
+            also has ``zoom_window`` [a, b], drawn as a grey band in its lane, and ``pass1`` (its ``start``/``end``),
+            drawn as a dashed outline.
         path: output PNG.
         gts: one (start, end) — or a list of them, a ground-truth set — per query in order, or None.
         max_frames: thumbnails in the strip.
@@ -265,6 +267,16 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
     for q, result in enumerate(results):
         y = n - 1 - q
         color = _COLORS[q % len(_COLORS)]
+        if result.get("zoom_window") is not None:
+            a, b = (float(x) for x in result["zoom_window"])
+            lanes.add_patch(Rectangle((a, y - 0.45), b - a, 0.9, color="0.5", alpha=0.22, linewidth=0,
+                                      label="zoom window" if q == 0 else None))
+            first = result.get("pass1") or {}
+            if first.get("start") is not None and first.get("end") is not None:
+                lo1, hi1 = sorted((float(first["start"]), float(first["end"])))
+                lanes.add_patch(Rectangle((lo1, y - 0.3), max(hi1 - lo1, duration * 0.002), 0.6, fill=False,
+                                          edgecolor="0.2", linestyle="--", linewidth=1.2,
+                                          label="pass 1" if q == 0 else None))
         if gts is not None and q < len(gts) and gts[q] is not None:
             gt_set = gts[q] if isinstance(gts[q][0], (list, tuple)) else [gts[q]]
             for k, (gs, ge) in enumerate(gt_set):
@@ -295,7 +307,7 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
     lanes.set_axisbelow(True)
     handles, names = lanes.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, names, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
+        fig.legend(handles, names, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

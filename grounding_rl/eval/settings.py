@@ -70,13 +70,13 @@ def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | N
         changed["video_layout"] = video_layout
     if changed:
         source += f"; overridden on the command line: {', '.join(sorted(changed))}"
-    family = _family(model_dir)
+    family = checkpoint_family(model_dir)
     if family is not None:  # frames sized for the checkpoint's vision tower
         config = dataclasses.replace(config, video=family.video_settings(config.video))
     return config, source
 
 
-def _family(model_dir):
+def checkpoint_family(model_dir):
     """The checkpoint's model family, or None when it has no readable ``config.json`` here (the model load reports
     that). A folder whose ``config.json`` names an unsupported ``model_type`` raises ValueError."""
     from grounding_rl.family import family_of_checkpoint

@@ -1,0 +1,384 @@
+"""Zoom: look at the whole video, then again at the part the model picked (``eval --zoom``, ``infer --zoom``).
+
+At a fixed frame budget an hour is seen once every several seconds, and ExtremeWhenBench attributes most long-video
+failures to search: the moment is never looked at closely; retrieving a window first and grounding in it is what
+TimeLens2 and Zoom-Zero do. Two greedy passes per query:
+
+1. **pass 1** over the whole video at the budget (the single-pass evaluation's own answer);
+2. its answer [s, e] widened by a margin is the **window** (:func:`zoom_window`): [s − m, e + m] with
+   m = max(``margin`` · (e − s), 2 / f₁) — the margin scales with the answer, and is never below one temporal patch
+   (two frames) of pass 1 at its rate f₁, the resolution pass 1 answers at. We use the model's own greedy answer, not
+   a merge of top-k sampled answers: one generation, deterministic, the same answer single-pass evaluation scores (so
+   pass 1 *is* the single-pass result) and no seed or k to choose. An answer that does not parse gives the
+   **fallback** window, the centre half [d/4, 3d/4] (``zoom_fallback: true``);
+3. **pass 2** samples the window (:func:`grounding_rl.data.video.sample_window`, decoded by seeking) under the same
+   budget — what pass 1 spent, T₁ frames of H₁ × W₁ — spent on frame rate (``spend="fps"``: T₁ frames over the
+   window, the default) or on resolution (``spend="resolution"``: pass 1's rate, so fewer frames, each up to
+   T₁·H₁·W₁ / T₂ pixels) (:func:`window_settings`), and the model answers again;
+4. the answer is mapped to the video's absolute time (:func:`to_absolute`).
+
+Default ``fps``, although Zoom-Zero spends the zoom on resolution: an answer's boundaries cannot be finer than the
+frame period it was made at, and the failure the zoom addresses is temporal (the event falls between frames seen
+every few seconds); resolution helps recognising small things, which a temporal grounding checkpoint trained at one
+frame size also sees out of distribution.
+
+Time in pass 2 (``time``). Qwen3-VL reads time as text: the window's frames carry their true absolute timestamps
+``<t seconds>`` and its answer is absolute. Qwen2.5-VL's time is positional (3D RoPE, ``second_per_grid_ts``), which
+transformers starts at the window's first frame: ``time="window"`` (its default) keeps that and adds the window's
+first frame time t₀ to the answer; ``time="video"`` shifts the window's temporal position ids so they start where t₀
+sits in the whole video (``round(t₀ · tokens_per_second)``, :func:`video_time_offsets`), and the answer is taken as
+absolute. ``window`` is the default because every clip a Qwen2.5-VL checkpoint is trained and evaluated on starts at
+temporal position 0, so it reads time from the clip's first frame (a window is then a trimmed clip); measured on the
+long demo's checkpoint, with ``video`` positions it still answered window-relative times ("10.00 to 11.00" for a
+window at 104-117 s): 30 of 50 final answers inside the window against 39 with ``window``, mIoU 0.98 against 1.48
+(docs/BENCHMARKS.md, "Zoom on the long demo").
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from grounding_rl.data.video import FRAME_FACTOR, SampledVideo, VideoSettings
+from grounding_rl.errors import UserError, check_number
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
+
+ZOOM_SPEND = ("fps", "resolution")
+ZOOM_TIME = ("video", "window")
+DEFAULT_MARGIN = 1.0
+FALLBACK_WINDOW = "the centre half [d/4, 3d/4]"
+
+
+@dataclass(frozen=True)
+class ZoomSettings:
+    """How the zoom pass looks (``--zoom-margin``, ``--zoom-spend``, ``--zoom-time``).
+
+    Attributes:
+        margin: the window is pass 1's answer widened on each side by ``margin`` × its length (≥ 0), and at least
+            by one temporal patch of pass 1 (:func:`zoom_window`).
+        spend: ``fps`` (default) or ``resolution``: what pass 2 spends pass 1's budget on (:func:`window_settings`).
+        time: ``video`` or ``window``: where Qwen2.5-VL's pass-2 time positions start (module docstring); None =
+            the family's default (:meth:`time_for`: ``window`` for Qwen2.5-VL, ``video`` for Qwen3-VL, which takes
+            only ``video``: its timestamps are the true ones).
+    """
+
+    margin: float = DEFAULT_MARGIN
+    spend: str = "fps"
+    time: str | None = None
+
+    def check(self) -> None:
+        """Raises UserError (one line naming the flag) for a negative margin or an unknown choice."""
+        check_number("--zoom-margin", self.margin, minimum=0.0)
+        if self.spend not in ZOOM_SPEND:
+            raise UserError(f"--zoom-spend must be one of {', '.join(ZOOM_SPEND)} (got {self.spend!r})")
+        if self.time is not None and self.time not in ZOOM_TIME:
+            raise UserError(f"--zoom-time must be one of {', '.join(ZOOM_TIME)} (got {self.time!r})")
+
+    def check_family(self, family_name: str, engine: str = "hf") -> None:
+        """Raises UserError for ``time="window"`` on Qwen3-VL (its pass-2 timestamps are always the window's true
+        ones) and for ``time="video"`` with a Qwen2.5-VL checkpoint on the vLLM engine (the position shift is applied
+        to transformers' ``get_rope_index``)."""
+        if family_name == "qwen3_vl" and self.time == "window":
+            raise UserError("--zoom-time window is for Qwen2.5-VL; Qwen3-VL's pass-2 prompt shows the window's true "
+                            "timestamps (use --zoom-time video)")
+        if family_name == "qwen2_5_vl" and self.time == "video" and engine != "hf":
+            raise UserError("--zoom-time video shifts transformers' position ids; with --engine vllm use "
+                            "--zoom-time window")
+
+    def check_run(self, model: str, engine: str, sampler: str, prompt_template: str) -> None:
+        """Raises UserError (one line) when this zoom cannot run with the checkpoint ``model`` (its family, see
+        :meth:`check_family`), the ``engine``, the video ``sampler`` (windows are sampled exactly) or a
+        ``prompt_template`` that asks for a set of intervals (the window is one answer's)."""
+        from grounding_rl.eval.settings import checkpoint_family
+        from grounding_rl.prompts.templates import is_set_template
+
+        family = checkpoint_family(model)
+        if family is not None:
+            self.check_family(family.name, engine)
+        if sampler != "exact":
+            raise UserError(f"--zoom samples windows with the exact sampler (the settings have sampler "
+                            f"{sampler!r}; give --video-sampler exact)")
+        if is_set_template(prompt_template):
+            raise UserError(f"--zoom looks again at one answered interval; prompt template {prompt_template!r} asks "
+                            "for a set of intervals")
+
+    def time_for(self, family_name: str) -> str:
+        """``time``, or the family's default when None: ``video`` for Qwen3-VL (true timestamps), else ``window``."""
+        if self.time is not None:
+            return self.time
+        return "video" if family_name == "qwen3_vl" else "window"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def zoom_window(answer: tuple[float, float] | None, duration: float, margin: float, pass1_fps: float
+                ) -> tuple[tuple[float, float], bool]:
+    """The pass-2 window for pass 1's parsed answer.
+
+    [s − m, e + m] with m = max(margin · (e − s), 2 / pass1_fps), clipped to [0, duration] (s, e first clamped into
+    the clip and ordered). No answer (None), or one that lies wholly outside the clip, gives the fallback
+    [duration / 4, 3 · duration / 4].
+
+    Args:
+        answer: (start, end) seconds as parsed, or None.
+        duration: the video's length, seconds (> 0).
+        margin: ≥ 0, fraction of the answer's length added on each side.
+        pass1_fps: the rate pass 1 sampled at (frames per second, > 0): 2 / pass1_fps is one temporal patch.
+
+    Returns:
+        ((start, end) seconds, fallback). E.g. answer (40, 50), duration 150, margin 1, rate 0.25 →
+        ((30.0, 60.0), False) (m = max(10, 8)); answer (2, 3), same → ((0.0, 11.0), False) (m = 8); None →
+        ((37.5, 112.5), True).
+    """
+    if answer is not None:
+        s, e = sorted((min(max(float(answer[0]), 0.0), duration), min(max(float(answer[1]), 0.0), duration)))
+        if not (s == e and (s <= 0.0 or s >= duration)):
+            pad = max(margin * (e - s), 2.0 / pass1_fps)
+            return (max(0.0, s - pad), min(duration, e + pad)), False
+    return (duration / 4.0, 3.0 * duration / 4.0), True
+
+
+def window_settings(settings: VideoSettings, first: dict, window: tuple[float, float], spend: str) -> VideoSettings:
+    """Pass 2's sampling settings for ``window``, spending what pass 1 spent (T₁ frames of H₁ × W₁ at f₁: ``first``
+    is pass 1's ``{"fps", "frames", "height", "width"}``, :meth:`grounding_rl.data.video.SampledVideo.sampling`).
+
+    ``fps``: rate T₁ / (b − a) and at most T₁ frames; frame sizes follow the same budget rule as pass 1 (same T, same
+    size). ``resolution``: pass 1's rate f₁ (so T₂ ≈ f₁ · (b − a) frames, at least ``min_frames``), a budget of
+    pass 1's T₁·H₁·W₁ / 2 pixels, and a per-frame cap raised to T₁·H₁·W₁ / T₂ (within qwen-vl-utils' 768 merged
+    tokens a frame), so each frame gets up to T₁ / T₂ times pass 1's pixels. ``budget_lowers_fps`` is off in pass 2
+    (the frame count is set here).
+
+    Raises:
+        ValueError: an unknown ``spend``.
+    """
+    from qwen_vl_utils.vision_process import VIDEO_MAX_TOKEN_NUM
+
+    length = max(window[1] - window[0], 1e-6)
+    frames1, rate1 = int(first["frames"]), float(first["fps"])
+    if spend == "fps":
+        return dataclasses.replace(settings, fps=frames1 / length, max_frames=max(frames1, settings.min_frames),
+                                   budget_lowers_fps=False)
+    if spend == "resolution":
+        spent = frames1 * int(first["height"]) * int(first["width"])
+        frames2 = max(settings.min_frames, math.floor(rate1 * length / FRAME_FACTOR) * FRAME_FACTOR, FRAME_FACTOR)
+        cap = VIDEO_MAX_TOKEN_NUM * settings.pixel_factor ** 2
+        max_pixels = max(settings.max_pixels, min(cap, spent // frames2))
+        return dataclasses.replace(settings, fps=rate1, max_frames=max(frames1, settings.min_frames),
+                                   total_tokens=None, total_pixels=spent // FRAME_FACTOR, max_pixels=max_pixels,
+                                   budget_lowers_fps=False)
+    raise ValueError(f"spend must be one of {ZOOM_SPEND} (got {spend!r})")
+
+
+def window_origin(video: SampledVideo) -> float:
+    """Seconds at which pass 2's positional time starts: its first frame's presentation time."""
+    return float(video.timestamps[0])
+
+
+def to_absolute(answer: tuple[float, float] | None, origin: float, shift: bool) -> tuple[float, float] | None:
+    """Pass 2's parsed answer in the video's absolute time: ``(s + origin, e + origin)`` when ``shift`` (Qwen2.5-VL
+    with ``time="window"``), else unchanged; None stays None."""
+    if answer is None:
+        return None
+    return (answer[0] + origin, answer[1] + origin) if shift else (float(answer[0]), float(answer[1]))
+
+
+def position_offset(origin: float, tokens_per_second: float) -> int:
+    """Temporal position ids by which ``time="video"`` shifts a Qwen2.5-VL window starting at ``origin`` seconds:
+    ``round(origin · tokens_per_second)`` (the whole-video prompt puts time t at ``t · tokens_per_second``; e.g.
+    30.25 s at 2 tokens per second → 60)."""
+    return int(round(origin * tokens_per_second))
+
+
+def shift_video_positions(positions, mm_token_type_ids, attention_mask, offsets):
+    """Add ``offsets[b]`` to the temporal position id (row 0) of every video token (``mm_token_type_ids`` 2) of row
+    b, and recompute the rope deltas as transformers does (max position + 1 − the row's unpadded length).
+
+    Args:
+        positions: (3, B, L) long, from ``get_rope_index``.
+        mm_token_type_ids: (B, L); attention_mask: (B, L) or None.
+        offsets: B ints.
+
+    Returns:
+        ``(positions (3, B, L), deltas (B, 1))``; the input is not modified.
+    """
+    import torch
+
+    shift = torch.as_tensor(offsets, dtype=positions.dtype, device=positions.device).view(-1, 1)
+    positions = positions.clone()
+    positions[0] = positions[0] + (mm_token_type_ids.to(positions.device) == 2).to(positions.dtype) * shift
+    lengths = (attention_mask.sum(dim=-1) if attention_mask is not None
+               else torch.full((positions.shape[1],), positions.shape[2])).to(positions.device)
+    deltas = positions.amax(dim=(0, 2)) + 1 - lengths
+    return positions, deltas.view(-1, 1)
+
+
+@contextlib.contextmanager
+def video_time_offsets(model, offsets: list[int] | None):
+    """Within the block, the model's ``get_rope_index`` shifts the video tokens' temporal positions of row b by
+    ``offsets[b]`` (:func:`shift_video_positions`): a Qwen2.5-VL window placed at its time in the whole video. None
+    changes nothing."""
+    if offsets is None or not any(offsets):
+        yield
+        return
+    from grounding_rl.models.vision import core_model
+
+    core = core_model(model)
+    original = core.get_rope_index
+
+    def shifted(input_ids, *args, **kwargs):
+        positions, _ = original(input_ids, *args, **kwargs)
+        types = kwargs.get("mm_token_type_ids", args[0] if args else None)
+        return shift_video_positions(positions, types, kwargs.get("attention_mask"), offsets)
+
+    core.get_rope_index = shifted
+    try:
+        yield
+    finally:
+        del core.get_rope_index
+
+
+# ------------------------------------------------------------------------------------------------------ the two passes
+def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template: str, max_new_tokens: int,
+              zoom: ZoomSettings, family_name: str, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
+              on_prompt=None) -> list[dict]:
+    """Pass 2 for pass-1 rows ``(position, answer, error, sampling, path, duration)`` whose clip loaded: each window
+    sampled by seeking (:func:`grounding_rl.data.video.sample_window`), the rows answered in one greedy batch (each
+    its own clip), answers mapped to absolute time. Returns one dict per row, in order: :func:`zoom_record`'s ``zoom``,
+    ``{"window", "fallback", "answer", "interval", "sampling", "error"}``; a window that cannot be sampled, or a pass
+    that runs out of memory, gives ``error`` (the record keeps pass 1's answer). ``on_prompt(row_index, video)`` is
+    called with each pass-2 clip before generation (``infer --print-prompt``)."""
+    from grounding_rl.data.video import VideoLoadError, WindowError, sample_window
+    from grounding_rl.reward.parsing import parse_answer
+    from grounding_rl.rollout.generation import SamplingParams, generate_answers
+
+    out, clips, ok = [], [], []
+    for index, (position, answer, _, sampling, path, duration) in enumerate(rows):
+        parsed = parse_answer(answer) if answer is not None else None
+        window, fallback = zoom_window(parsed, duration, zoom.margin, float(sampling["fps"]))
+        item = {"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
+                "interval": None, "sampling": None, "error": None}
+        try:
+            clip = sample_window(path, window[0], window[1],
+                                 window_settings(settings, sampling, window, zoom.spend))
+        except (WindowError, VideoLoadError, ValueError) as err:
+            item["error"] = f"zoom window: {err}"[:300]
+        else:
+            item["sampling"] = clip.sampling()
+            clips.append(clip)
+            ok.append(index)
+            if on_prompt is not None:
+                on_prompt(index, clip)
+        out.append(item)
+    if not ok:
+        return out
+    mode = zoom.time_for(family_name)
+    shift_answer = family_name == "qwen2_5_vl" and mode == "window"
+    offsets = None
+    if family_name == "qwen2_5_vl" and mode == "video":
+        from grounding_rl.models.vision import unwrap
+
+        per_second = unwrap(model).config.vision_config.tokens_per_second
+        offsets = [position_offset(window_origin(clip), per_second) for clip in clips]
+    import torch
+
+    try:
+        with video_time_offsets(model, offsets):
+            answers = generate_answers(model, processor, [queries[rows[i][0]] for i in ok], clips, template,
+                                       SamplingParams.greedy(max_new_tokens),
+                                       **({"engine": engine} if engine else {}), video_layout=video_layout)
+    except torch.OutOfMemoryError as err:  # pass 1's answers stand, with the reason (as a clip that does not load)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        for index in ok:
+            out[index]["error"] = f"zoom pass: out of memory: {err}"[:300]
+        return out
+    for index, clip, answer in zip(ok, clips, answers):
+        parsed = parse_answer(answer)
+        out[index]["answer"] = answer
+        out[index]["interval"] = to_absolute(parsed, window_origin(clip), shift_answer)
+    return out
+
+
+def zoom_answer_batches(model, processor, videos, queries, settings: VideoSettings, template: str,
+                        max_new_tokens: int, batch_size: int, zoom: ZoomSettings, family_name: str,
+                        num_workers: int = 2, frame_cache: str | None = None, frame_cache_bytes: int = 0,
+                        engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT):
+    """:func:`grounding_rl.rollout.greedy.greedy_answer_batches` (pass 1: each video decoded once for all its
+    queries) followed, batch by batch, by pass 2 on each row's window (:func:`zoom_rows`).
+
+    Yields:
+        lists of ``(position, answer | None, error | None, sampling | None, zoom | None)``: pass 1's row as
+        ``greedy_answer_batches`` gives it, and ``zoom`` the pass-2 dict (None when pass 1 has an error: its clip did
+        not load or it ran out of memory).
+    """
+    from grounding_rl.rollout.greedy import greedy_answer_batches
+
+    durations: dict[str, float] = {}
+    for batch in greedy_answer_batches(model, processor, videos, queries, settings, template, max_new_tokens,
+                                       batch_size, num_workers, frame_cache, frame_cache_bytes, engine=engine,
+                                       video_layout=video_layout):
+        rows = []
+        for position, answer, error, sampling in batch:
+            if sampling is not None and error is None:  # a clip that loaded and answered (no out of memory)
+                path = videos[position]
+                if path not in durations:
+                    durations[path] = _duration(path)
+                rows.append((position, answer, error, sampling, path, durations[path]))
+        zoomed = zoom_rows(model, processor, rows, queries, settings, template, max_new_tokens, zoom, family_name,
+                            engine, video_layout) if rows else []
+        by_position = {row[0]: item for row, item in zip(rows, zoomed)}
+        yield [(position, answer, error, sampling, by_position.get(position))
+               for position, answer, error, sampling in batch]
+
+
+def _duration(path: str) -> float:
+    """A video's duration in seconds (frame count / average rate, as :class:`SampledVideo` measures it)."""
+    from grounding_rl.data.probe import probe_duration
+
+    return float(probe_duration(path))
+
+
+def zoom_record(record: dict, zoom: dict | None, sample) -> dict:
+    """A pass-1 ``predictions.jsonl`` record turned into the zoom record: ``answer``, ``start``, ``end``, ``iou``
+    and ``sampling`` become pass 2's (absolute seconds), pass 1's are kept under ``pass1`` (``{"answer", "start",
+    "end", "iou", "sampling"}``), plus ``zoom_window`` [a, b] seconds, ``zoom_fallback`` (pass 1 gave no parseable
+    answer: the window is :data:`FALLBACK_WINDOW`) and, when the window could not be sampled, ``zoom_error`` (the
+    final answer is then pass 1's). A record without ``zoom`` (its clip did not load) is returned unchanged.
+    ``sample`` gives the ground truth for the IoU (:func:`grounding_rl.reward.rewards.query_iou`)."""
+    from grounding_rl.reward.parsing import extract_think
+    from grounding_rl.reward.rewards import query_iou
+
+    if zoom is None:
+        return record
+    out = dict(record)
+    out["pass1"] = {k: record.get(k) for k in ("answer", "start", "end", "iou", "sampling")}
+    out["zoom_window"], out["zoom_fallback"] = zoom["window"], zoom["fallback"]
+    if zoom["error"] is not None:
+        out["zoom_error"] = zoom["error"]
+        return out
+    interval = zoom["interval"]
+    out.update(answer=zoom["answer"], reasoning=extract_think(zoom["answer"]),
+               start=None if interval is None else round(interval[0], 6),
+               end=None if interval is None else round(interval[1], 6),
+               iou=query_iou(interval, (sample.start, sample.end), sample.duration), sampling=zoom["sampling"])
+    return out
+
+
+def zoom_summary(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0) -> dict:
+    """What the zoom did over a run's records (``metrics.json`` ``zoom``): ``{"queries", "fallbacks",
+    "window_errors", "window_recall", "pass1": {"R1@0.3", "R1@0.5", "R1@0.7", "mIoU"}}`` — queries with a zoom,
+    those whose window was the fallback, those whose window could not be sampled, the percentage of queries whose
+    ground truth lies wholly inside the window (the most pass 2 can find), and pass 1's metrics (the single-pass
+    answers, ``standard`` scoring) over the same records."""
+    from grounding_rl.reward.records import metrics_from_records
+
+    zoomed = [r for r in records if "zoom_window" in r]
+    first = [{**r, **{k: r["pass1"][k] for k in ("answer", "start", "end")}} if "pass1" in r else r for r in records]
+    pass1 = metrics_from_records(first, prompt_template, dropped_annotations)
+    inside = sum(1 for r in zoomed if r["zoom_window"][0] <= r["gt_start"] and r["gt_end"] <= r["zoom_window"][1])
+    return {"queries": len(zoomed), "fallbacks": sum(1 for r in zoomed if r["zoom_fallback"]),
+            "window_errors": sum(1 for r in zoomed if r.get("zoom_error")),
+            "window_recall": round(100.0 * inside / len(zoomed), 2) if zoomed else None,
+            "pass1": {k: pass1[k] for k in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")}}
