@@ -431,11 +431,11 @@ def test_trl_named_fields_keep_trl_defaults():
     assert sorted(n for n in ours if n not in trl_fields and n not in base_fields
                   and n not in ACTIVATION_CHECKPOINTING_NAMES) == [
         "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_num_bins",
-        "difficulty_range", "difficulty_sampling", "difficulty_subset_size",
-        "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "max_num_gen_batches",
+        "difficulty_range", "difficulty_sampling", "difficulty_subset_size", "distillation_beta", "distillation_weight",
+        "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "loss_top_k", "max_num_gen_batches",
         "max_prompt_length", "online_difficulty_range", "prompt_template",
         "reward_funcs", "reward_shaping", "reward_shaping_alpha", "reward_shaping_threshold", "share_prompt_prefix",
-        "share_video_encoding", "use_gt_injection",
+        "share_video_encoding", "teacher_model_init_kwargs", "teacher_model_name_or_path", "use_gt_injection",
         "video_budget_lowers_fps", "video_cover_tail", "video_fps", "video_layout", "video_max_frames",
         "video_max_pixels", "video_min_frames", "video_min_pixels", "video_min_tokens", "video_sampler",
         "video_total_pixels", "video_total_tokens"]
