@@ -478,7 +478,7 @@ def test_eval_sh_prepares_a_benchmark_and_evaluates(tiny_model_dir, videos_dir, 
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["run"]["queries_run"] == 0 and len(metrics["by_scoring"]) == 9
+    assert metrics["run"]["queries_run"] == 0 and len(metrics["by_scoring"]) == 11
     assert metrics["scoring"] == "standard" and metrics["mIoU"] == metrics["by_scoring"]["standard"]["mIoU"]
     assert metrics["by_scoring"]["time_r1"]["source"].startswith("xiaomi-research/time-r1 @7f2b594")
     assert "| time_r1 |" in (out / "report.md").read_text()
