@@ -3,13 +3,17 @@
 The scores come from ``grounding-rl difficulty`` (the greedy evaluation of a starting model; each JSONL line gets
 ``"difficulty": {"iou", "reward", "pred"}``) or, online, from the training rewards themselves. Two recipes:
 
-* **TimeLens** (TencentARC/TimeLens ``training/data/grounding.py``, ``GroundingDataset._filter_annos``): weight each
+* **TimeLens** (TencentARC/TimeLens @5d90c06 ``training/data/grounding.py``, ``GroundingDataset._filter_annos``):
+  first drop every annotation that reaches outside its video (its ``GroundingDataset.__init__`` keeps a sample only
+  when a span lies in [0, duration]; we clamp such spans elsewhere), then weight each
   sample by a Gaussian of its IoU, ``w = exp(-0.5 ((iou - mean) / std)^2)``, optionally times the inverse density of
   its IoU bin, ``1 / (count of its bin + 1e-6)`` over ``num_bins`` equal bins on [0, 1]; then draw a subset *without
   replacement* with probabilities ``w / sum(w)`` (``np.random.default_rng(seed).choice``), per duration stratum.
   Its script (``train_scripts/run_grpo_qwen3_8b.sh``) sets mean 0.05, std 0.2, ``fixed_gaussian_sampling`` (the 20
   inverse-density bins) and ``target_size`` 2500; ``training/data/hybrid.py`` splits the target evenly over the
-  duration ranges [0, 30], [30, 60], …, [210, 240], [240, ∞) seconds.
+  9 duration ranges [0, 30], [30, 60], …, [210, 240], [240, ∞) seconds. The IoU is the one its filter script gives
+  the raw answer (its parser, the raw span, no clamping): ``difficulty.timelens_iou``
+  (:func:`grounding_rl.reward.scorings.timelens.timelens_filter_iou`, written by ``grounding-rl difficulty``).
 * **Time-R1** (xiaomi-research/time-r1 ``src/utils/process_data.py``, task ``0070_all``; run per epoch by
   ``scripts/posttrain/train_rl_SF.sh``): keep the samples whose IoU lies in (0, 0.7].
 
@@ -27,7 +31,8 @@ import numpy as np
 from grounding_rl.errors import UserError
 from grounding_rl.jsonl_files import JsonLines
 
-FIELD = "difficulty"  # the JSONL field grounding-rl difficulty writes: {"iou", "reward", "pred"}
+FIELD = "difficulty"  # the JSONL field grounding-rl difficulty writes: {"iou", "reward", "pred", "answer", ...}
+TIMELENS_KEY = "timelens_iou"  # the score TimeLens's draw reads (its filter script's IoU)
 TIMELENS_MEAN, TIMELENS_STD, TIMELENS_NUM_BINS, TIMELENS_SUBSET_SIZE = 0.05, 0.2, 20, 2500
 TIMELENS_DURATION_EDGES = (30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 210.0, 240.0)
 TIME_R1_RANGE = (0.0, 0.7)
@@ -156,6 +161,22 @@ def read_scores(path: str | os.PathLike) -> dict[str, dict]:
     return scores
 
 
+def _is_unit(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0.0 <= value <= 1.0
+
+
+def inside_video(sample: dict) -> bool:
+    """Whether the annotation as written lies in [0, duration] (TimeLens keeps a sample when one of its spans
+    ``0 ≤ s ≤ e ≤ duration``): ``raw_start``/``raw_end`` when the sample has them, else ``start``/``end``; a sample
+    with ``spans`` (already clamped by validation) is inside when its first span is."""
+    if sample.get("spans"):
+        start, end = sample["spans"][0]
+    else:
+        start = sample.get("raw_start") if sample.get("raw_start") is not None else sample["start"]
+        end = sample.get("raw_end") if sample.get("raw_end") is not None else sample["end"]
+    return 0.0 <= float(start) <= float(end) <= float(sample["duration"])
+
+
 def select_samples(samples: Sequence[dict], *, sampling: str = "none", score_range: Sequence[float] | None = None,
                    mean: float = TIMELENS_MEAN, std: float = TIMELENS_STD, num_bins: int = TIMELENS_NUM_BINS,
                    subset_size: int = TIMELENS_SUBSET_SIZE, duration_edges: Sequence[float] | None = None,
@@ -176,16 +197,20 @@ def select_samples(samples: Sequence[dict], *, sampling: str = "none", score_ran
         score_range: ``(low, high)`` of the range filter, or None.
         mean, std, num_bins, subset_size, duration_edges, seed: TimeLens's draw (:func:`timelens_subset`).
 
+    TimeLens's draw reads each sample's ``difficulty.timelens_iou`` and first drops the samples whose annotation
+    reaches outside the video (:func:`inside_video`); the range filter reads ``difficulty.iou``.
+
     Returns:
         (kept indices ascending, counts ``{"samples", "kept", "range_dropped_low", "range_dropped_high",
-        "reweighted", "drawn"}``): ``reweighted`` is the pool the draw weighted (0 without it).
+        "out_of_video_dropped", "reweighted", "drawn"}``): ``reweighted`` is the pool the draw weighted (0 without
+        it).
 
     Raises:
-        UserError: a selection is asked for and samples have no score (how many; run ``grounding-rl difficulty``), or
-            nothing is left to train on.
+        UserError: a selection is asked for and samples have no score (how many; run ``grounding-rl difficulty``),
+            TimeLens's draw and a score without ``timelens_iou``, or nothing is left to train on.
     """
     counts = {"samples": len(samples), "kept": len(samples), "range_dropped_low": 0, "range_dropped_high": 0,
-              "reweighted": 0, "drawn": 0}
+              "out_of_video_dropped": 0, "reweighted": 0, "drawn": 0}
     indices = list(range(len(samples)))
     if sampling == "none" and score_range is None:
         return indices, counts
@@ -201,8 +226,17 @@ def select_samples(samples: Sequence[dict], *, sampling: str = "none", score_ran
         counts["range_dropped_low"] = sum(iou <= low for iou in ious)
         counts["range_dropped_high"] = sum(iou > high for iou in ious)
     if sampling == "timelens" and indices:
+        missing = [samples[i].get("qid") for i in indices if not _is_unit(samples[i][FIELD].get(TIMELENS_KEY))]
+        if missing:
+            raise UserError(f"train_file: {len(missing)} samples have no {FIELD}.{TIMELENS_KEY} (e.g. qid "
+                            f"{missing[0]!r}), the IoU TimeLens's draw reads: rescore the file with this version's "
+                            "grounding-rl difficulty")
+        inside = [i for i in indices if inside_video(samples[i])]
+        counts["out_of_video_dropped"] = len(indices) - len(inside)
+        indices = inside
         counts["reweighted"] = len(indices)
-        drawn = timelens_subset([ious[i] for i in indices], [float(samples[i]["duration"]) for i in indices],
+        tl_ious = [float(s[FIELD][TIMELENS_KEY]) for s in samples]
+        drawn = timelens_subset([tl_ious[i] for i in indices], [float(samples[i]["duration"]) for i in indices],
                                 subset_size, mean=mean, std=std, num_bins=num_bins, duration_edges=duration_edges,
                                 seed=seed)
         indices = [indices[k] for k in drawn]

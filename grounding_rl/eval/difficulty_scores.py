@@ -7,7 +7,8 @@ run into a work folder (default ``D_scored.jsonl.eval/``: ``predictions.jsonl``,
 ``iou_hist.png``, the histogram of the scores). Then every line of ``--data`` is written to ``--out`` as it was, plus
 
     "difficulty": {"iou": IoU of the greedy answer (the iou reward's clamped rule), "reward": its weighted reward,
-                   "pred": [start, end] in seconds or null}
+                   "pred": [start, end] in seconds or null, "answer": the raw text,
+                   "timelens_iou": the IoU TimeLens's own filter gives it (its parser, the raw span)}
 
 (lines the evaluation policy drops stay unscored and are counted), and ``D_scored.json`` beside it records the model,
 its fingerprint, the data file and its hash, prompt and video settings, generation budget, reward functions and
@@ -25,13 +26,16 @@ from pathlib import Path
 from grounding_rl.data.selection import FIELD
 from grounding_rl.errors import UserError
 from grounding_rl.jsonl_files import JsonLines, write_jsonl_atomic
+from grounding_rl.reward.scorings.timelens import timelens_filter_iou
 from grounding_rl.run_record import read_record, write_record
 
 DEFAULT_REWARD_FUNCS = ("iou", "format")  # GroundingGRPOConfig's default, for a checkpoint that records none
 
 
 def score_record(record: dict, reward_funcs, weights, prompt_template: str) -> dict:
-    """The ``difficulty`` object of one prediction record: ``{"iou", "reward", "pred"}``; ``reward`` is
+    """The ``difficulty`` object of one prediction record: ``{"iou", "reward", "pred", "answer", "timelens_iou"}``
+    (``timelens_iou``: :func:`grounding_rl.reward.scorings.timelens.timelens_filter_iou` of the raw answer against the
+    annotation's first span as written, what ``difficulty_sampling: timelens`` draws by); ``reward`` is
     ``sum_k weights[k] · f_k(answer)`` with the training columns (ground truth clamped into the clip, seconds), an
     empty answer for a failed clip, and a function's None counted as 0 (TRL's ``nansum``)."""
     answer = record.get("answer") or ""
@@ -42,7 +46,10 @@ def score_record(record: dict, reward_funcs, weights, prompt_template: str) -> d
         value = func(completions=[answer], **columns)[0]
         reward += 0.0 if value is None else float(weight) * float(value)
     pred = None if record.get("start") is None or record.get("end") is None else [record["start"], record["end"]]
-    return {"iou": float(record["iou"]), "reward": reward, "pred": pred}
+    first = (record["gt_spans"][0] if record.get("gt_spans")
+             else (record.get("gt_raw_start", record["gt_start"]), record.get("gt_raw_end", record["gt_end"])))
+    return {"iou": float(record["iou"]), "reward": reward, "pred": pred, "answer": answer,
+            "timelens_iou": timelens_filter_iou(answer, first, float(record["duration"]))}
 
 
 def write_scored(data: str | os.PathLike, out: str | os.PathLike, scores: dict[str, dict],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from grounding_rl.data.selection import TIMELENS_DURATION_EDGES
 from grounding_rl.update.recipes.base import Recipe
 
 logger = logging.getLogger(__name__)
@@ -20,9 +21,11 @@ class DifficultyArguments:
     difficulty_sampling: str = field(
         default="none",
         metadata={"help": "'timelens': train on TimeLens's difficulty-weighted subset (TencentARC/TimeLens "
-                          "training/data/grounding.py): difficulty_subset_size samples drawn once, without "
+                          "@5d90c06 training/data/grounding.py): samples annotated outside their video dropped, then "
+                          "difficulty_subset_size samples split over the duration buckets, drawn once, without "
                           "replacement, seeded by `seed`, with weight exp(-0.5((iou - mean)/std)^2) / (count of its "
-                          "IoU bin + 1e-6). 'none': every sample. Needs the train_file's difficulty scores."},
+                          "IoU bin + 1e-6), iou being TimeLens's own parse of the raw answer (difficulty.timelens_iou). "
+                          "'none': every sample. Needs the train_file's difficulty scores."},
     )
     difficulty_gaussian_mean: float = field(
         default=0.05, metadata={"help": "Centre of TimeLens's IoU Gaussian (its train_scripts/run_grpo_qwen3_8b.sh: "
@@ -36,10 +39,10 @@ class DifficultyArguments:
         default=2500, metadata={"help": "Samples TimeLens's draw keeps (its script: --target_size 2500); at least "
                                         "the training set's size keeps every sample (a warning says so)."})
     difficulty_duration_edges: list[float] | None = field(
-        default=None,
+        default_factory=lambda: list(TIMELENS_DURATION_EDGES),
         metadata={"help": "Duration strata of the draw in seconds, the subset split evenly over [0, e1], [e1, e2], "
-                          "..., [ek, inf) (TimeLens's training/data/hybrid.py: 30 60 90 120 150 180 210 240). None = "
-                          "one stratum."},
+                          "..., [ek, inf) (default TimeLens's 9 buckets, training/data/hybrid.py: 30 60 90 120 150 "
+                          "180 210 240). null or [] = one stratum."},
     )
     difficulty_range: list[float] | None = field(
         default=None,
@@ -99,5 +102,6 @@ class DifficultySelection(Recipe):
             return dataset
         logger.info("difficulty selection: kept %(kept)d of %(samples)d samples (range filter dropped "
                     "%(range_dropped_low)d at or below its low end and %(range_dropped_high)d above its high end; "
-                    "TimeLens's draw reweighted %(reweighted)d and drew %(drawn)d)", counts)
+                    "TimeLens's draw dropped %(out_of_video_dropped)d annotated outside their video, reweighted "
+                    "%(reweighted)d and drew %(drawn)d)", counts)
         return GroundingDataset([dataset.samples[i] for i in indices])
