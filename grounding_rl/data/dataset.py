@@ -214,3 +214,48 @@ def filtered_repeat_sampler(data_source, selection, mini_repeat_count: int, batc
 
     return FilteredRepeatSampler(data_source=data_source, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
                                  repeat_count=repeat_count, shuffle=True, seed=seed)
+
+
+def weighted_repeat_sampler(data_source, weights, mini_repeat_count: int, batch_size: int, repeat_count: int,
+                            seed: int):
+    """TRL's ``RepeatSampler`` whose epoch order is a weighted permutation: ``torch.multinomial(weights, N,
+    replacement=False)`` from a generator seeded with ``seed`` (TimeLens2's ``RepeatSampler`` with
+    ``sample_weights``, MCG-NJU/TimeLens2 @a5ce450 ``grpo/timelens/trainer.py``): heavy samples come early, each
+    sample once per epoch, so a run that stops at ``max_steps`` within the first epoch trains on the heavy ones.
+    ``set_epoch(e)`` reseeds and replays the e earlier draws, so epoch e's order is the same fresh and resumed, and
+    the same on every rank (a function of the weights and ``seed``).
+
+    Args:
+        weights: (N,) non-negative weights (normalised here, in float64), at least N of them > 0.
+        the rest: as ``trl.trainer.utils.RepeatSampler`` (always shuffled).
+
+    Raises:
+        ValueError: the weights' length is not the dataset's, or a weight is negative or not finite.
+    """
+    import torch
+    from trl.trainer.utils import RepeatSampler
+
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    if w.numel() != len(data_source) or bool((w < 0).any()) or not bool(torch.isfinite(w).all()):
+        raise ValueError(f"sample weights: {w.numel()} finite non-negative values for {len(data_source)} samples "
+                         "needed")
+    w = w / w.sum()
+
+    class WeightedRepeatSampler(RepeatSampler):
+        def set_epoch(self, epoch: int) -> None:
+            self.generator = torch.Generator().manual_seed(self.seed)
+            for _ in range(epoch):
+                torch.multinomial(w, self.num_samples, replacement=False, generator=self.generator)
+
+        def __iter__(self):
+            order = torch.multinomial(w, self.num_samples, replacement=False, generator=self.generator).tolist()
+            total = (self.num_samples // self.batch_size) * self.batch_size
+            for start in range(0, total, self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                for _ in range(self.repeat_count):
+                    for index in chunk:
+                        for _ in range(self.mini_repeat_count):
+                            yield index
+
+    return WeightedRepeatSampler(data_source=data_source, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
+                                 repeat_count=repeat_count, shuffle=True, seed=seed)
