@@ -95,3 +95,31 @@ def test_dispersion_recipe_scores_the_rollouts_with_the_training_and_mean_reward
     assert "difficulty_mean_reward" in DifficultySelection.problems(args)[0]
     args.difficulty_mean_reward, args.online_difficulty_range = "set_iou", [0.0, 0.7]
     assert "use one of them" in DifficultySelection.problems(args)[0]
+
+
+def test_prepare_reads_timelens2_rollout_files(tmp_path):
+    """TimeLens2's rollout rows (grpo/data/rollouts/*.jsonl: flat, the prompt baked into ``query``, ``rollouts`` the
+    K decoded answers) become canonical lines with the bare query, the row's template and the parsed rollouts."""
+    from grounding_rl.cli import main as cli
+    from grounding_rl.data.readers import rollout_intervals
+    from grounding_rl.prompts.templates import TEMPLATES
+
+    assert rollout_intervals("[[1.0, 4.5], [9.0, 12.0]]") == [[1.0, 4.5], [9.0, 12.0]]
+    assert rollout_intervals("[1, 2]") == [[1.0, 2.0]] and rollout_intervals("[5, 4]") == []
+    assert rollout_intervals("no idea") == [] and rollout_intervals("__import__('os')") == []
+    assert rollout_intervals([[3, 2], [1, "x"], [0, 1]]) == [[0.0, 1.0]]
+    rows = [{"video_path": "a.mp4", "duration": 30.0, "span": [[1.0, 4.0], [10.0, 12.0]],
+             "query": TEMPLATES["timelens2"].replace("[EVENT]", "a dog jumps"),
+             "rollouts": ["[[1.0, 4.5], [9.0, 12.0]]", "[[2, 3]]", "no idea"]},
+            {"video_path": "b.mp4", "duration": 20.0, "span": [2.0, 5.0],
+             "query": TEMPLATES["timelens_100k"].replace("[EVENT]", "a man sits"), "rollouts": ["[[0, 20]]"]},
+            {"video_path": "b.mp4", "duration": 20.0, "query": "plain question", "span": [[3.0, 6.0]]}]
+    source, out = tmp_path / "rollouts.jsonl", tmp_path / "train.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli(["prepare", "--format", "timelens2", "--annotations", str(source), "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["query"], r.get("prompt_template")) for r in lines] == [
+        ("a dog jumps", "timelens2"), ("a man sits", "timelens_100k"), ("plain question", None)]
+    assert lines[0]["difficulty"] == {"rollout_intervals": [[[1.0, 4.5], [9.0, 12.0]], [[2.0, 3.0]], []]}
+    assert "difficulty" not in lines[2]
+    assert read_scores(out)["timelens2:b.mp4#0"] == {"rollout_intervals": [[[0.0, 20.0]]]}
