@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from grounding_rl.data.selection import (ROLLOUTS, TIMELENS2_MEAN_REWARD, TIMELENS2_P_MEAN, TIMELENS2_P_STD,
                                           TIMELENS_DURATION_EDGES)
+from grounding_rl.errors import UserError
 from grounding_rl.update.recipes.base import Recipe
 
 logger = logging.getLogger(__name__)
@@ -139,7 +140,8 @@ class DifficultySelection(Recipe):
     def dispersion(self, trainer, samples, counts):
         """TimeLens2's weight of each sample (:func:`grounding_rl.data.selection.dispersion_weights`) from its
         ``difficulty.rollout_intervals``: each interval set is scored as the JSON answer ``[[s, e], ...]`` by the
-        training rewards (``format`` left out; an empty set scores 0, TimeLens2's ``score_intervals``) for the std and
+        training rewards (the row's ``reward_spec`` where it has one; ``format`` left out; an empty set scores 0,
+        TimeLens2's ``score_intervals``) for the std and
         by ``difficulty_mean_reward`` for the mean. Adds ``reweighted``, ``without_rollouts`` and ``top_decile_weight``
         (the weight share of the heaviest 10 %) to ``counts`` and logs them."""
         import json
@@ -172,7 +174,17 @@ class DifficultySelection(Recipe):
         for sample in tqdm(samples, desc="dispersion weights", unit=" samples", disable=None):
             sets = (sample.get(FIELD) or {}).get(ROLLOUTS) or []
             missing += len(sets) < 2
-            rewards.append(score(train, sets, sample) if sets else [])
+            funcs = train
+            if sample.get("reward_spec") and sets:  # the row's own spec, as TimeLens2's score_intervals reads it
+                from grounding_rl.update.recipes.sources import row_weights
+
+                try:
+                    weights = row_weights(sample["reward_spec"], list(trainer.reward_func_names))
+                except ValueError as err:
+                    raise UserError(f"train_file: qid {sample.get('qid')!r}: {err}") from None
+                funcs = [(f, w) for f, w, name in zip(trainer.reward_funcs, weights, trainer.reward_func_names)
+                         if name != "format"]
+            rewards.append(score(funcs, sets, sample) if sets else [])
             means.append(score([(mean_func, 1.0)], sets, sample) if sets else [])
         weights = dispersion_weights(rewards, means, args.difficulty_p_std, args.difficulty_p_mean)
         top = np.sort(weights)[::-1][:max(1, len(weights) // 10)].sum()
