@@ -4,6 +4,7 @@ the ``meta`` device from ../shared/models/<name>/config.json, no weights) is the
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -262,3 +263,33 @@ def test_timelens2_recipes_hold_its_sampling_and_batch(name):
     assert args.lr_scheduler_type == "constant" and args.max_grad_norm == 1.0 and args.seed == 42
     assert args.video_max_frames == 512 and args.scale_rewards == "none" and args.use_bias_correction_kl is False
     assert args.max_steps == (300 if "8b" in name else 200) and args.top_p == 1.0
+
+
+@pytest.mark.slow
+def test_timelens2_recipe_runs_two_steps_with_a_tiny_model(tmp_path, shared, tiny_qwen3_model_dir, capsys):
+    """The 8B TimeLens2 YAML itself, two GRPO steps on CPU with a tiny Qwen3-VL (``--model_name_or_path``; plus
+    ``--use_cpu``/``--bf16 false`` for the CPU and the data and output paths): TimeLens2-format rollout rows of
+    ../shared's clips with both sources' baked prompts, prepared, dispersion-weighted and trained on."""
+    from grounding_rl.cli import main as cli
+    from grounding_rl.prompts.templates import TEMPLATES
+
+    clips = [json.loads(line) for line in (shared / "data" / "videos" / "annotations.jsonl").read_text().splitlines()
+             if line.strip()][:6]
+    rows = [{"video_path": c["video"], "duration": c["duration"], "span": [[c["start"], c["end"]]],
+             "query": TEMPLATES["timelens2" if k % 2 else "timelens_100k"].replace("[EVENT]", c["query"]),
+             "rollouts": [f"[[{c['start'] + j}, {c['end']}]]" for j in range(8)] if k != 5 else None}
+            for k, c in enumerate(clips)]
+    source, train = tmp_path / "rollouts.jsonl", tmp_path / "train.jsonl"
+    source.write_text("".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows))
+    assert cli(["prepare", "--format", "timelens2", "--annotations", str(source), "--video-root",
+                str(shared / "data" / "videos"), "--out", str(train)]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["with_rollouts"] == 5
+    out = tmp_path / "run"
+    assert cli(["train", "--config", str(CONFIGS / "qwen3_vl_8b_timelens2.yaml"), "--model_name_or_path",
+                str(tiny_qwen3_model_dir), "--train_file", str(train), "--output_dir", str(out), "--max_steps", "2",
+                "--use_cpu", "true", "--bf16", "false", "--dataloader_num_workers", "0", "--save_strategy", "no"]) == 0
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    saved = json.loads((out / "grounding_config.json").read_text())
+    assert saved["reward_funcs"] == ["twass1", "set_iou", "parse_penalty"] and saved["video"]["fps"] == 2.0
+    assert {m["prompt_template"]: m["rows"] for m in saved["data_mix"]} == {"timelens2": 3, "timelens_100k": 3}
