@@ -123,3 +123,33 @@ def test_prepare_reads_timelens2_rollout_files(tmp_path):
     assert lines[0]["difficulty"] == {"rollout_intervals": [[[1.0, 4.5], [9.0, 12.0]], [[2.0, 3.0]], []]}
     assert "difficulty" not in lines[2]
     assert read_scores(out)["timelens2:b.mp4#0"] == {"rollout_intervals": [[[0.0, 20.0]]]}
+
+
+def test_difficulty_command_records_k_sampled_rollouts(tiny_model_dir, videos_dir, tmp_path):
+    """``grounding-rl difficulty --num-rollouts 2 --temperature 1.0``: two sampled passes (their own resumable
+    folders, seeds 0 and 1), each scored line holding both interval sets and their rewards; the file then trains
+    with ``difficulty_sampling: dispersion``."""
+    from grounding_rl.cli import main as cli
+    from grounding_rl.data.selection import read_scores
+
+    data, out = videos_dir / "annotations.jsonl", tmp_path / "scored.jsonl"
+    argv = ["difficulty", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(out), "--limit", "3",
+            "--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens",
+            "8", "--num-workers", "0", "--reward-funcs", "iou", "--num-rollouts", "2", "--temperature", "1.0"]
+    assert cli(argv) == 0
+    passes = [[json.loads(line) for line in (tmp_path / "scored.jsonl.eval" / f"rollout_{k}" / "predictions.jsonl")
+               .read_text().splitlines()] for k in range(2)]
+    assert [len(p) for p in passes] == [3, 3]
+    metrics = json.loads((tmp_path / "scored.jsonl.eval" / "rollout_1" / "metrics.json").read_text())
+    assert metrics["sampling"]["do_sample"] is True and metrics["sampling"]["temperature"] == 1.0
+    scores = read_scores(out)
+    assert len(scores) == 3
+    for record0, record1 in zip(*passes):
+        score = scores[str(record0["qid"])]
+        assert len(score["rollout_intervals"]) == len(score["rollout_rewards"]) == 2
+        assert score["rollout_ious"] == [record0["iou"], record1["iou"]]
+        assert score["iou"] == pytest.approx((record0["iou"] + record1["iou"]) / 2)
+    sidecar = json.loads((tmp_path / "scored.json").read_text())
+    assert sidecar["decoding"] == {"num_rollouts": 2, "temperature": 1.0, "top_p": 1.0, "seeds": [0, 1]}
+    assert cli(argv) == 0  # resumed: both passes complete, nothing generated again
+    assert cli(argv[:-2] + ["--temperature", "0"]) == 2  # one line on stderr, exit 2
