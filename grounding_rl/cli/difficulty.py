@@ -2,7 +2,8 @@
 (:func:`grounding_rl.eval.difficulty_scores.score_difficulty`).
 
     grounding-rl difficulty --model M --data D.jsonl --out D_scored.jsonl [--work-dir DIR] [--reward-funcs ...]
-                            [--reward-weights ...] [--num-rollouts K --temperature T] [every option of grounding-rl eval]
+                            [--reward-weights ...] [--num-rollouts K --temperature T]
+                            [every option of grounding-rl eval]
 
 Writes ``D_scored.jsonl`` (each line as it was, plus ``"difficulty": {"iou", "reward", "pred"}``) and ``D_scored.json``
 (model, settings, counts); the greedy evaluation behind it (resumable, multi-process) is in ``--work-dir``.

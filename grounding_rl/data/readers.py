@@ -687,6 +687,6 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
 
 __all__ = ["READERS", "Reader", "count_several_spans", "load_durations", "read_activitynet", "read_annotations",
            "read_canonical", "read_charades_sta", "read_ego4d_nlq", "read_ego4d_nlq_video", "read_extremewhenbench",
-           "read_qvhighlights", "read_tacos", "read_time_r1", "read_timelens", "read_timelens2", "read_tvgbench", "rollout_intervals",
-           "timelens2_rollouts",
+           "read_qvhighlights", "read_tacos", "read_time_r1", "read_timelens", "read_timelens2", "read_tvgbench",
+           "rollout_intervals", "timelens2_rollouts",
            "timelens_query"]

@@ -139,8 +139,8 @@ def dispersion_weights(rewards: Sequence[Sequence[float]], mean_rewards: Sequenc
     """TimeLens2's sampling weights from each sample's rollout rewards (MCG-NJU/TimeLens2 @a5ce450,
     ``grpo/timelens/rewards/sampling.py``, ``build_sample_weights``).
 
-    ``w_i = (std_i + eps)^p_std`` times, when ``p_mean`` ≠ 0, ``(1 − mean_i + eps)^p_mean``; ``std_i`` the population
-    standard deviation (ddof 0) of sample i's rewards, ``mean_i`` the mean of its ``mean_rewards`` (default its
+    ``w_i = (std_i + eps)^p_std`` times, when ``p_mean`` ≠ 0, ``(1 − mean_i + eps)^p_mean``; ``std_i`` the
+    population standard deviation (ddof 0) of sample i's rewards, ``mean_i`` the mean of its ``mean_rewards`` (default its
     ``rewards``) clipped into [0, 1]; a sample with fewer than 2 rollouts has std 0 and mean 0 (TimeLens2's fallback:
     with p_mean > 0 it weighs as much as the hardest sample). Computed in float64, cast to float32 and normalised, as
     TimeLens2 does.
@@ -227,8 +227,8 @@ def _is_unit(value) -> bool:
 
 def inside_video(sample: dict) -> bool:
     """Whether the annotation as written lies in [0, duration] (TimeLens keeps a sample when one of its spans
-    ``0 ≤ s ≤ e ≤ duration``): ``raw_start``/``raw_end`` when the sample has them, else ``start``/``end``; a sample
-    with ``spans`` (already clamped by validation) is inside when its first span is."""
+    ``0 ≤ s ≤ e ≤ duration``): ``raw_start``/``raw_end`` when the sample has them, else ``start``/``end``; a
+    sample with ``spans`` (already clamped by validation) is inside when its first span is."""
     if sample.get("spans"):
         start, end = sample["spans"][0]
     else:

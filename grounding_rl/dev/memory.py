@@ -8,8 +8,8 @@ replicates the 16-bit weights, ZeRO-3 partitions them and gathers one layer at a
 parameters). ZeRO-1 partitions the optimizer states only: the 16-bit weights and 16-bit gradients stay whole on
 every GPU (2 + 2 bytes per parameter), the fp32 gradients, master weights and moments (16 bytes) are partitioned
 (DeepSpeed's stage_1_and_2 module serves stages 1 and 2; its estimator, which does not tell them apart, is
-reported beside it). Without DeepSpeed (plain DDP or one process) the weights, gradients and both AdamW moments are in the
-parameters' own dtype (``torch.optim.AdamW`` keeps its state like the parameter). LoRA adapters are fp32 (PEFT's
+reported beside it). Without DeepSpeed (plain DDP or one process) the weights, gradients and both AdamW moments are in
+the parameters' own dtype (``torch.optim.AdamW`` keeps its state like the parameter). LoRA adapters are fp32 (PEFT's
 ``autocast_adapter_dtype``). A reference model (β > 0, no LoRA) is a second copy of the 16-bit weights, partitioned
 under ZeRO-3 (``trl.models.prepare_deepspeed``), replicated otherwise.
 

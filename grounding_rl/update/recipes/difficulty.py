@@ -1,5 +1,6 @@
 """Offline difficulty selection: Time-R1's range filter, TimeLens's difficulty-weighted subset and TimeLens2's
-rollout-dispersion weights, applied once to the training set before training (:func:`grounding_rl.data.selection.select_samples`, seeded by ``seed``: the same on
+rollout-dispersion weights, applied once to the training set before training
+(:func:`grounding_rl.data.selection.select_samples`, seeded by ``seed``: the same on
 every rank). Scores come from ``grounding-rl difficulty`` (each train_file line's ``"difficulty": {"iou", ...}``)."""
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class DifficultyArguments:
                           "@5d90c06 training/data/grounding.py): samples annotated outside their video dropped, then "
                           "difficulty_subset_size samples split over the duration buckets, drawn once, without "
                           "replacement, seeded by `seed`, with weight exp(-0.5((iou - mean)/std)^2) / (count of its "
-                          "IoU bin + 1e-6), iou being TimeLens's own parse of the raw answer (difficulty.timelens_iou). "
+                          "IoU bin + 1e-6), iou being TimeLens's own parse of the raw answer "
+                          "(difficulty.timelens_iou). "
                           "'dispersion': every sample, each epoch a permutation weighted by TimeLens2's "
                           "(std + 1e-8)^difficulty_p_std * (1 - mean + 1e-8)^difficulty_p_mean of its rollouts' "
                           "rewards (MCG-NJU/TimeLens2 grpo/timelens/rewards/sampling.py; difficulty.rollout_intervals "
