@@ -268,8 +268,10 @@ def test_timelens2_recipes_hold_its_sampling_and_batch(name):
 @pytest.mark.slow
 def test_timelens2_recipe_runs_two_steps_with_a_tiny_model(tmp_path, shared, tiny_qwen3_model_dir, capsys):
     """The 8B TimeLens2 YAML itself, two GRPO steps on CPU with a tiny Qwen3-VL (``--model_name_or_path``; plus
-    ``--use_cpu``/``--bf16 false`` for the CPU and the data and output paths): TimeLens2-format rollout rows of
-    ../shared's clips with both sources' baked prompts, prepared, dispersion-weighted and trained on."""
+    ``--use_cpu``/``--bf16 false`` for the CPU, the data and output paths, and ``--max_completion_length 32``: with
+    the recipe's 512 the run took over 25 minutes on a shared 2-core CPU, the full-vocabulary logits of 512 tokens
+    dominating): TimeLens2-format rollout rows of ../shared's clips with both sources' baked prompts, prepared,
+    dispersion-weighted and trained on, 1 completion per micro-step × 8 accumulation steps."""
     from grounding_rl.cli import main as cli
     from grounding_rl.prompts.templates import TEMPLATES
 
@@ -287,7 +289,8 @@ def test_timelens2_recipe_runs_two_steps_with_a_tiny_model(tmp_path, shared, tin
     out = tmp_path / "run"
     assert cli(["train", "--config", str(CONFIGS / "qwen3_vl_8b_timelens2.yaml"), "--model_name_or_path",
                 str(tiny_qwen3_model_dir), "--train_file", str(train), "--output_dir", str(out), "--max_steps", "2",
-                "--use_cpu", "true", "--bf16", "false", "--dataloader_num_workers", "0", "--save_strategy", "no"]) == 0
+                "--use_cpu", "true", "--bf16", "false", "--dataloader_num_workers", "0", "--save_strategy", "no",
+                "--max_completion_length", "32"]) == 0
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     saved = json.loads((out / "grounding_config.json").read_text())
