@@ -95,6 +95,10 @@ def test_dispersion_recipe_scores_the_rollouts_with_the_training_and_mean_reward
     assert "difficulty_mean_reward" in DifficultySelection.problems(args)[0]
     args.difficulty_mean_reward, args.online_difficulty_range = "set_iou", [0.0, 0.7]
     assert "use one of them" in DifficultySelection.problems(args)[0]
+    args.difficulty_sampling, args.online_difficulty_range, args.difficulty_p_std = "none", None, 2.0
+    assert DifficultySelection.problems(args) == [
+        "difficulty_p_std, difficulty_p_mean and difficulty_mean_reward weigh samples only with difficulty_sampling: "
+        "dispersion (it is 'none')"]
 
 
 def test_prepare_reads_timelens2_rollout_files(tmp_path):

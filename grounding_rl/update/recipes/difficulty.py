@@ -101,6 +101,11 @@ class DifficultySelection(Recipe):
         edges = args.difficulty_duration_edges
         if edges and (any(e <= 0 for e in edges) or list(edges) != sorted(set(edges))):
             problems.append(f"difficulty_duration_edges must be increasing seconds > 0 (got {edges})")
+        dispersion_set = (args.difficulty_p_std, args.difficulty_p_mean, args.difficulty_mean_reward) != (
+            TIMELENS2_P_STD, TIMELENS2_P_MEAN, TIMELENS2_MEAN_REWARD)
+        if dispersion_set and args.difficulty_sampling != "dispersion":
+            problems.append("difficulty_p_std, difficulty_p_mean and difficulty_mean_reward weigh samples only with "
+                            f"difficulty_sampling: dispersion (it is {args.difficulty_sampling!r})")
         if args.difficulty_sampling == "dispersion":
             if getattr(args, "online_difficulty_range", None) is not None:
                 problems.append("difficulty_sampling dispersion orders the epoch by weight; online_difficulty_range "
