@@ -49,6 +49,10 @@ EXPECTED = {
                                     "lmms_eval_qwen2_5_vl", "lmms_timelens"),
     "timelens2_vlmevalkit_charades": (f"{LMMS_TIMELENS_PRE}{CAPTION}{LMMS_TIMELENS_POST}", True, 512, "exact",
                                       "timelens2_vlmevalkit"),
+    "timelens2_vlmevalkit_activitynet": (f"{LMMS_TIMELENS_PRE}{CAPTION}{LMMS_TIMELENS_POST}", True, 512, "exact",
+                                         "timelens2_vlmevalkit"),
+    "timelens2_vlmevalkit_qvhighlights": (f"{LMMS_TIMELENS_PRE}{CAPTION}{LMMS_TIMELENS_POST}", True, 512, "exact",
+                                          "timelens2_vlmevalkit"),
     "timezero_charades_sta": (TIMEZERO_GROUND.replace("[EVENT]", CAPTION), False, 2048, "qwen_vl_utils", "timezero"),
     "time_r1_charades_sta": (TIME_R1_R1.format(CAPTION), False, 1024, "qwen_vl_utils", "time_r1"),
 }

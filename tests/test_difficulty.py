@@ -2,6 +2,7 @@
 filtered sampler, the scores file (``grounding-rl difficulty``) and the trainer's offline selection."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,12 +64,13 @@ def test_time_r1_range_is_open_below_closed_above():
 
 
 def test_select_samples_range_then_draw_with_counts():
-    samples = [{"qid": str(i), "duration": 10.0, "difficulty": {"iou": iou}}
+    samples = [{"qid": str(i), "duration": 10.0, "start": 1.0, "end": 2.0,
+                "difficulty": {"iou": iou, "timelens_iou": iou}}
                for i, iou in enumerate([0.0, 0.1, 0.2, 0.3, 0.8, 0.9, 0.05, 0.0])]
     kept, counts = select_samples(samples, score_range=(0.0, 0.7))
     assert kept == [1, 2, 3, 6]
-    assert counts == {"samples": 8, "kept": 4, "range_dropped_low": 2, "range_dropped_high": 2, "reweighted": 0,
-                      "drawn": 0}
+    assert counts == {"samples": 8, "kept": 4, "range_dropped_low": 2, "range_dropped_high": 2,
+                      "out_of_video_dropped": 0, "reweighted": 0, "drawn": 0}
     kept, counts = select_samples(samples, sampling="timelens", score_range=(0.0, 0.7), subset_size=2, seed=1)
     assert len(kept) == 2 and set(kept) <= {1, 2, 3, 6} and counts["reweighted"] == 4 and counts["drawn"] == 2
     assert select_samples(samples[:3])[0] == [0, 1, 2]  # nothing asked: everything, no score needed
@@ -76,6 +78,42 @@ def test_select_samples_range_then_draw_with_counts():
         select_samples([samples[1], {"qid": "x", "duration": 5.0}], score_range=(0.0, 0.7))
     with pytest.raises(UserError, match="keeps none"):
         select_samples(samples[4:6], score_range=(0.0, 0.7))
+    with pytest.raises(UserError, match="1 samples have no difficulty.timelens_iou .*qid '9'.*rescore"):
+        select_samples(samples[:2] + [{"qid": "9", "duration": 5.0, "difficulty": {"iou": 0.2}}], sampling="timelens")
+
+
+def test_timelens_draw_reproduces_timelens_code():
+    """``difficulty_sampling: timelens`` with its defaults draws what TimeLens's own code draws: 15 seeds on 300
+    samples (durations 3–600 s, every answer shape its parser meets, 53 annotations ending past the video),
+    numbers computed with TencentARC/TimeLens @5d90c06's functions (tests/fixtures/timelens_draw.json names them)."""
+    from types import SimpleNamespace
+
+    from grounding_rl.data.samples import Sample, validate
+    from grounding_rl.reward.scorings.timelens import timelens_filter_iou
+    from grounding_rl.update.recipes.difficulty import DifficultyArguments, DifficultySelection
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "timelens_draw.json").read_text())
+    rows = fixture["samples"]
+    # what grounding-rl difficulty writes: TimeLens's filter IoU of the raw answer against the raw annotation
+    assert [timelens_filter_iou(r["answer"], (r["start"], r["end"]), r["duration"]) for r in rows] == [
+        r["timelens_iou"] for r in rows]
+    samples, _ = validate([Sample(video=f"{r['qid']}.mp4", query=r["query"], start=r["start"], end=r["end"],
+                                  duration=r["duration"], qid=r["qid"], source="jsonl") for r in rows], training=True)
+    by_qid = {r["qid"]: r for r in rows}
+    dataset = GroundingDataset([{**s.to_dict(), "difficulty": {"iou": 0.0, "answer": by_qid[s.qid]["answer"],
+                                                              "timelens_iou": by_qid[s.qid]["timelens_iou"]}}
+                                for s in samples])
+    equal = 0
+    for draw in fixture["draws"]:
+        args = SimpleNamespace(**vars(DifficultyArguments()), seed=draw["seed"])
+        args.difficulty_sampling, args.difficulty_subset_size = "timelens", draw["target_size"]
+        trainer = SimpleNamespace()
+        kept = DifficultySelection(args).prepare_data(trainer, dataset)
+        equal += [s["qid"] for s in kept.samples] == draw["kept_qids"]
+    assert equal == 15
+    out_of_video = sum(not 0 <= r["start"] <= r["end"] <= r["duration"] for r in rows)
+    assert trainer.data_selection["out_of_video_dropped"] == out_of_video == 53
+    assert trainer.data_selection["drawn"] == len(fixture["draws"][-1]["kept_qids"]) == 85
 
 
 def test_read_scores_by_qid_or_line_number(tmp_path):
@@ -183,17 +221,18 @@ def test_trainer_trains_on_the_offline_selection(tiny_model_dir, videos_dir, tmp
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
     samples = [{"video": str(videos_dir / name), "query": "q", "start": 1.0, "end": 4.0, "duration": 6.5,
-                "qid": str(i), "difficulty": {"iou": iou}}
+                "qid": str(i), "difficulty": {"iou": iou, "timelens_iou": iou}}
                for i, (name, iou) in enumerate([(POOL, 0.0), (MAKEUP, 0.4), (OHOFG, 0.95), (POOL, 0.1)])]
     args = GroundingGRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4,
                                report_to=[], difficulty_range=[0.0, 0.7], difficulty_sampling="timelens",
-                               difficulty_subset_size=1, difficulty_num_bins=0, difficulty_gaussian_std=0.05)
+                               difficulty_subset_size=1, difficulty_num_bins=0, difficulty_gaussian_std=0.05,
+                               difficulty_duration_edges=None)
     trainer = GroundingGRPOTrainer(load_policy(str(tiny_model_dir)), args, GroundingDataset(samples),
                                    load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward])
     # the range keeps qids 1 and 3 (IoU 0.4, 0.1); a Gaussian at 0.05 of width 0.05 then all but certainly draws 3
     assert [s["qid"] for s in trainer.train_dataset.samples] == ["3"]
     assert trainer.data_selection == {"samples": 4, "kept": 1, "range_dropped_low": 1, "range_dropped_high": 1,
-                                      "reweighted": 2, "drawn": 1}
+                                      "out_of_video_dropped": 0, "reweighted": 2, "drawn": 1}
     assert trainer.data_collator.dataset is trainer.train_dataset
     assert math.isclose(trainer.train_dataset.samples[0]["difficulty"]["iou"], 0.1)
 

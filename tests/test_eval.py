@@ -436,10 +436,15 @@ def test_expected_queries_may_be_null_but_not_absent(tmp_path):
 
 def test_anchors_page_agrees_with_the_yaml_files():
     page = (REPO_ROOT / "evaluation" / "anchors.md").read_text()
-    for name in BENCHMARKS + TIMELENS_BENCH:
+    four_fps = tuple(f"timelens2_vlmevalkit_{part}" for part in ("charades", "activitynet", "qvhighlights"))
+    for name in BENCHMARKS + TIMELENS_BENCH + four_fps:
         bench = load_benchmark(REPO_ROOT / "evaluation" / f"{name}.yaml")
         if bench.anchors:
             assert anchors_table(bench.anchors) in page, name
+    # TimeLens2's project page (docs/index.html @a5ce450): mIoU of its 4B and 8B on the three parts
+    got = {name: [a["mIoU"] for a in load_benchmark(REPO_ROOT / "evaluation" / f"{name}.yaml").anchors][:2]
+           for name in four_fps}
+    assert got == {four_fps[0]: [57.7, 58.6], four_fps[1]: [59.0, 58.6], four_fps[2]: [69.3, 70.2]}
 
 
 def _bench_yaml(tmp_path, videos_dir, video_root=True) -> Path:

@@ -37,17 +37,18 @@ def test_strategies_read_from_the_accelerate_configs():
     got = {p.stem: memory.strategy_from_accelerate_config(p) for p in STRATEGIES}
     assert got == {
         "ddp": memory.Strategy("ddp", 0),
+        "zero1": memory.Strategy("zero1", 1),
         "zero2": memory.Strategy("zero2", 2),
         "zero3": memory.Strategy("zero3", 3),
         "zero3_offload": memory.Strategy("zero3_offload", 3, offload_optimizer=True, offload_param=True)}
 
 
-def test_zero_stage_one_is_refused(tmp_path):
-    (tmp_path / "z1.json").write_text(json.dumps({"zero_optimization": {"stage": 1}}))
-    (tmp_path / "z1.yaml").write_text(f"distributed_type: DEEPSPEED\ndeepspeed_config:\n"
-                                      f"  deepspeed_config_file: {tmp_path / 'z1.json'}\n")
-    with pytest.raises(ValueError, match="ZeRO stage 1"):
-        memory.strategy_from_accelerate_config(tmp_path / "z1.yaml")
+def test_zero_stage_zero_is_refused(tmp_path):
+    (tmp_path / "z0.json").write_text(json.dumps({"zero_optimization": {"stage": 0}}))
+    (tmp_path / "z0.yaml").write_text(f"distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                      f"  deepspeed_config_file: {tmp_path / 'z0.json'}\n")
+    with pytest.raises(ValueError, match="ZeRO stage 0"):
+        memory.strategy_from_accelerate_config(tmp_path / "z0.yaml")
 
 
 def test_7b_timezero_model_states_equal_deepspeeds_estimators(shared):
@@ -61,6 +62,11 @@ def test_7b_timezero_model_states_equal_deepspeeds_estimators(shared):
     zero2 = _row(report, "zero2")
     assert zero2["bytes"]["model_states"] == zero2["deepspeed_model_states"] == 2 * P_7B + 18 * P_7B // 8
     assert zero2["bytes"]["reference"] == 2 * P_7B  # replicated (stage 0) under ZeRO-2
+    # ZeRO-1: the 16-bit gradients whole on every GPU, the fp32 states partitioned (DeepSpeed's estimator, shared
+    # by stages 1 and 2, is the ZeRO-2 number)
+    zero1 = _row(report, "zero1")
+    assert zero1["bytes"]["model_states"] == 2 * P_7B + 2 * P_7B + 16 * P_7B // 8
+    assert zero1["deepspeed_model_states"] == zero2["deepspeed_model_states"]
     offload = _row(report, "zero3_offload")
     assert offload["bytes"]["model_states"] == offload["deepspeed_model_states"] == 4 * LARGEST_7B
     ddp = _row(report, "ddp")
@@ -129,7 +135,7 @@ def test_fits_command_table_and_json(shared, capsys):
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     fits = {row["name"]: row["fits"] for row in report["strategies"]}
-    assert fits == {"ddp": False, "zero2": True, "zero3": True, "zero3_offload": True}
+    assert fits == {"ddp": False, "zero1": False, "zero2": True, "zero3": True, "zero3_offload": True}
     assert main(["fits", "configs/qwen2_5_vl_7b_charades_timezero.yaml", "--gpus", "8", "--accelerate-config",
                  str(ACCELERATE / "zero3.yaml")]) == 0
     out = capsys.readouterr().out

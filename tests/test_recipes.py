@@ -4,6 +4,7 @@ the ``meta`` device from ../shared/models/<name>/config.json, no weights) is the
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -23,6 +24,7 @@ SIZE_8B = (8_767_123_696, 8_767_123_696)  # Qwen3-VL-8B, ../shared/README.md
 VISION_PARAMS = (0.66e9, 0.68e9)  # measured 676,550,144 (7B) and 668,684,288 (3B)
 QWEN3_VISION_PARAMS = (576_388_336, 576_388_336)  # Qwen3-VL-8B's tower, DeepStack mergers included
 TIMELENS_PIXELS = 14336 * 32 * 32  # 14,680,064: TimeLens's training budget for Qwen3-VL (32·32 pixels a token)
+TIMELENS2_PIXELS = 16384 * 32 * 32  # 16,777,216: TimeLens2's TOTAL_TOKENS 16384 (grpo/scripts/train_grpo_*b.sh)
 
 TIMEZERO_PIXELS = 3584 * 28 * 28  # 2,809,856
 MIN_PIXELS = 16 * 28 * 28  # 12,544
@@ -58,6 +60,18 @@ EXPECTED = {
         max_completion_length=256, video_fps=2.0, video_total_pixels=4096 * 32 * 32, video_min_pixels=64 * 32 * 32,
         prompt_template="timelens", reward_funcs=["tiou"], loss_type="dapo", freeze_vision_tower=True,
         use_peft=True, train_file="data/charades_sta/train.jsonl", longest=4096),
+    "qwen3_vl_8b_timelens2.yaml": dict(
+        size=SIZE_8B, vision=QWEN3_VISION_PARAMS, num_generations=8, beta=0.04, epsilon=0.2, learning_rate=1e-6,
+        max_completion_length=512, video_fps=2.0, video_total_pixels=TIMELENS2_PIXELS, video_min_pixels=32 * 32,
+        prompt_template="timelens2", reward_funcs=["twass1", "set_iou", "parse_penalty"], loss_type="bnpo",
+        freeze_vision_tower=True, use_peft=False, train_file="data/timelens2/train.jsonl", longest=16384),
+    # no ../shared/models/Qwen3-VL-4B-Instruct: its size is not checked; its prompts are sized with the 8B's
+    # processor (the Qwen3-VL family's one preprocessing)
+    "qwen3_vl_4b_timelens2.yaml": dict(
+        size=None, processor="Qwen3-VL-8B-Instruct", num_generations=8, beta=0.04, epsilon=0.2, learning_rate=1e-6,
+        max_completion_length=512, video_fps=2.0, video_total_pixels=TIMELENS2_PIXELS, video_min_pixels=32 * 32,
+        prompt_template="timelens2", reward_funcs=["twass1", "set_iou", "parse_penalty"], loss_type="bnpo",
+        freeze_vision_tower=True, use_peft=False, train_file="data/timelens2/train.jsonl", longest=16384),
 }
 
 
@@ -102,7 +116,7 @@ def _meta_model(shared: Path, hub_id: str):
 
 
 def test_every_hub_recipe_is_known():
-    """The six recipes exist, and a new Qwen recipe must be added to EXPECTED (so its values get checked)."""
+    """The recipes exist, and a new Qwen recipe must be added to EXPECTED (so its values get checked)."""
     assert sorted(_hub_recipes()) == sorted(EXPECTED)
 
 
@@ -148,7 +162,8 @@ def test_longest_prompt_fits_max_prompt_length(name, shared):
     from grounding_rl.family import family_of_checkpoint
 
     _, args, model_args = _parse(name)
-    family = family_of_checkpoint(shared / "models" / model_args.model_name_or_path.split("/", 1)[1])
+    name_of = EXPECTED[name].get("processor", model_args.model_name_or_path.split("/", 1)[1])
+    family = family_of_checkpoint(shared / "models" / name_of)
     settings = family.video_settings(args.video_settings)
     factor = settings.pixel_factor
     longest = stamps = 0
@@ -170,6 +185,8 @@ def test_longest_prompt_fits_max_prompt_length(name, shared):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_recipe_model_size_on_meta_device(name, shared):
+    if EXPECTED[name]["size"] is None:
+        pytest.skip(f"{name}: its model's config.json is not in ../shared/models")
     _, args, model_args = _parse(name)
     model = _meta_model(shared, model_args.model_name_or_path)
     total = sum(p.numel() for p in model.parameters())
@@ -232,3 +249,50 @@ def test_qwen3_lora_recipe_targets_only_the_language_model(shared):
     assert len(matched) == 36 * 7 and not [n for n, _ in matched if "visual" in n]
     adapter = sum(lora.r * (m.in_features + m.out_features) for _, m in matched)
     assert adapter == 43_646_976
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl_4b_timelens2.yaml", "qwen3_vl_8b_timelens2.yaml"])
+def test_timelens2_recipes_hold_its_sampling_and_batch(name):
+    """TimeLens2's grpo/scripts/train_grpo_{4b,8b}.sh: dispersion weights p_std 0, p_mean 2 on tiou (set_iou), 64
+    completions a step on 8 GPUs as 1 per micro-step × 8 accumulation steps, constant lr, max_grad_norm 1, seed 42,
+    2 fps and ≤ 512 frames, the plain k3 KL; 300 steps for the 8B, 200 for the 4B."""
+    _, args, _ = _parse(name)
+    assert (args.difficulty_sampling, args.difficulty_p_std, args.difficulty_p_mean, args.difficulty_mean_reward) == (
+        "dispersion", 0.0, 2.0, "set_iou")
+    assert args.per_device_train_batch_size * 8 * args.gradient_accumulation_steps == 64
+    assert args.lr_scheduler_type == "constant" and args.max_grad_norm == 1.0 and args.seed == 42
+    assert args.video_max_frames == 512 and args.scale_rewards == "none" and args.use_bias_correction_kl is False
+    assert args.max_steps == (300 if "8b" in name else 200) and args.top_p == 1.0
+
+
+@pytest.mark.slow
+def test_timelens2_recipe_runs_two_steps_with_a_tiny_model(tmp_path, shared, tiny_qwen3_model_dir, capsys):
+    """The 8B TimeLens2 YAML itself, two GRPO steps on CPU with a tiny Qwen3-VL (``--model_name_or_path``; plus
+    ``--use_cpu``/``--bf16 false`` for the CPU, the data and output paths, and ``--max_completion_length 32``: with
+    the recipe's 512 the run took over 25 minutes on a shared 2-core CPU, the full-vocabulary logits of 512 tokens
+    dominating): TimeLens2-format rollout rows of ../shared's clips with both sources' baked prompts, prepared,
+    dispersion-weighted and trained on, 1 completion per micro-step × 8 accumulation steps."""
+    from grounding_rl.cli import main as cli
+    from grounding_rl.prompts.templates import TEMPLATES
+
+    clips = [c for c in map(json.loads, (shared / "data" / "videos" / "annotations.jsonl").read_text().splitlines())
+             if c["duration"] < 11][:6]  # the 10 s clips: short prompts on a CPU
+    rows = [{"video_path": c["video"], "duration": c["duration"], "span": [[c["start"], c["end"]]],
+             "query": TEMPLATES["timelens2" if k % 2 else "timelens_100k"].replace("[EVENT]", c["query"]),
+             "rollouts": [f"[[{c['start'] + j}, {c['end']}]]" for j in range(8)] if k != 5 else None}
+            for k, c in enumerate(clips)]
+    source, train = tmp_path / "rollouts.jsonl", tmp_path / "train.jsonl"
+    source.write_text("".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows))
+    assert cli(["prepare", "--format", "timelens2", "--annotations", str(source), "--video-root",
+                str(shared / "data" / "videos"), "--out", str(train)]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["with_rollouts"] == 5
+    out = tmp_path / "run"
+    assert cli(["train", "--config", str(CONFIGS / "qwen3_vl_8b_timelens2.yaml"), "--model_name_or_path",
+                str(tiny_qwen3_model_dir), "--train_file", str(train), "--output_dir", str(out), "--max_steps", "2",
+                "--use_cpu", "true", "--bf16", "false", "--dataloader_num_workers", "0", "--save_strategy", "no",
+                "--max_completion_length", "32"]) == 0
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    saved = json.loads((out / "grounding_config.json").read_text())
+    assert saved["reward_funcs"] == ["twass1", "set_iou", "parse_penalty"] and saved["video"]["fps"] == 2.0
+    assert {m["prompt_template"]: m["rows"] for m in saved["data_mix"]} == {"timelens2": 3, "timelens_100k": 3}

@@ -211,3 +211,23 @@ def test_sft_runs_on_a_tiny_qwen3_vl(tiny_qwen3_model_dir, videos_dir, tmp_path)
     assert len(losses) == 2 and all(0 < x < 100 for x in losses)
     assert GroundingConfig.load(out).video.pixel_factor == 32
     assert type(AutoModelForImageTextToText.from_pretrained(out)).__name__ == "Qwen3VLForConditionalGeneration"
+
+
+def test_collator_uses_each_rows_own_template(demo_dir, bpe_model_dir):
+    """A training set mixing sources: a row with ``prompt_template: timelens2`` gets that prompt and its JSON-array
+    target; the other row the run's template."""
+    from transformers import AutoProcessor
+
+    from grounding_rl.data.samples import load_samples
+    from grounding_rl.data.video import VideoSettings
+
+    processor = AutoProcessor.from_pretrained(bpe_model_dir)
+    samples = [s.to_dict() for s in load_samples(demo_dir / "train.jsonl")[:2]]
+    dataset = GroundingDataset([{**samples[0], "prompt_template": "timelens2"}, samples[1]])
+    rows = [dataset[i] for i in range(2)]
+    batch = SFTCollator(processor, dataset, "default_no_think", VideoSettings(**DEMO_VIDEO))(rows)
+    targets = [processor.tokenizer.decode(batch["labels"][i][batch["labels"][i] != IGNORE_INDEX]) for i in range(2)]
+    assert targets[0] == f"[[{rows[0]['start']:.2f}, {rows[0]['end']:.2f}]]<|im_end|>"
+    assert targets[1] == f"<answer>{rows[1]['start']:.2f} to {rows[1]['end']:.2f}</answer><|im_end|>"
+    prompts = processor.tokenizer.batch_decode(batch["input_ids"])
+    assert "Task: temporal retrieval." in prompts[0] and "Task: temporal retrieval." not in prompts[1]

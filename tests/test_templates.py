@@ -23,10 +23,10 @@ def test_each_template_names_its_answer_format_and_video_position():
     formats = {name: t.answer_format for name, t in templates.PROMPT_TEMPLATES.items()}
     assert formats == {"default": "think_answer", "default_no_think": "answer_only", "timezero": "think_answer",
                        "time_r1": "think_answer", "videochat_r1": "think_answer", "timelens": "timelens",
-                       "default_multi": "think_json_spans", "timelens2": "json_spans",
+                       "default_multi": "think_json_spans", "timelens2": "json_spans", "timelens_100k": "json_spans",
                        "lmms_charades_sta": "timelens", "lmms_extremewhenbench": "timelens"}
     assert [n for n in sorted(formats) if templates.is_thinking_free(n)] == [
-        "default_no_think", "lmms_charades_sta", "lmms_extremewhenbench", "timelens", "timelens2"]
+        "default_no_think", "lmms_charades_sta", "lmms_extremewhenbench", "timelens", "timelens2", "timelens_100k"]
     assert [p["type"] for p in templates.conversation("q", "timelens2")[0]["content"]] == ["video", "text"]
     assert [p["type"] for p in templates.conversation("q", "timelens")[0]["content"]] == ["video", "text"]
     assert [p["type"] for p in templates.conversation("q", "time_r1")[0]["content"]] == ["text", "video"]
@@ -82,3 +82,13 @@ def test_timelens2_template_is_its_93k_prompt_and_set_targets_are_json():
     assert templates.answer_set_text(spans, "x", "default") == "<think>x</think><answer>3.50 to 17.83</answer>"
     for name in ("timelens2", "default_multi"):
         assert format_reward([templates.answer_set_text(spans, "x", name)], prompt_template=name) == [1.0]
+
+
+def test_timelens_100k_prompt_keeps_its_typo_and_baked_prompts_split_back():
+    """TimeLens2's TimeLens-100K template (grpo/configs/data/timelens2.json), ``[[start, end]]]`` as written there."""
+    assert templates.instruction("a man sits", "timelens_100k") == (
+        "Please find the visual event described by the sentence 'a man sits', determining its starting and ending "
+        "times.\nReturn the result strictly as [[start, end]]] (in seconds).")
+    for name in ("timelens2", "timelens_100k", "timelens", "default"):
+        assert templates.split_prompt(templates.instruction("a man sits", name)) == ("a man sits", name)
+    assert templates.split_prompt("a man sits") is None

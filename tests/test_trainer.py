@@ -430,8 +430,9 @@ def test_trl_named_fields_keep_trl_defaults():
 
     assert sorted(n for n in ours if n not in trl_fields and n not in base_fields
                   and n not in ACTIVATION_CHECKPOINTING_NAMES) == [
-        "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_num_bins",
-        "difficulty_range", "difficulty_sampling", "difficulty_subset_size", "distillation_beta", "distillation_weight",
+        "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_mean_reward",
+        "difficulty_num_bins", "difficulty_p_mean", "difficulty_p_std", "difficulty_range", "difficulty_sampling",
+        "difficulty_subset_size", "distillation_beta", "distillation_weight",
         "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "loss_top_k", "max_num_gen_batches",
         "max_prompt_length", "online_difficulty_range", "prompt_template",
         "reward_funcs", "reward_shaping", "reward_shaping_alpha", "reward_shaping_threshold", "share_prompt_prefix",

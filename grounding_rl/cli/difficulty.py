@@ -2,7 +2,8 @@
 (:func:`grounding_rl.eval.difficulty_scores.score_difficulty`).
 
     grounding-rl difficulty --model M --data D.jsonl --out D_scored.jsonl [--work-dir DIR] [--reward-funcs ...]
-                            [--reward-weights ...] [every option of grounding-rl eval]
+                            [--reward-weights ...] [--num-rollouts K --temperature T]
+                            [every option of grounding-rl eval]
 
 Writes ``D_scored.jsonl`` (each line as it was, plus ``"difficulty": {"iou", "reward", "pred"}``) and ``D_scored.json``
 (model, settings, counts); the greedy evaluation behind it (resumable, multi-process) is in ``--work-dir``.
@@ -28,6 +29,12 @@ def build_parser():
                              "default: the checkpoint's grounding_config.json, else iou format")
     parser.add_argument("--reward-weights", nargs="+", type=float, default=None,
                         help="their weights (default: the checkpoint's, else 1.0 each)")
+    parser.add_argument("--num-rollouts", type=int, default=0,
+                        help="K > 0: K sampled answers per sample instead of one greedy answer, recorded as "
+                             "difficulty.rollout_intervals / rollout_rewards for difficulty_sampling dispersion "
+                             "(TimeLens2: 8); each pass resumable in WORK_DIR/rollout_k")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="sampling temperature of the rollouts (TimeLens2's rollout.py: 1.0)")
     return parser
 
 
@@ -40,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         sidecar = score_difficulty(request_from_args(args), args.out, args.reward_funcs, args.reward_weights,
-                                   args.work_dir)
+                                   args.work_dir, args.num_rollouts, args.temperature)
     except VideoProbeError as err:
         raise UserError(str(err)) from None
     if sidecar is None:  # another rank

@@ -163,7 +163,7 @@ def _deepspeed_tables(shape: dict, stages: set[int], gpus: int, nodes: int) -> s
     out = io.StringIO()
     per_node = max(gpus // nodes, 1)
     with contextlib.redirect_stdout(out):
-        if 2 in stages:
+        if stages & {1, 2}:
             from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs_all_cold
 
             estimate_zero2_model_states_mem_needs_all_cold(shape["total_params"], per_node, nodes)
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{'yes' if row['fits'] else 'NO'}")
     print("  (activations: the larger of training and generation, an estimate; teach: a distillation teacher's frozen "
           "weights; other: CUDA context and allocator, assumed; DS states: DeepSpeed's estimate with every parameter trainable; offloaded states need CPU RAM)")
-    stages = {row["zero_stage"] for row in report["strategies"]} & {2, 3}
+    stages = {row["zero_stage"] for row in report["strategies"]} & {1, 2, 3}
     if stages:
         print("\nDeepSpeed's estimators (model states only):")
         print(_deepspeed_tables(shape, stages, args.gpus, args.nodes), end="")

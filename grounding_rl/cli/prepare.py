@@ -93,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.isdir(args.out):
         raise UserError(f"{args.out}: --out is a folder; give the path of the .jsonl file to write")
     try:
+        from grounding_rl.prompts.templates import split_prompt
+
         counts = prepare(args.format, args.annotations, args.out, durations=args.durations,
-                         video_root=args.video_root, max_missing_fraction=args.max_missing_fraction)
+                         video_root=args.video_root, max_missing_fraction=args.max_missing_fraction,
+                         split_prompt=split_prompt)
     except (KeyError, VideoProbeError) as err:
         raise UserError(err.args[0] if err.args else str(err)) from None
     if counts["missing_videos"] is None:

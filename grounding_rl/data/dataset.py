@@ -22,8 +22,10 @@ logger = logging.getLogger(__name__)
 class GroundingDataset(Dataset):
     """Canonical samples as training items.
 
-    Item ``i`` is ``{"index": i, "video": path, "query", "start", "end", "duration" (seconds), "qid", "spans"}``;
-    ``spans`` is the interval set ``[[s, e], …]`` of multi-span data (what the set rewards score against), else None.
+    Item ``i`` is ``{"index": i, "video": path, "query", "start", "end", "duration" (seconds), "qid", "spans",
+    "prompt_template"}``; ``spans`` is the interval set ``[[s, e], …]`` of multi-span data (what the set rewards score
+    against), else None; ``prompt_template`` the row's own template (a training set mixing sources), else None (the
+    run's).
 
     Args:
         samples: :class:`grounding_rl.data.samples.Sample` objects (already validated), or dicts with those keys.
@@ -38,13 +40,15 @@ class GroundingDataset(Dataset):
     def from_jsonl(cls, path: str | Path, video_root: str | Path | None = None) -> "GroundingDataset":
         """Read a canonical JSONL with :func:`grounding_rl.data.samples.load_samples` (its validation policy, for
         training: intervals outside the video are dropped and counted); a line's ``difficulty`` score
-        (``grounding-rl difficulty``) is kept on its sample (:func:`grounding_rl.data.selection.read_scores`)."""
+        (``grounding-rl difficulty``) is kept on its sample (:func:`grounding_rl.data.selection.read_scores`);
+        so are its ``prompt_template`` and ``reward_spec`` (:func:`read_row_settings`)."""
         from grounding_rl.data.selection import FIELD, read_scores
         from grounding_rl.data.samples import load_samples
 
-        scores = read_scores(path)
+        scores, settings = read_scores(path), read_row_settings(path)
         samples = [s.to_dict() for s in load_samples(path, video_root=video_root, training=True)]
-        return cls([{**s, FIELD: scores[s["qid"]]} if s["qid"] in scores else s for s in samples])
+        samples = [{**s, FIELD: scores[s["qid"]]} if s["qid"] in scores else s for s in samples]
+        return cls([{**s, **settings[s["qid"]]} if s["qid"] in settings else s for s in samples])
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -60,7 +64,36 @@ class GroundingDataset(Dataset):
             "duration": float(s["duration"]),
             "qid": str(s.get("qid", index)),
             "spans": None if s.get("spans") is None else [[float(a), float(b)] for a, b in s["spans"]],
+            "prompt_template": s.get("prompt_template"),
         }
+
+
+ROW_SETTINGS = ("prompt_template", "reward_spec")  # per-row settings a canonical line may carry
+
+
+def read_row_settings(path: str | Path) -> dict[str, dict]:
+    """``{qid: {"prompt_template"?, "reward_spec"?}}`` of the lines of a canonical JSONL that carry them: a training
+    set mixing sources gives each row its source's prompt template (a name of
+    :data:`grounding_rl.prompts.templates.TEMPLATES`) and, where given, its reward spec (TimeLens2's
+    ``"name[:weight],…"``, e.g. ``"twass1,tiou,parse_penalty"``), as TimeLens2's per-source data config does
+    (MCG-NJU/TimeLens2 @a5ce450 ``grpo/timelens/data/sources.py``). The qid is the line's ``qid``, else its 0-based
+    line number. Values are checked where they are used (:mod:`grounding_rl.update.recipes.sources`).
+
+    Raises:
+        UserError: a value that is not a non-empty string (file and line).
+    """
+    from grounding_rl.errors import UserError
+    from grounding_rl.jsonl_files import JsonLines
+
+    out: dict[str, dict] = {}
+    for number, row in JsonLines(path):
+        found = {key: row[key] for key in ROW_SETTINGS if row.get(key) is not None}
+        for key, value in found.items():
+            if not isinstance(value, str) or not value.strip():
+                raise UserError(f"{path}:{number}: {key} must be a non-empty string, got {value!r}")
+        if found:
+            out[str(row["qid"]) if row.get("qid") is not None else str(number - 1)] = found
+    return out
 
 
 def substitute_index(failed: int, attempt: int, size: int) -> int:
@@ -213,4 +246,49 @@ def filtered_repeat_sampler(data_source, selection, mini_repeat_count: int, batc
                             yield index
 
     return FilteredRepeatSampler(data_source=data_source, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
+                                 repeat_count=repeat_count, shuffle=True, seed=seed)
+
+
+def weighted_repeat_sampler(data_source, weights, mini_repeat_count: int, batch_size: int, repeat_count: int,
+                            seed: int):
+    """TRL's ``RepeatSampler`` whose epoch order is a weighted permutation: ``torch.multinomial(weights, N,
+    replacement=False)`` from a generator seeded with ``seed`` (TimeLens2's ``RepeatSampler`` with
+    ``sample_weights``, MCG-NJU/TimeLens2 @a5ce450 ``grpo/timelens/trainer.py``): heavy samples come early, each
+    sample once per epoch, so a run that stops at ``max_steps`` within the first epoch trains on the heavy ones.
+    ``set_epoch(e)`` reseeds and replays the e earlier draws, so epoch e's order is the same fresh and resumed, and
+    the same on every rank (a function of the weights and ``seed``).
+
+    Args:
+        weights: (N,) non-negative weights (normalised here, in float64), at least N of them > 0.
+        the rest: as ``trl.trainer.utils.RepeatSampler`` (always shuffled).
+
+    Raises:
+        ValueError: the weights' length is not the dataset's, or a weight is negative or not finite.
+    """
+    import torch
+    from trl.trainer.utils import RepeatSampler
+
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    if w.numel() != len(data_source) or bool((w < 0).any()) or not bool(torch.isfinite(w).all()):
+        raise ValueError(f"sample weights: {w.numel()} finite non-negative values for {len(data_source)} samples "
+                         "needed")
+    w = w / w.sum()
+
+    class WeightedRepeatSampler(RepeatSampler):
+        def set_epoch(self, epoch: int) -> None:
+            self.generator = torch.Generator().manual_seed(self.seed)
+            for _ in range(epoch):
+                torch.multinomial(w, self.num_samples, replacement=False, generator=self.generator)
+
+        def __iter__(self):
+            order = torch.multinomial(w, self.num_samples, replacement=False, generator=self.generator).tolist()
+            total = (self.num_samples // self.batch_size) * self.batch_size
+            for start in range(0, total, self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                for _ in range(self.repeat_count):
+                    for index in chunk:
+                        for _ in range(self.mini_repeat_count):
+                            yield index
+
+    return WeightedRepeatSampler(data_source=data_source, mini_repeat_count=mini_repeat_count, batch_size=batch_size,
                                  repeat_count=repeat_count, shuffle=True, seed=seed)

@@ -23,9 +23,10 @@ from tqdm import tqdm
 
 from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION, check_fraction, missing_videos
 from grounding_rl.data.probe import VideoProbeError, probe_duration
-from grounding_rl.data.readers import count_several_spans, read_annotations
+from grounding_rl.data.readers import count_several_spans, read_annotations, timelens2_rollouts
 from grounding_rl.data.samples import Sample, validate, write_samples
 from grounding_rl.errors import UserError
+from grounding_rl.jsonl_files import write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +69,28 @@ def unreadable_videos(videos: list[str], progress: bool = True) -> list[str]:
     return broken
 
 
+def _timelens2_rows(samples: list[Sample], annotations: str, split_prompt) -> tuple[list[dict], dict]:
+    """Canonical rows of TimeLens2 samples with their rollouts (``difficulty.rollout_intervals``) and, where
+    ``split_prompt`` recognises a baked prompt, the bare query and its ``prompt_template``; and the counts."""
+    from grounding_rl.data.selection import FIELD, ROLLOUTS
+
+    rollouts = timelens2_rollouts(annotations)
+    rows, templates = [], {}
+    for sample in samples:
+        row = sample.to_dict()
+        split = split_prompt(sample.query) if split_prompt is not None else None
+        if split is not None:
+            row["query"], row["prompt_template"] = split
+            templates[split[1]] = templates.get(split[1], 0) + 1
+        if sample.qid in rollouts:
+            row[FIELD] = {ROLLOUTS: rollouts[sample.qid]}
+        rows.append(row)
+    return rows, {"with_rollouts": sum(1 for r in rows if FIELD in r), "prompt_templates": templates}
+
+
 def prepare(format_name: str, annotations: str, out: str, *, durations: str | None = None,
             video_root: str | None = None, progress: bool = True,
-            max_missing_fraction: float = DEFAULT_MAX_MISSING_FRACTION) -> dict[str, int]:
+            max_missing_fraction: float = DEFAULT_MAX_MISSING_FRACTION, split_prompt=None) -> dict[str, int]:
     """Read, validate and write; return the counts printed by the CLI.
 
     Args:
@@ -82,9 +102,15 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
         progress: show a tqdm bar (stderr).
         max_missing_fraction: with ``video_root``, fail when a larger share of the distinct videos is missing, or
             missing or unreadable (:func:`grounding_rl.data.missing.check_fraction`).
+        split_prompt: for ``timelens2``, a function ``query -> (query, template name) | None``
+            (:func:`grounding_rl.prompts.templates.split_prompt`): a query with a known prompt baked in (TimeLens2's
+            rollout files) is written as the bare query plus that row's ``prompt_template``.
     Returns:
         ``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos"}`` (the last two None without
-        ``video_root``: not checked); for ``timelens`` also ``"several_spans"``, the queries
+        ``video_root``: not checked); for ``timelens2`` also ``"with_rollouts"`` (rows whose ``rollouts`` /
+        ``rollout_intervals`` became ``difficulty.rollout_intervals``, what ``difficulty_sampling: dispersion`` reads)
+        and ``"prompt_templates"`` (``{template: rows}`` split off by ``split_prompt``); for ``timelens`` also
+        ``"several_spans"``, the queries
         listing more than one span (scored against the first:
         :func:`grounding_rl.data.readers.read_timelens`).
     Raises:
@@ -115,8 +141,13 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
                 logger.warning("%d of %d videos are %s under %s, e.g. %s", len(videos), total, what, video_root,
                                ", ".join(videos[:3]))
     out_dir = os.path.dirname(os.path.abspath(out))
-    write_samples(out, (_relative_to_out(sample, out_dir) for sample in kept))
-    counts = {**counts, "missing_videos": missing, "unreadable_videos": unreadable}
+    extra: dict = {}
+    if format_name == "timelens2":
+        rows, extra = _timelens2_rows([_relative_to_out(sample, out_dir) for sample in kept], annotations, split_prompt)
+        write_jsonl_atomic(out, rows)
+    else:
+        write_samples(out, (_relative_to_out(sample, out_dir) for sample in kept))
+    counts = {**counts, "missing_videos": missing, "unreadable_videos": unreadable, **extra}
     if format_name == "timelens":
         counts["several_spans"] = count_several_spans(annotations)["several_spans"]
     return counts

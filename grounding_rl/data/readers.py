@@ -563,6 +563,56 @@ def read_timelens2(path: str | os.PathLike, *, video_root: str | os.PathLike | N
             seen[name] += 1
 
 
+def rollout_intervals(item: Any) -> list[list[float]]:
+    """One TimeLens2 rollout as an interval set ``[[s, e], ...]`` (MCG-NJU/TimeLens2 @a5ce450,
+    ``grpo/timelens/data/sources.py``, ``_one_rollout_intervals``): a decoded string is read as a Python literal
+    (``ast.literal_eval``: literals only, never code; anything else → ``[]``); a flat ``[s, e]`` is one span; pairs
+    with ``s ≥ e`` or non-numbers are dropped; what is not a list → ``[]`` (the rollout then scores 0)."""
+    import ast
+
+    if isinstance(item, str):
+        text = item.strip()
+        if not text:
+            return []
+        try:
+            item = ast.literal_eval(text)
+        except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+            return []
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    if isinstance(item, (list, tuple)) and len(item) == 2 and all(number(v) for v in item):
+        return [[float(item[0]), float(item[1])]] if item[0] < item[1] else []
+    if not isinstance(item, (list, tuple)):
+        return []
+    out = []
+    for pair in item:
+        if isinstance(pair, (list, tuple)) and len(pair) >= 2 and number(pair[0]) and number(pair[1]):
+            if pair[0] < pair[1]:
+                out.append([float(pair[0]), float(pair[1])])
+    return out
+
+
+def timelens2_rollouts(path: str | os.PathLike) -> dict[str, list[list[list[float]]]]:
+    """``{qid: K interval sets}`` of a TimeLens2 rollout file (``grpo/data/rollouts/*.jsonl``: flat rows with
+    ``rollouts``, the K decoded answers of its 4B SFT model, or already parsed ``rollout_intervals``), qids as
+    :func:`read_timelens2` numbers them; rows with neither field are left out. Each rollout is
+    :func:`rollout_intervals`."""
+    seen: dict[str, int] = defaultdict(int)
+    out: dict[str, list] = {}
+    for _, row in _rows(str(path)):
+        if not isinstance(row, dict) or not isinstance(row.get("video_path"), str):
+            continue
+        name = row["video_path"].strip()
+        events = row["events"] if isinstance(row.get("events"), list) else [row]
+        for event in events:
+            qid = event.get("qid", row.get("qid") if event is row else None)
+            qid = str(qid) if qid is not None else f"timelens2:{name}#{seen[name]}"
+            seen[name] += 1
+            raw = event.get("rollout_intervals", event.get("rollouts"))
+            if raw is not None:
+                out[qid] = [rollout_intervals(r) for r in (raw if isinstance(raw, list) else [raw])]
+    return out
+
+
 def read_qvhighlights(path: str | os.PathLike, *, video_root: str | os.PathLike | None = None,
                       durations: dict[str, float] | None = None) -> Iterator[Sample]:
     """QVHighlights moment retrieval (Lei et al., "QVHighlights: Detecting Moments and Highlights in Videos via
@@ -638,4 +688,5 @@ def read_annotations(format_name: str, path: str | os.PathLike, *, video_root: s
 __all__ = ["READERS", "Reader", "count_several_spans", "load_durations", "read_activitynet", "read_annotations",
            "read_canonical", "read_charades_sta", "read_ego4d_nlq", "read_ego4d_nlq_video", "read_extremewhenbench",
            "read_qvhighlights", "read_tacos", "read_time_r1", "read_timelens", "read_timelens2", "read_tvgbench",
+           "rollout_intervals", "timelens2_rollouts",
            "timelens_query"]

@@ -5,8 +5,11 @@ estimate_zero2_model_states_mem_needs`` and ``deepspeed.runtime.zero.stage3.esti
 DeepSpeed 0.19): bf16 mixed precision with Adam keeps 18 bytes per trainable parameter partitioned over the N GPUs
 (16-bit gradients 2, fp32 gradients 4, fp32 master weights 4, Adam moments 8) besides the 16-bit weights; ZeRO-2
 replicates the 16-bit weights, ZeRO-3 partitions them and gathers one layer at a time (4 bytes × the largest layer's
-parameters). Without DeepSpeed (plain DDP or one process) the weights, gradients and both AdamW moments are in the
-parameters' own dtype (``torch.optim.AdamW`` keeps its state like the parameter). LoRA adapters are fp32 (PEFT's
+parameters). ZeRO-1 partitions the optimizer states only: the 16-bit weights and 16-bit gradients stay whole on
+every GPU (2 + 2 bytes per parameter), the fp32 gradients, master weights and moments (16 bytes) are partitioned
+(DeepSpeed's stage_1_and_2 module serves stages 1 and 2; its estimator, which does not tell them apart, is
+reported beside it). Without DeepSpeed (plain DDP or one process) the weights, gradients and both AdamW moments are in
+the parameters' own dtype (``torch.optim.AdamW`` keeps its state like the parameter). LoRA adapters are fp32 (PEFT's
 ``autocast_adapter_dtype``). A reference model (β > 0, no LoRA) is a second copy of the 16-bit weights, partitioned
 under ZeRO-3 (``trl.models.prepare_deepspeed``), replicated otherwise.
 
@@ -72,7 +75,7 @@ class Strategy:
 
     Attributes:
         name: a label (the accelerate config's file stem, e.g. ``zero3``).
-        zero_stage: 0 = no DeepSpeed (DDP or one process), 2 or 3 = DeepSpeed ZeRO stage.
+        zero_stage: 0 = no DeepSpeed (DDP or one process), 1, 2 or 3 = DeepSpeed ZeRO stage.
         offload_optimizer: optimizer states (and ZeRO's fp32 gradients) in CPU RAM.
         offload_param: ZeRO-3 weights in CPU RAM.
     """
@@ -221,7 +224,7 @@ def strategy_from_accelerate_config(path: Path) -> Strategy:
     relative to the repository root as the launch is; anything else is plain data parallel).
 
     Raises:
-        ValueError: a DeepSpeed config whose ZeRO stage is not 2 or 3.
+        ValueError: a DeepSpeed config whose ZeRO stage is not 1, 2 or 3.
     """
     from grounding_rl.paths import REPO_ROOT
     from grounding_rl.yaml_files import load_yaml
@@ -239,8 +242,8 @@ def strategy_from_accelerate_config(path: Path) -> Strategy:
         zero = {"stage": ds.get("zero_stage"), "offload_optimizer": {"device": ds.get("offload_optimizer_device")},
                 "offload_param": {"device": ds.get("offload_param_device")}}
     stage = zero.get("stage")
-    if stage not in (2, 3):
-        raise ValueError(f"{path}: ZeRO stage {stage!r} in {json_path}; the estimate covers stages 2 and 3")
+    if stage not in (1, 2, 3):
+        raise ValueError(f"{path}: ZeRO stage {stage!r} in {json_path}; the estimate covers stages 1, 2 and 3")
 
     def offloaded(key):
         return (zero.get(key) or {}).get("device", "none") not in ("none", None)
@@ -309,9 +312,10 @@ def estimate(shape: ModelShape, work: Workload, strategy: Strategy, gpus: int) -
         weights = base * b + shape.lora_params * 4
         gradients, optimizer = trainable * tb, 2 * trainable * tb
         reference = base * b if reference_copy else 0
-    elif strategy.zero_stage == 2:
+    elif strategy.zero_stage in (1, 2):
         weights = 2 * total
-        gradients = 0 if strategy.offload_optimizer else (2 + 4) * trainable // gpus
+        whole = 2 * trainable if strategy.zero_stage == 1 else 0  # ZeRO-1: the 16-bit gradients unpartitioned
+        gradients = whole + (0 if strategy.offload_optimizer else (4 if whole else 2 + 4) * trainable // gpus)
         optimizer = 0 if strategy.offload_optimizer else 12 * trainable // gpus
         reference = 2 * base if reference_copy else 0  # stage 0 copy (trl.models.prepare_deepspeed)
     else:
@@ -341,7 +345,7 @@ def deepspeed_model_states(shape: ModelShape, strategy: Strategy, gpus: int, nod
     if strategy.zero_stage == 0:
         return None
     per_node = max(gpus // nodes, 1)
-    if strategy.zero_stage == 2:
+    if strategy.zero_stage in (1, 2):
         from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
         return estimate_zero2_model_states_mem_needs(shape.total_params, per_node, nodes,

@@ -7,7 +7,8 @@ run into a work folder (default ``D_scored.jsonl.eval/``: ``predictions.jsonl``,
 ``iou_hist.png``, the histogram of the scores). Then every line of ``--data`` is written to ``--out`` as it was, plus
 
     "difficulty": {"iou": IoU of the greedy answer (the iou reward's clamped rule), "reward": its weighted reward,
-                   "pred": [start, end] in seconds or null}
+                   "pred": [start, end] in seconds or null, "answer": the raw text,
+                   "timelens_iou": the IoU TimeLens's own filter gives it (its parser, the raw span)}
 
 (lines the evaluation policy drops stay unscored and are counted), and ``D_scored.json`` beside it records the model,
 its fingerprint, the data file and its hash, prompt and video settings, generation budget, reward functions and
@@ -25,13 +26,16 @@ from pathlib import Path
 from grounding_rl.data.selection import FIELD
 from grounding_rl.errors import UserError
 from grounding_rl.jsonl_files import JsonLines, write_jsonl_atomic
+from grounding_rl.reward.scorings.timelens import timelens_filter_iou
 from grounding_rl.run_record import read_record, write_record
 
 DEFAULT_REWARD_FUNCS = ("iou", "format")  # GroundingGRPOConfig's default, for a checkpoint that records none
 
 
 def score_record(record: dict, reward_funcs, weights, prompt_template: str) -> dict:
-    """The ``difficulty`` object of one prediction record: ``{"iou", "reward", "pred"}``; ``reward`` is
+    """The ``difficulty`` object of one prediction record: ``{"iou", "reward", "pred", "answer", "timelens_iou"}``
+    (``timelens_iou``: :func:`grounding_rl.reward.scorings.timelens.timelens_filter_iou` of the raw answer against the
+    annotation's first span as written, what ``difficulty_sampling: timelens`` draws by); ``reward`` is
     ``sum_k weights[k] · f_k(answer)`` with the training columns (ground truth clamped into the clip, seconds), an
     empty answer for a failed clip, and a function's None counted as 0 (TRL's ``nansum``)."""
     answer = record.get("answer") or ""
@@ -42,7 +46,10 @@ def score_record(record: dict, reward_funcs, weights, prompt_template: str) -> d
         value = func(completions=[answer], **columns)[0]
         reward += 0.0 if value is None else float(weight) * float(value)
     pred = None if record.get("start") is None or record.get("end") is None else [record["start"], record["end"]]
-    return {"iou": float(record["iou"]), "reward": reward, "pred": pred}
+    first = (record["gt_spans"][0] if record.get("gt_spans")
+             else (record.get("gt_raw_start", record["gt_start"]), record.get("gt_raw_end", record["gt_end"])))
+    return {"iou": float(record["iou"]), "reward": reward, "pred": pred, "answer": answer,
+            "timelens_iou": timelens_filter_iou(answer, first, float(record["duration"]))}
 
 
 def write_scored(data: str | os.PathLike, out: str | os.PathLike, scores: dict[str, dict],
@@ -82,8 +89,31 @@ def sidecar_of(out: Path) -> Path:
     return out.with_suffix(".json") if out.suffix != ".json" else out.with_name(out.stem + ".meta.json")
 
 
+def rollout_spans(record: dict) -> list[list[float]]:
+    """A prediction record's answer as an interval set ``[[s, e], ...]`` (seconds): its ``pred_spans`` when the
+    template asks for sets, else ``[[start, end]]``; ``[]`` when nothing parsed."""
+    if record.get("pred_spans"):
+        return [[float(a), float(b)] for a, b in record["pred_spans"]]
+    if record.get("start") is None or record.get("end") is None:
+        return []
+    return [[float(record["start"]), float(record["end"])]]
+
+
+def rollouts_score(records: list[dict], reward_funcs, weights, prompt_template: str) -> dict:
+    """The ``difficulty`` object of one sample's K sampled answers (one prediction record each, rollout order):
+    ``{"iou", "reward"}`` their means, ``rollout_intervals`` (K interval sets, :func:`rollout_spans`),
+    ``rollout_rewards`` and ``rollout_ious`` (K each, :func:`score_record`'s rules) — what ``difficulty_sampling:
+    dispersion`` reads, in the shape of TimeLens2's rollout files."""
+    scored = [score_record(r, reward_funcs, weights, prompt_template) for r in records]
+    k = len(scored)
+    return {"iou": sum(s["iou"] for s in scored) / k, "reward": sum(s["reward"] for s in scored) / k,
+            "rollout_intervals": [rollout_spans(r) for r in records],
+            "rollout_rewards": [s["reward"] for s in scored], "rollout_ious": [s["iou"] for s in scored]}
+
+
 def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | None = None,
-                     reward_weights: list[float] | None = None, work_dir: str | os.PathLike | None = None) -> dict | None:
+                     reward_weights: list[float] | None = None, work_dir: str | os.PathLike | None = None,
+                     num_rollouts: int = 0, temperature: float = 1.0) -> dict | None:
     """Evaluate ``request`` (an :class:`grounding_rl.eval.evaluate.EvalRequest`; its ``out`` is ignored) into
     ``work_dir`` (default ``OUT.eval``), then write the scored copy of ``request.data`` to ``out`` and its sidecar
     (:func:`sidecar_of`).
@@ -95,6 +125,11 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
             checkpoint's ``grounding_config.json``, else :data:`DEFAULT_REWARD_FUNCS`.
         reward_weights: their weights; default the checkpoint's (with its functions), else 1.0 each.
         work_dir: the evaluation's folder (resumable).
+        num_rollouts: 0 = one greedy answer per sample; K > 0 = K sampled answers at ``temperature``, each pass an
+            evaluation of its own (``work_dir/rollout_k``, seed ``request.seed + k``; resumable and multi-process as
+            the greedy one), scored by :func:`rollouts_score` (TimeLens2's off-policy rollouts, its
+            ``grpo/timelens/rollout.py``: 8 at temperature 1.0, top_p 1.0).
+        temperature: the sampling temperature of the rollouts (> 0).
 
     Returns:
         on the main process the sidecar object (counts, mean IoU, model, settings); None on other ranks.
@@ -126,18 +161,39 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
     except ValueError as err:
         raise UserError(f"--reward-funcs: {err}") from None
     work = Path(work_dir) if work_dir else out.with_name(out.name + ".eval")
-    if evaluate(dataclasses.replace(request, out=str(work))) is None:  # another rank: rank 0 writes the files
-        return None
-    records, _ = read_predictions(work / PREDICTIONS)
-    run = read_record(work / RUN_FILE)
-    template = run["prompt_template"]
-    scores = {str(r["qid"]): score_record(r, funcs, weights, template) for r in records}
+    if num_rollouts < 0:
+        raise UserError(f"--num-rollouts must be ≥ 0 (got {num_rollouts})")
+    if not num_rollouts:
+        if evaluate(dataclasses.replace(request, out=str(work))) is None:  # another rank: rank 0 writes the files
+            return None
+        records, _ = read_predictions(work / PREDICTIONS)
+        run = read_record(work / RUN_FILE)
+        template = run["prompt_template"]
+        scores = {str(r["qid"]): score_record(r, funcs, weights, template) for r in records}
+    else:
+        passes = []
+        for k in range(num_rollouts):
+            folder = work / f"rollout_{k}"
+            if evaluate(dataclasses.replace(request, out=str(folder), seed=request.seed + k,
+                                            temperature=temperature)) is not None:
+                passes.append(read_predictions(folder / PREDICTIONS)[0])
+        if not passes:  # another rank
+            return None
+        run = read_record(work / "rollout_0" / RUN_FILE)
+        template = run["prompt_template"]
+        by_qid = [{str(r["qid"]): r for r in records} for records in passes]
+        common = [qid for qid in by_qid[0] if all(qid in p for p in by_qid)]
+        scores = {qid: rollouts_score([p[qid] for p in by_qid], funcs, weights, template) for qid in common}
+        records = [by_qid[0][qid] for qid in common]
     counts = write_scored(request.data, out, scores, request.video_root)
     ious = [s["iou"] for s in scores.values()]
     sidecar = {
         "scored_file": str(out.resolve()), "data": run["data"], "data_sha256": run["data_sha256"],
         "model": run["model"], "model_fingerprint": run["model_fingerprint"], "prompt_template": template,
-        "video": run["video"], "max_new_tokens": run["max_new_tokens"], "decoding": "greedy",
+        "video": run["video"], "max_new_tokens": run["max_new_tokens"],
+        "decoding": "greedy" if not num_rollouts else {"num_rollouts": num_rollouts, "temperature": temperature,
+                                                       "top_p": 1.0, "seeds": [request.seed + k
+                                                                               for k in range(num_rollouts)]},
         "dtype": run["dtype"], "seed": request.seed, "limit": request.limit, "reward_funcs": names,
         "reward_weights": list(weights), "iou_rule": "clamped (the iou reward's)", "work_dir": str(work.resolve()),
         "counts": counts, "mean_iou": sum(ious) / len(ious) if ious else None,

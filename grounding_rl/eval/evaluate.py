@@ -70,7 +70,7 @@ HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
 RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video_layout",
-            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom")
+            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom", "temperature")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -166,6 +166,8 @@ class EvalRequest:
             the qvhighlights reader, and a benchmark's own ``scorings`` (its YAML) always.
         zoom: a second pass on the window of each first answer (:class:`grounding_rl.eval.zoom.ZoomSettings`);
             None = one pass.
+        temperature: None = greedy decoding; a temperature > 0 samples instead (top_p 1, top_k off), seeded by
+            ``seed`` — the K rollouts of ``grounding-rl difficulty --num-rollouts`` (recorded; not with ``zoom``).
     """
 
     model: str
@@ -189,6 +191,7 @@ class EvalRequest:
     max_missing_fraction: float = 0.05
     scorings: tuple[str, ...] = ()
     zoom: ZoomSettings | None = None
+    temperature: float | None = None
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -202,6 +205,10 @@ class EvalRequest:
         check_number("--frame-cache-gb", self.frame_cache_gb, above=0)
         check_number("--max-missing-fraction", self.max_missing_fraction, minimum=0.0, maximum=1.0)
         check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1)
+        if self.temperature is not None:
+            check_number("--temperature", self.temperature, above=0)
+            if self.zoom is not None or self.engine != "hf":
+                raise UserError("sampled answers (--temperature) run with --engine hf and without --zoom")
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm (got {self.engine!r})")
         from grounding_rl.reward.metrics import scoring_names
@@ -325,6 +332,7 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
               "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
               "dtype": request.dtype, "attn_implementation": request.attn_implementation,
               **({"engine": request.engine} if request.engine != "hf" else {}),
+              **({"temperature": request.temperature} if request.temperature is not None else {}),
               "zoom": request.zoom.to_dict() if request.zoom is not None else None}
     if request.zoom is not None:
         request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
@@ -407,10 +415,15 @@ def run(plan_: EvalPlan, state) -> RunResult:
         config = plan_.config
         videos, queries = [s.video for s in shard], [s.query for s in shard]
         if request.zoom is None:
+            sampled = None
+            if request.temperature is not None:
+                from grounding_rl.rollout.generation import SamplingParams
+
+                sampled = SamplingParams(plan_.max_new_tokens, temperature=request.temperature)
             batches = greedy_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
                                             plan_.max_new_tokens, request.batch_size, request.num_workers,
                                             request.frame_cache, int(request.frame_cache_gb * 1e9), engine=engine,
-                                            video_layout=config.video_layout)
+                                            video_layout=config.video_layout, sampling_params=sampled)
         else:
             from grounding_rl.eval.zoom import zoom_answer_batches
             from grounding_rl.family import family_of
@@ -477,7 +490,9 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
             "benchmark": plan_.benchmark.name if plan_.benchmark else None, "limit": request.limit,
             "sampling": {"source": plan_.source, "prompt_template": config.prompt_template,
                          "video_layout": config.video_layout, "video": config.video.to_dict(),
-                         "max_new_tokens": plan_.max_new_tokens, "do_sample": False, "repetition_penalty": 1.0,
+                         "max_new_tokens": plan_.max_new_tokens, "do_sample": request.temperature is not None,
+                         **({"temperature": request.temperature} if request.temperature is not None else {}),
+                         "repetition_penalty": 1.0,
                          "batch_size": request.batch_size, "dtype": request.dtype,
                          **({"zoom": request.zoom.to_dict()} if request.zoom is not None else {})},
             "seed": request.seed, "num_processes": num_processes,

@@ -52,6 +52,9 @@ class GroundingConfig:
         reward_weights: their weights (None = all 1.0).
         video_layout: how the video tokens sit in the prompt, one of :data:`grounding_rl.family.VIDEO_LAYOUTS`
             (``released``, the default, also for a file written before the field existed; ``transformers5``).
+        data_mix: for a training set mixing sources, rows per ``{"prompt_template", "reward_spec", "rows"}``
+            (:mod:`grounding_rl.update.recipes.sources`); None when every row used ``prompt_template`` and the
+            run's rewards (informational: evaluation uses ``prompt_template``).
     """
 
     prompt_template: str = "default"
@@ -59,6 +62,7 @@ class GroundingConfig:
     reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"])
     reward_weights: list[float] | None = None
     video_layout: str = DEFAULT_VIDEO_LAYOUT
+    data_mix: list[dict] | None = None
 
     def __post_init__(self):
         if self.prompt_template not in TEMPLATES:
@@ -85,6 +89,7 @@ class GroundingConfig:
             reward_funcs=list(data.get("reward_funcs", ["iou", "format"])),
             reward_weights=data.get("reward_weights"),
             video_layout=data.get("video_layout", DEFAULT_VIDEO_LAYOUT),
+            data_mix=data.get("data_mix"),
         )
 
     @classmethod
@@ -221,7 +226,7 @@ class _DistinctClips:
         return out
 
 
-def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str = "default",
+def build_inputs(processor, queries: list[str], videos: list[SampledVideo], template: str | list[str] = "default",
                  share_videos: bool = False, family: Family | None = None,
                  video_layout: str = DEFAULT_VIDEO_LAYOUT, **extra):
     """Processor inputs for a batch of (query, clip) pairs, left-padded for generation.
@@ -234,7 +239,7 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
         queries: one sentence per row.
         videos: one :class:`SampledVideo` per row (frames already resized to multiples of the family's pixel
             factor; no second resize).
-        template: prompt template name.
+        template: prompt template name, or one per row (a training set mixing sources).
         share_videos: rows passing the same :class:`SampledVideo` object share its patches: ``pixel_values_videos``
             then holds each distinct clip once, in order of first use, and ``video_index`` (B,) names each row's clip
             (see :mod:`grounding_rl.models.vision`).
@@ -265,8 +270,11 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
         if height % family.pixel_factor or width % family.pixel_factor:
             raise ValueError(f"{video.path}: frames of {height}x{width} are not multiples of {family.pixel_factor} "
                              f"({family.name}); sample with family.video_settings(settings)")
-    texts = [family.video_prompt(processor, render_prompt(processor, q, template, v.duration), video_layout)
-             for q, v in zip(queries, videos)]
+    templates = [template] * len(queries) if isinstance(template, str) else list(template)
+    if len(templates) != len(queries):
+        raise ValueError(f"{len(templates)} prompt templates for {len(queries)} queries")
+    texts = [family.video_prompt(processor, render_prompt(processor, q, t, v.duration), video_layout)
+             for q, t, v in zip(queries, templates, videos)]
     clip_of: dict[int, int] = {}
     index = [clip_of.setdefault(id(v), len(clip_of)) for v in videos]
     call = processor

@@ -118,6 +118,13 @@ TIMELENS2_PROMPT = (
     "[10, 12]].\n"
 )
 
+# TimeLens2's TimeLens-100K prompt_template (MCG-NJU/TimeLens2 @a5ce450, grpo/configs/data/timelens2.json), "{query}"
+# → [EVENT], its typo "[[start, end]]]" kept: the prompt its GRPO trains that source with.
+TIMELENS_100K_PROMPT = (
+    "Please find the visual event described by the sentence '[EVENT]', determining its starting and ending times.\n"
+    "Return the result strictly as [[start, end]]] (in seconds)."
+)
+
 # Ours, for interval sets: the default's shape, asking for every span as a JSON array.
 DEFAULT_MULTI = (
     'When does the event "[EVENT]" happen in the video? It may happen more than once. Think briefly within <think> '
@@ -137,6 +144,8 @@ PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
     "default_multi": PromptTemplate(DEFAULT_MULTI, answer_format=THINK_JSON_SPANS),
     "timelens2": PromptTemplate(TIMELENS2_PROMPT, answer_format=JSON_SPANS, video_first=True,
                                 source="MCG-NJU/TimeLens2 @a5ce450, grpo/configs/data/timelens2.json"),
+    "timelens_100k": PromptTemplate(TIMELENS_100K_PROMPT, answer_format=JSON_SPANS, video_first=True,
+                                    source="MCG-NJU/TimeLens2 @a5ce450, grpo/configs/data/timelens2.json"),
     "lmms_charades_sta": PromptTemplate(LMMS_CHARADES_STA, answer_format=TIMELENS, video_first=True,
                                         source="EvolvingLMMs-Lab/lmms-eval @75571cf, "
                                                "lmms_eval/tasks/charades_sta/charades.yaml"),
@@ -245,3 +254,20 @@ def render_prompt(processor, query: str, template: str = "default", duration: fl
     :func:`instruction`."""
     return processor.apply_chat_template(conversation(query, template, duration), tokenize=False,
                                          add_generation_prompt=True)
+
+
+def split_prompt(text: str) -> tuple[str, str] | None:
+    """``(query, template name)`` when ``text`` is a registered template with its ``[EVENT]`` filled in (trailing
+    whitespace ignored), e.g. the prompts TimeLens2's rollout files bake into their ``query``; None otherwise.
+    Templates with other placeholders are not tried; the first template that matches wins."""
+    import re
+
+    for name, template in PROMPT_TEMPLATES.items():
+        body = template.text.rstrip()
+        if body.count("[EVENT]") != 1 or re.search(r"\[(?!EVENT\])[A-Z_]+\]", body):
+            continue
+        head, tail = body.split("[EVENT]")
+        found = re.fullmatch(re.escape(head) + r"(.+?)" + re.escape(tail), text.rstrip(), re.DOTALL)
+        if found:
+            return found.group(1), name
+    return None

@@ -289,7 +289,8 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | 
     Args:
         rewards_per_func: (N, F) float tensor, one column per reward function (TRL's ``rewards_per_func``); NaN where
             a function skipped a completion (returned None).
-        weights: F weights; None = 1.0 each (TRL's ``reward_weights=None``).
+        weights: F weights, or (N, F) one row per completion (a training set whose rows carry their own reward
+            spec; 0 for a function not in a row's spec); None = 1.0 each (TRL's ``reward_weights=None``).
 
     Returns:
         (N,) tensor on the input's device; NaN for a completion that every function skipped (as in TRL).
@@ -304,7 +305,7 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | 
         raise ValueError(f"rewards_per_func must have shape (num_completions, num_funcs), got {tuple(rewards.shape)}")
     w = (torch.ones(rewards.shape[1]) if weights is None
          else torch.as_tensor(weights, dtype=torch.float32)).to(rewards.device)
-    if w.shape != (rewards.shape[1],):
+    if w.shape != (rewards.shape[1],) and w.shape != rewards.shape:
         raise ValueError(f"Number of reward weights ({w.numel()}) must match number of reward functions "
                          f"({rewards.shape[1]})")
     total = (rewards * w).nansum(dim=1)

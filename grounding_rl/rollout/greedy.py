@@ -109,7 +109,8 @@ def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, b
 
 def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], queries: Sequence[str],
                  template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None,
-                 video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list[tuple[int, str | None, str | None, dict | None]]:
+                 video_layout: str = DEFAULT_VIDEO_LAYOUT, sampling_params: SamplingParams | None = None
+                 ) -> list[tuple[int, str | None, str | None, dict | None]]:
     """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None,
     sampling | None)``, ``sampling`` the rate and size the clip was sampled at
     (:meth:`grounding_rl.data.video.SampledVideo.sampling`; None when the clip did not load).
@@ -128,7 +129,9 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams`.
         engine: a rollout engine for ``generate_answers`` (``--engine vllm``); None = transformers' ``generate``.
         video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
+        sampling_params: decode by sampling with these (``grounding-rl difficulty --num-rollouts``); None = greedy.
     """
+    decoding = sampling_params or SamplingParams.greedy(max_new_tokens, synced_gpus)
     results: dict[int, tuple[int, str | None, str | None]] = {}
     ok = []
     for position, video, error in batch:
@@ -142,7 +145,7 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         group = groups.pop(0)
         try:
             answers = generate_answers(model, processor, [queries[p] for p, _ in group], [v for _, v in group],
-                                       template, SamplingParams.greedy(max_new_tokens, synced_gpus),
+                                       template, decoding,
                                        **({"engine": engine} if engine is not None else {}), video_layout=video_layout)
         except torch.OutOfMemoryError as err:
             if torch.cuda.is_available():
@@ -161,7 +164,8 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
 def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
                           template: str, max_new_tokens: int, batch_size: int, num_workers: int = 2,
                           frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                          synced_gpus: bool | None = None, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT
+                          synced_gpus: bool | None = None, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
+                          sampling_params: SamplingParams | None = None
                           ) -> Iterator[list[tuple[int, str | None, str | None, dict | None]]]:
     """Greedy answers to the queries ``(videos[i], queries[i])``, grouped by video, one list per batch of at most
     ``batch_size`` rows: ``(position, answer | None, error | None, sampling | None)`` (:func:`answer_batch`); every
@@ -179,9 +183,9 @@ def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequ
         num_workers: background decoding processes (0 = in this process).
         frame_cache, frame_cache_bytes: optional on-disk frame cache (folder, bound in bytes).
         synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams` (False: this rank decodes alone).
-        engine, video_layout: see :func:`answer_batch`.
+        engine, video_layout, sampling_params: see :func:`answer_batch`.
     """
     for batch in clip_batches(group_by_video(videos), settings, max(1, batch_size), num_workers, frame_cache,
                               frame_cache_bytes):
         yield answer_batch(model, processor, batch, queries, template, max_new_tokens, synced_gpus, engine,
-                           video_layout)
+                           video_layout, sampling_params)

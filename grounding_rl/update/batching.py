@@ -36,7 +36,7 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
     Args:
         processor: the model's processor (its family decides the preprocessing).
         items: collated items (``index``, ``query``, ``clip``).
-        template: prompt template name.
+        template: prompt template name (an item's own ``prompt_template`` wins).
         share_videos: keep one copy of each distinct clip's patches and a ``video_index`` (see the module
             docstring) instead of one copy per row.
         video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
@@ -50,8 +50,8 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
     position = {index: i for i, index in enumerate(order)}
     by_index = {item["index"]: item for item in items}
     ordered = [by_index[index] for index in order]
-    features = build_inputs(processor, [it["query"] for it in ordered], [it["clip"] for it in ordered], template,
-                            video_layout=video_layout)
+    features = build_inputs(processor, [it["query"] for it in ordered], [it["clip"] for it in ordered],
+                            [it.get("prompt_template") or template for it in ordered], video_layout=video_layout)
     batch = {
         "prompt_ids": features["input_ids"],
         "prompt_mask": features["attention_mask"],

@@ -26,7 +26,8 @@ from grounding_rl.update.recipes.validation import EVAL_METRICS, ValidationArgum
 # the fields that change which samples a run trains on (in its run fingerprint: a resume must keep them)
 DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "difficulty_gaussian_std",
                        "difficulty_num_bins", "difficulty_subset_size", "difficulty_duration_edges",
-                       "difficulty_range", "online_difficulty_range")
+                       "difficulty_range", "online_difficulty_range", "difficulty_p_std", "difficulty_p_mean",
+                       "difficulty_mean_reward")
 
 
 @dataclass

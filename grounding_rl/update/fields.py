@@ -168,7 +168,8 @@ FIELDS: dict[str, Honour] = {
         "dynamic_sampling", "max_num_gen_batches", "use_gt_injection", "reward_shaping", "reward_shaping_threshold",
         "reward_shaping_alpha", "reward_funcs", "difficulty_sampling", "difficulty_gaussian_mean",
         "difficulty_gaussian_std", "difficulty_num_bins", "difficulty_subset_size", "difficulty_duration_edges",
-        "difficulty_range", "online_difficulty_range", "eval_file", "eval_max_samples", "teacher_model_name_or_path",
+        "difficulty_range", "online_difficulty_range", "difficulty_p_std", "difficulty_p_mean",
+        "difficulty_mean_reward", "eval_file", "eval_max_samples", "teacher_model_name_or_path",
         "teacher_model_init_kwargs", "distillation_beta", "distillation_weight", "loss_top_k")},
     "vllm_mode": _grpo(REFUSED, "only 'colocate' is supported here (vLLM inside the training processes); TRL's "
                                 "'server' mode is not implemented"),

@@ -214,7 +214,7 @@ def reward_columns(trainer, items: list[dict], completion_ids: list[list[int]]) 
     logged completions)."""
     keys = [key for key in items[0] if key != "clip"] if items else []
     columns = {key: [item.get(key) for item in items] for key in keys}
-    columns["prompt_template"] = [trainer.args.prompt_template] * len(items)
+    columns["prompt_template"] = [item.get("prompt_template") or trainer.args.prompt_template for item in items]
     columns["completion_ids"] = completion_ids
     columns["trainer_state"] = trainer.state
     columns["log_metric"] = lambda name, value: trainer.pending_metrics[name].append(float(value))
@@ -254,8 +254,9 @@ def score(trainer, items: list[dict], texts: list[str], completion_ids: torch.Te
 
 def compute_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int,
                        scale_rewards: str) -> tuple[torch.Tensor, grpo.Advantages]:
-    """(N,) weighted rewards (:func:`weighted_rewards`) and their :func:`grpo.group_advantages`; N = all processes'
-    rows in gather order, so a group split between processes is normalised as one."""
+    """(N,) weighted rewards (:func:`weighted_rewards`; ``weights`` (F,) or per row (N, F)) and their
+    :func:`grpo.group_advantages`; N = all processes' rows in gather order, so a group split between processes is
+    normalised as one."""
     weighted = weighted_rewards(rewards_per_func, weights)
     return weighted, grpo.group_advantages(weighted, num_generations, scale_rewards)
 
@@ -325,7 +326,11 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0) -> Rollout:
         recipe.observe(trainer, items, rewards_per_func, gathered_gt)  # the rewards as scored, before any shaping
     for recipe in trainer.recipes:
         rewards_per_func = recipe.shape(trainer, rewards_per_func)
-    weighted, adv = compute_advantages(rewards_per_func, trainer.reward_weights, G, trainer.args.scale_rewards)
+    weights = trainer.reward_weights
+    row_weights = getattr(trainer, "row_reward_weights", None)  # (num_samples, F): rows with their own reward spec
+    if row_weights is not None:
+        weights = acc.gather(row_weights[[item["index"] for item in items]].to(device))
+    weighted, adv = compute_advantages(rewards_per_func, weights, G, trainer.args.scale_rewards)
     local = slice(start, start + len(items))
     group_ids = torch.arange(start, start + len(items), device=device) // G + group_offset
     return Rollout(items=items, batch=batch, texts=texts, rewards_per_func=rewards_per_func[local],

@@ -78,7 +78,7 @@ class SFTCollator:
         dataset: the training :class:`grounding_rl.data.dataset.GroundingDataset` whose items (with ``index``) are
             collated; clips load through :class:`grounding_rl.data.dataset.VideoCollator`, so an unreadable clip is
             replaced by a deterministic substitute and logged, as in GRPO.
-        template: prompt template name.
+        template: prompt template name (a row's own ``prompt_template`` wins, for its prompt and target alike).
         video: frame-sampling settings.
         think_text: the ``<think>`` text of the targets.
         max_prompt_length: an error (naming the qid) when a prompt has more tokens; None = no check.
@@ -104,11 +104,12 @@ class SFTCollator:
     def __call__(self, rows: list[dict]) -> dict:
         tokenizer = self.processor.tokenizer
         rows = self.loader(rows)  # decoded; an unreadable clip is replaced by its substitute
-        prompt = build_inputs(self.processor, [r["query"] for r in rows], [r["clip"] for r in rows], self.template,
+        templates = [r.get("prompt_template") or self.template for r in rows]  # a row's own template wins
+        prompt = build_inputs(self.processor, [r["query"] for r in rows], [r["clip"] for r in rows], templates,
                               video_layout=self.video_layout)
-        targets = [(answer_text(r["start"], r["end"], self.think_text, self.template) if not r.get("spans") else
-                    answer_set_text(r["spans"], self.think_text, self.template)) + tokenizer.eos_token
-                   for r in rows]
+        targets = [(answer_text(r["start"], r["end"], self.think_text, t) if not r.get("spans") else
+                    answer_set_text(r["spans"], self.think_text, t)) + tokenizer.eos_token
+                   for r, t in zip(rows, templates)]
         target_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
         ids, mm, labels = [], [], []
         for i, row in enumerate(rows):

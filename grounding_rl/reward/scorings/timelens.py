@@ -61,6 +61,38 @@ def hull_iou(a: tuple[float, float], b: tuple[float, float]) -> float:
     return max(min(a[1], b[1]) - max(a[0], b[0]), 0) / (max(a[1], b[1]) - min(a[0], b[0]))
 
 
+_THINK_ANSWER = re.compile(r"<think>.*?</think>\s*<answer>(.*?)</answer>", re.DOTALL)
+
+
+def timelens_filter_iou(answer: str, gt: Sequence[float], duration: float) -> float:
+    """The IoU TimeLens's training-data filter gives one greedy answer (TencentARC/TimeLens @5d90c06,
+    ``training/filter/infer_qwen3_vl_tvg_dataloader_filter_data.py`` with ``training/utils/parser.py``), the score its
+    difficulty-weighted draw reads (``difficulty_sampling: timelens``).
+
+    Rules (they differ from its evaluation parser, :func:`timelens_pairs`): the text inside a leading
+    ``<think>…</think> <answer>…</answer>`` when the answer has that shape, else all of it; lower-cased, then every
+    ``"to"`` replaced by ``"-"`` (inside words too: ``"tomato"`` reads ``"-ma-"``); then :func:`timelens_pairs`; no pair
+    → ``(duration + 10, duration + 20)``; the first pair as written (not rounded, not clamped into the video, a
+    reversed pair kept) against the raw ground truth; a hull of length ≤ 0 scores 0.0.
+
+    Args:
+        answer: the model's raw text.
+        gt: the annotation's (start, end), seconds (its first span).
+        duration: the clip's length, seconds.
+
+    Returns:
+        the IoU in [0, 1].
+    """
+    match = _THINK_ANSWER.match(answer)
+    text = (match.group(1) if match else answer).lower().replace("to", "-")
+    pairs = timelens_pairs(text)
+    pred = pairs[0] if pairs else (duration + 10, duration + 20)
+    hull = max(pred[1], gt[1]) - min(pred[0], gt[0])
+    if hull <= 0:
+        return 0.0
+    return max(min(pred[1], gt[1]) - max(pred[0], gt[0]), 0) / hull
+
+
 def score(records: Sequence[Mapping]) -> dict:
     """TimeLens's metrics of ``records`` (see the module docstring for the rules)."""
     latest: dict[str, tuple[tuple[float, float], tuple[float, float], bool]] = {}

@@ -19,13 +19,14 @@ from grounding_rl.update.recipes.dynamic_sampling import DynamicSampling
 from grounding_rl.update.recipes.engine_correction import EngineCorrection
 from grounding_rl.update.recipes.gt_injection import GroundTruthInjection
 from grounding_rl.update.recipes.online_filter import OnlineFilter
+from grounding_rl.update.recipes.sources import PerSourceSettings
 from grounding_rl.update.recipes.tempsamp import TempSampShaping
 from grounding_rl.update.recipes.validation import Validation
 
 # order = the order the hooks run in
-RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, OnlineFilter, GroundTruthInjection,
-                                                        TempSampShaping, DynamicSampling, EngineCorrection,
-                                                        Distillation, Validation)}
+RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, PerSourceSettings, OnlineFilter,
+                                                        GroundTruthInjection, TempSampShaping, DynamicSampling,
+                                                        EngineCorrection, Distillation, Validation)}
 def recipe_problems(args) -> list[str]:
     """Every registered recipe's messages for ``args``."""
     return [message for recipe in RECIPES.values() for message in recipe.problems(args)]
