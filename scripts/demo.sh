@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job, offline on a CPU: demo data → tiny model → SFT warm start → GRPO → evaluation of
 # the SFT and GRPO checkpoints and a trivial baseline on the demo test split, one table, then a last line of JSON
-#   {"baseline_mIoU": a, "sft_mIoU": b, "grpo_mIoU": c, "grpo_format_rate": d}
+#   {"baseline_mIoU": a, "sft_mIoU": b, "grpo_mIoU": c, "grpo_format_rate": d,
+#    "baseline_R1@0.7": e, "sft_R1@0.7": f, "grpo_R1@0.7": g}
+# (R1@0.7 beside mIoU: a policy that hedges with wide intervals gains mIoU and R1@0.3 while R1@0.7 falls)
 #
 #   bash scripts/demo.sh [--key value ...]      (extra arguments go to the GRPO stage, e.g. --max_steps 40)
 #
@@ -60,4 +62,5 @@ done
 
 stage "6/6 results (R1@m, mIoU and format rate in percent; $(( $(date +%s) - start )) s in all)"
 "${GRL[@]}" compare baseline="$OUT/eval/baseline" sft="$OUT/eval/sft" grpo="$OUT/eval/grpo" \
-  --json-key baseline:mIoU --json-key sft:mIoU --json-key grpo:mIoU --json-key grpo:format_rate
+  --json-key baseline:mIoU --json-key sft:mIoU --json-key grpo:mIoU --json-key grpo:format_rate \
+  --json-key baseline:R1@0.7 --json-key sft:R1@0.7 --json-key grpo:R1@0.7

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The recipe options of configs/README.md, each against plain GRPO on the CPU demo: the same demo data, SFT warm start,
 # number of GRPO steps and seed; one table of R1@m, mIoU and format rate on the demo test split, plus seconds per
-# GRPO step and mean completion length from each run's log. Run scripts/demo.sh first (it leaves $OUT/sft).
+# GRPO step, mean completion length from each run's log and length_ratio (predicted / true seconds). Run
+# scripts/demo.sh first (it leaves $OUT/sft).
 #
 #   bash scripts/demo_ablation.sh [variant ...]       (default: all; names below)
 #
 # Variants: plain, no_think (its own SFT too), dynamic_sampling, gt_injection, gt_injection_shaped, difficulty_timelens
 # (TimeLens's draw of 500 of the 1,000 clips on the SFT checkpoint's scores), range_offline (Time-R1's (0, 0.7] on
-# those scores), range_online (the same range on each epoch's rewards).
+# those scores), range_online (the same range on each epoch's rewards), set_rewards (TimeLens2's twass1 + set_iou +
+# parse_penalty in place of iou, format kept), set_rewards_length (that plus length_ratio_penalty).
 # Variables: DEMO_DIR (default data/demo), OUT (default outputs/demo, which holds sft/), ABL (default
-# outputs/ablation), SEED (GRPO seed, default 0), JOBS (variants run at once, default 1: one CPU thread each).
+# outputs/ablation), SEED (GRPO seed, default 0), JOBS (variants run at once, default 1: one CPU thread each),
+# DEMO_FAMILY (qwen2_5_vl, default, or qwen3_vl: configs/demo_{sft,grpo}_qwen3_vl.yaml, as scripts/demo.sh).
 # A variant whose eval/metrics.json exists is not re-run (delete its folder to redo it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"  # DEMO_DIR, OUT and ABL are relative to the working directory
@@ -22,6 +25,11 @@ ABL="${ABL:-outputs/ablation}"
 SEED="${SEED:-0}"
 JOBS="${JOBS:-1}"
 GRL=("$PY" -m grounding_rl.cli)
+case "${DEMO_FAMILY:-qwen2_5_vl}" in
+  qwen2_5_vl) SFT_CONFIG=$ROOT/configs/demo_sft.yaml GRPO_CONFIG=$ROOT/configs/demo_grpo.yaml ;;
+  qwen3_vl) SFT_CONFIG=$ROOT/configs/demo_sft_qwen3_vl.yaml GRPO_CONFIG=$ROOT/configs/demo_grpo_qwen3_vl.yaml ;;
+  *) echo "DEMO_FAMILY must be qwen2_5_vl or qwen3_vl (got ${DEMO_FAMILY})" >&2; exit 2 ;;
+esac
 [ -d "$OUT/sft" ] || { echo "demo_ablation: $OUT/sft is missing; run scripts/demo.sh first" >&2; exit 2; }
 
 declare -A ARGS=(
@@ -33,8 +41,11 @@ declare -A ARGS=(
   [difficulty_timelens]="--train_file $ABL/train_scored.jsonl --difficulty_sampling timelens --difficulty_subset_size 500"
   [range_offline]="--train_file $ABL/train_scored.jsonl --difficulty_range 0.0 0.7"
   [range_online]="--online_difficulty_range 0.0 0.7"
+  [set_rewards]="--reward_funcs twass1 set_iou parse_penalty format --reward_weights 1.0 1.0 1.0 0.5"
+  [set_rewards_length]="--reward_funcs twass1 set_iou parse_penalty length_ratio_penalty format --reward_weights 1.0 1.0 1.0 1.0 0.5"
 )
-ORDER=(plain no_think dynamic_sampling gt_injection gt_injection_shaped difficulty_timelens range_offline range_online)
+ORDER=(plain no_think dynamic_sampling gt_injection gt_injection_shaped difficulty_timelens range_offline range_online
+       set_rewards set_rewards_length)
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=("${ORDER[@]}")
 for v in "${variants[@]}"; do
@@ -48,11 +59,11 @@ run() {  # one variant: (its own SFT when the template differs) → GRPO → eva
   # shellcheck disable=SC2086
   if [[ " ${ARGS[$v]} " == *" --prompt_template "* ]]; then
     sft="$dir/sft"
-    "${GRL[@]}" sft --config "$ROOT/configs/demo_sft.yaml" --train_file "$DEMO_DIR/train.jsonl" --seed 0 \
+    "${GRL[@]}" sft --config "$SFT_CONFIG" --train_file "$DEMO_DIR/train.jsonl" --seed 0 \
       --model_name_or_path "$OUT/tiny-model" --output_dir "$sft" ${ARGS[$v]} > "$dir/sft.log" 2>&1
   fi
   # shellcheck disable=SC2086
-  "${GRL[@]}" train --config "$ROOT/configs/demo_grpo.yaml" --train_file "$DEMO_DIR/train.jsonl" --seed "$SEED" \
+  "${GRL[@]}" train --config "$GRPO_CONFIG" --train_file "$DEMO_DIR/train.jsonl" --seed "$SEED" \
     --model_name_or_path "$sft" --output_dir "$dir/grpo" ${ARGS[$v]} > "$dir/grpo.log" 2>&1
   "${GRL[@]}" eval --model "$dir/grpo" --data "$DEMO_DIR/test.jsonl" --out "$dir/eval" --batch-size 16 \
     --max-new-tokens 48 --seed 0 > "$dir/eval.log" 2>&1
@@ -77,7 +88,8 @@ for p in "${pids[@]}"; do wait "$p" || { echo "demo_ablation: a variant failed; 
 import json, sys
 from pathlib import Path
 root, names = Path(sys.argv[1]), sys.argv[2:]
-print(f"{'variant':<22} {'R1@0.3':>7} {'R1@0.5':>7} {'R1@0.7':>7} {'mIoU':>7} {'format':>7} {'s/step':>7} {'tokens':>7}")
+print(f"{'variant':<22} {'R1@0.3':>7} {'R1@0.5':>7} {'R1@0.7':>7} {'mIoU':>7} {'format':>7} {'length':>7} "
+      f"{'s/step':>7} {'tokens':>7}")
 for name in names:
     m = json.loads((root / name / "eval" / "metrics.json").read_text())
     state = json.loads((root / name / "grpo" / "trainer_state.json").read_text())
@@ -87,5 +99,5 @@ for name in names:
     sps = final["train_runtime"] / state["global_step"]
     pct = m.__getitem__  # percentages (the standard scoring)
     print(f"{name:<22} {pct('R1@0.3'):7.1f} {pct('R1@0.5'):7.1f} {pct('R1@0.7'):7.1f} {pct('mIoU'):7.2f} "
-          f"{pct('format_rate'):7.1f} {sps:7.3f} {tokens:7.1f}")
+          f"{pct('format_rate'):7.1f} {m.get('length_ratio') or float('nan'):7.3f} {sps:7.3f} {tokens:7.1f}")
 PY

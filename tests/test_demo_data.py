@@ -3,6 +3,7 @@ the background time code."""
 import json
 
 import numpy as np
+import pytest
 
 from grounding_rl.cli.demo_data import main
 from grounding_rl.data.samples import load_samples
@@ -133,3 +134,54 @@ def test_time_code_survives_coding_and_downscale(demo_dir):
     corner = video.frames[:, :2, :2].reshape(len(video.frames), 4, 3).astype(int).mean(1)
     expected = background_colour(np.asarray(video.timestamps)).astype(int)
     assert np.abs(corner - expected).max() < 8, (corner, expected)
+
+
+def test_multi_span_clips_show_the_target_in_one_to_three_windows(tmp_path, capsys):
+    """``demo-data --multi-span``: every clip's target windows are 1-3 whole-second spans ≥ 1 s apart inside the
+    clip, together 20-50 % of it; the canonical line carries ``spans`` exactly when there are several (``start`` /
+    ``end`` their hull); the decoded 2-fps frames show the target exactly inside the windows; the single-span
+    draws are unchanged."""
+    from grounding_rl.dev.demo import multi_span_windows
+
+    counts = {1: 0, 2: 0, 3: 0}
+    for index in range(300):
+        spec = clip_spec(0, "train", index, multi_span=True)
+        windows = spec.windows
+        counts[len(windows)] += 1
+        assert all(float(t).is_integer() for span in windows for t in span)
+        assert windows[0][0] >= 0 and windows[-1][1] <= spec.duration
+        assert all(s < e for s, e in windows)
+        assert all(windows[k][1] + 1 <= windows[k + 1][0] for k in range(len(windows) - 1))
+        total = sum(e - s for s, e in windows)
+        assert max(len(windows), round(0.2 * spec.duration)) <= total <= round(0.5 * spec.duration)
+        assert (spec.start, spec.end) == (windows[0][0], windows[-1][1])
+        assert (spec.spans is None) == (len(windows) == 1)
+    assert min(counts.values()) >= 80, counts  # k uniform on {1, 2, 3}
+    assert clip_spec(0, "train", 5) == clip_spec(0, "train", 5, multi_span=False)
+    # clip 3 of seed 0: three windows (hand-checked against the rendering below)
+    assert clip_spec(0, "train", 3, multi_span=True).spans == ((0.0, 1.0), (4.0, 5.0), (9.0, 11.0))
+
+    with pytest.raises(ValueError, match="at least 5 s"):
+        multi_span_windows(np.random.default_rng(0), 4)
+
+    out = tmp_path / "multi"
+    assert main(["--out", str(out), "--num-train", "6", "--num-test", "2", "--multi-span"]) == 0
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    samples = load_samples(out / "train.jsonl")
+    for row, s in zip(rows, samples, strict=True):
+        spec = clip_spec(0, "train", int(s.qid.split("_")[-1]), multi_span=True)
+        assert ("spans" in row) == (spec.spans is not None)
+        assert s.gt_spans() == spec.windows and (s.start, s.end) == (spec.start, spec.end)
+        video = sample_frames(out / s.video, DEMO_VIDEO)
+        times = np.asarray(video.timestamps)
+        expected = np.zeros(len(times), bool)
+        for start, end in spec.windows:
+            expected |= (times >= start) & (times < end)
+        shown = _visible(video.frames, COLOURS[spec.target.colour]) > 40
+        assert np.array_equal(shown, expected), (s.qid, shown, expected)
+    assert any("spans" in row for row in rows)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as err:
+        main(["--out", str(tmp_path / "bad"), "--long", "--multi-span"])
+    assert err.value.code == 2
+    assert "do not combine" in capsys.readouterr().err

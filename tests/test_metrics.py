@@ -30,7 +30,20 @@ def test_hand_computed_example():
     assert m["mIoU"] == pytest.approx(100 * (1 + 2.7 / 3.5 + 0.5 + 0.4) / 7)  # 38.16
     assert m["parse_failure_rate"] == pytest.approx(100 * 1 / 7)  # only "around five"
     assert m["format_rate"] == pytest.approx(100 * 3 / 7)  # a, b, f: the template asks for "S to E"
-    assert set(m) == {"n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate"}
+    # usable predictions a, b, c, e (clamped to 30-40), g: (3 + 3.2 + 2 + 10 + 4) s against (3 + 3 + 3 + 5 + 10) s
+    assert m["length_ratio"] == pytest.approx(22.2 / 24)
+    assert set(m) == {"n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate", "length_ratio"}
+
+
+def test_length_ratio_of_interval_sets_merges_and_ignores_unusable_answers():
+    """Σ|merged prediction| / Σ|merged truth| over the queries with a usable prediction: [[0, 3], [5, 8], [6, 7]]
+    is 6 s against [[0, 2], [5, 7]]'s 4 s; an unparseable answer adds to neither; none usable → None."""
+    sets = [{"start": 0.0, "end": 7.0, "duration": 10.0, "spans": [[0.0, 2.0], [5.0, 7.0]],
+             "answer": T("[[0, 3], [5, 8], [6, 7]]")},
+            {"start": 1.0, "end": 2.0, "duration": 10.0, "spans": [[1.0, 2.0]], "answer": T("never")}]
+    for scoring in ("standard", "clamped"):
+        assert compute_metrics(sets, scoring, prompt_template="default_multi")["length_ratio"] == pytest.approx(1.5)
+    assert compute_metrics(sets[1:], prompt_template="default_multi")["length_ratio"] is None
 
 
 def test_missing_prediction_is_failure_not_dropped():
@@ -60,8 +73,8 @@ def test_errors_name_the_record():
 def test_table():
     table = format_metrics_table({**compute_metrics(RECORDS), "unknown_qids": 2})
     header, rule, row = table.splitlines()
-    assert header == "| n | R1@0.3 | R1@0.5 | R1@0.7 | mIoU | parse_failure_rate | format_rate | unknown_qids |"
-    assert row == "| 7 | 57.14 | 42.86 | 28.57 | 38.16 | 14.29 | 42.86 | 2 |"
+    assert header == "| n | R1@0.3 | R1@0.5 | R1@0.7 | mIoU | parse_failure_rate | format_rate | length_ratio | unknown_qids |"
+    assert row == "| 7 | 57.14 | 42.86 | 28.57 | 38.16 | 14.29 | 42.86 | 0.92 | 2 |"
 
 
 @pytest.mark.parametrize("scoring", ["standard", "clamped"])

@@ -150,7 +150,7 @@ def test_compare_rescores_existing_predictions(tmp_path, capsys):
     (run / "metrics.json").write_text(json.dumps(metrics_from_records(records)))
     assert compare([f"base={run}", "--scoring", "timezero", "--scoring", "lmms_charades_sta"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2] == "| base | standard (headline) | 66.67 | 66.67 | 66.67 | 66.67 | 0.00 | 3 |"
+    assert lines[2] == "| base | standard (headline) | 66.67 | 66.67 | 66.67 | 66.67 | 0.00 | 1.00 | 3 |"
     # TimeZero reads "0 to 4" only, and leaves the missing one out of n; lmms-eval's Charades reads both, counts all
-    assert lines[4] == "| base | timezero | 50.00 | 50.00 | 50.00 | 50.00 | - | 2 |"
-    assert lines[5] == "| base | lmms_charades_sta | 66.67 | 66.67 | 66.67 | 66.67 | - | 3 |"
+    assert lines[4] == "| base | timezero | 50.00 | 50.00 | 50.00 | 50.00 | - | - | 2 |"
+    assert lines[5] == "| base | lmms_charades_sta | 66.67 | 66.67 | 66.67 | 66.67 | - | - | 3 |"

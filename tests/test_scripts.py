@@ -99,3 +99,27 @@ def test_gpu_check_dry_run_writes_every_stage(tmp_path, shared):
     assert json.loads(proc.stdout.strip().splitlines()[-1])["eval"] == "ok"
     ignored = subprocess.run(["git", "-C", str(REPO_ROOT), "check-ignore", "-q", ".gpu/wheels/x.whl"])
     assert ignored.returncode == 0, ".gpu/ must be git-ignored (wheels are never committed)"
+
+
+def test_demo_closing_json_line_has_r1_at_0_7_of_every_run(tmp_path, capsys):
+    """scripts/demo.sh's last stage, as written in the script (its `compare` command, $OUT pointing at three fake
+    runs): the closing JSON line carries baseline/sft/grpo mIoU, grpo format rate and baseline/sft/grpo R1@0.7 — the
+    figure that tells a hedging policy (wide intervals: mIoU up, R1@0.7 down) from a localising one."""
+    import shlex
+
+    from grounding_rl.cli.compare import main as compare_main
+
+    script = (REPO_ROOT / "scripts" / "demo.sh").read_text().replace("\\\n", " ")
+    line = next(row for row in script.splitlines() if '"${GRL[@]}" compare' in row)
+    argv = shlex.split(line.replace('"${GRL[@]}" compare', "").replace("$OUT", str(tmp_path)))
+    figures = {"baseline": (35.5, 15.5, None), "sft": (34.25, 12.0, 100.0), "grpo": (43.75, 16.5, 99.5)}
+    for run, (miou, r07, fmt) in figures.items():
+        (tmp_path / "eval" / run).mkdir(parents=True)
+        metrics = {"n": 200, "R1@0.3": 50.0, "R1@0.5": 30.0, "R1@0.7": r07, "mIoU": miou}
+        if fmt is not None:
+            metrics["format_rate"] = fmt
+        (tmp_path / "eval" / run / "metrics.json").write_text(json.dumps(metrics))
+    assert compare_main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary == {"baseline_mIoU": 35.5, "sft_mIoU": 34.25, "grpo_mIoU": 43.75, "grpo_format_rate": 99.5,
+                       "baseline_R1@0.7": 15.5, "sft_R1@0.7": 12.0, "grpo_R1@0.7": 16.5}

@@ -78,7 +78,7 @@ def test_compare_puts_single_and_multi_span_runs_side_by_side():
     single = {"R1@0.3": 50.0, "R1@0.5": 40.0, "R1@0.7": 20.0, "mIoU": 35.0, "format_rate": 99.0, "n": 10}
     table = comparison_table({"one": single, "sets": {**single, "precision": 60.0, "recall": 55.5}})
     assert table.splitlines()[0].endswith("| n | precision | recall |")
-    assert table.splitlines()[2] == "| one | 50.00 | 40.00 | 20.00 | 35.00 | 99.00 | 10 | - | - |"
+    assert table.splitlines()[2] == "| one | 50.00 | 40.00 | 20.00 | 35.00 | 99.00 | - | 10 | - | - |"
     assert comparison_table({"one": single}).splitlines()[0].endswith("| n |")   # as before
 
 

@@ -2,10 +2,12 @@
 (:mod:`grounding_rl.dev.demo`).
 
     grounding-rl demo-data --out DIR [--num-train N] [--num-test N] [--seed S] [--min-duration S] [--max-duration S]
-                           [--long]
+                           [--long | --multi-span]
 
 ``--long``: clips of a few minutes (120-180 s by default, 300 train / 50 test) with events of 2-5 s and a time bar
 that does not wrap over the clip, for the zoom evaluation (``eval --zoom``; configs/demo_long_sft.yaml).
+``--multi-span``: the target appears in one to three windows of whole seconds; lines carry ``spans`` (interval-set
+training with ``prompt_template: default_multi`` and set-IoU scoring; docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds; default {demo.MAX_DURATION} ({demo.LONG_MAX_DURATION} with --long)")
     parser.add_argument("--long", action="store_true",
                         help="clips of a few minutes, events of 2-5 s, a time bar that does not wrap (for --zoom)")
+    parser.add_argument("--multi-span", action="store_true",
+                        help="the target appears in one to three windows (spans in the JSONL; clips >= 5 s)")
     parser.add_argument("--no-time-code", dest="time_code", action="store_false",
                         help="constant background (no hue time code)")
     args = parser.parse_args(argv)
@@ -45,9 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--num-train and --num-test must be >= 0")
     if long and lowest < demo.LONG_EVENT_SECONDS[1]:
         parser.error(f"--long needs --min-duration >= {demo.LONG_EVENT_SECONDS[1]} (got {lowest})")
+    if long and args.multi_span:
+        parser.error("--long and --multi-span do not combine")
+    if args.multi_span and lowest < 2 * demo.MULTI_SPAN_WINDOWS[1] - 1:
+        parser.error(f"--multi-span needs --min-duration >= {2 * demo.MULTI_SPAN_WINDOWS[1] - 1} (got {lowest})")
     try:
         result = demo.generate_demo(args.out, num_train, num_test, args.seed, lowest, highest,
-                                    time_code=args.time_code, long=long)
+                                    time_code=args.time_code, long=long,
+                                    multi_span=args.multi_span)
     except ValueError as err:
         parser.error(str(err))
     print(json.dumps(result))

@@ -29,6 +29,12 @@ pixels (the whole width at :data:`LONG_MAX_DURATION`), drawn over the hue clock,
 its 12 s turn. At a budget that sees one frame every few seconds an event of 2-5 s falls between frames or in one or
 two of them: a zoom pass (``eval --zoom``) has something to find.
 
+*Multi-span clips* (``multi_span=True``, ``grounding-rl demo-data --multi-span``): the target appears in one to three
+windows (:data:`MULTI_SPAN_WINDOWS`, drawn uniformly) of whole seconds, at least one second apart, together
+:data:`EVENT_FRACTION` of the clip (at least one second each); the other draws are as for single-span clips. The
+canonical line carries ``spans`` (sorted, disjoint) when there are several windows, ``start``/``end`` their hull;
+a one-window clip is a plain single-span line. For interval-set training and set-IoU scoring (``default_multi``).
+
 Deterministic: clip ``i`` of a split depends only on (seed, split, i) — same JSONL, same decoded frames.
 """
 from __future__ import annotations
@@ -69,6 +75,7 @@ LONG_EVENT_SECONDS = (2, 5)  # --long event length range, whole seconds
 LONG_FPS = 4  # frames per second of the written long clips (fewer frames to encode; a window of 4 s holds 16)
 LONG_NUM_TRAIN, LONG_NUM_TEST = 300, 50  # --long default split sizes
 TIME_BAR_ROWS = 10  # height of the long clips' time bar, pixels
+MULTI_SPAN_WINDOWS = (1, 3)  # --multi-span: windows per clip, inclusive range
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,12 @@ class ClipSpec:
     query: str
     time_code: bool = True
     long: bool = False
+    spans: tuple[tuple[float, float], ...] | None = None  # the windows of a multi-span clip (start/end: their hull)
+
+    @property
+    def windows(self) -> tuple[tuple[float, float], ...]:
+        """Where the target is visible: ``spans``, else ``((start, end),)`` (seconds)."""
+        return self.spans if self.spans is not None else ((self.start, self.end),)
 
     @property
     def fps(self) -> int:
@@ -134,8 +147,34 @@ def shape_mask(shape: str, cx: int, cy: int, radius: int, size: int = SIZE) -> n
     raise ValueError(f"unknown shape {shape!r}; known: {SHAPES}")
 
 
+def multi_span_windows(rng: np.random.Generator, steps: int) -> tuple[tuple[float, float], ...]:
+    """The windows of a multi-span clip of ``steps`` whole seconds: k uniform in :data:`MULTI_SPAN_WINDOWS`, a total
+    of ``max(k, round(u · steps))`` seconds (u uniform in :data:`EVENT_FRACTION`) split into k windows of ≥ 1 s
+    (uniform composition), the free seconds spread over the k + 1 gaps (uniform composition), inner gaps ≥ 1 s.
+    Sorted, disjoint, not touching, inside [0, steps]. Raises ValueError when ``steps`` < 5 (three windows and two
+    gaps)."""
+    lowest, highest = MULTI_SPAN_WINDOWS
+    if steps < 2 * highest - 1:
+        raise ValueError(f"multi-span clips need at least {2 * highest - 1} s, got {steps} s")
+    k = int(rng.integers(lowest, highest + 1))
+    total = max(k, int(round(rng.uniform(*EVENT_FRACTION) * steps)))
+    total = min(total, steps - (k - 1))
+    cuts = np.sort(rng.choice(np.arange(1, total), size=k - 1, replace=False)) if k > 1 else np.array([], int)
+    lengths = np.diff(np.concatenate([[0], cuts, [total]]))
+    free = steps - total - (k - 1)
+    slots = np.sort(rng.integers(0, free + 1, size=k))  # k cut points over free seconds: k + 1 gaps
+    gaps = np.diff(np.concatenate([[0], slots, [free]]))
+    windows, t = [], 0
+    for i, length in enumerate(lengths):
+        t += int(gaps[i]) + (1 if i > 0 else 0)
+        windows.append((float(t * TIME_STEP), float((t + int(length)) * TIME_STEP)))
+        t += int(length)
+    return tuple(windows)
+
+
 def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURATION,
-              max_duration: float = MAX_DURATION, time_code: bool = True, long: bool = False) -> ClipSpec:
+              max_duration: float = MAX_DURATION, time_code: bool = True, long: bool = False,
+              multi_span: bool = False) -> ClipSpec:
     """The random content of clip ``index`` of ``split``: a pure function of (seed, split, index).
 
     Duration uniform on the :data:`TIME_STEP` grid in [min_duration, max_duration]; event length
@@ -144,10 +183,14 @@ def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURAT
     the rendering (:func:`background_colour`), not the random draws. ``long``: the event lasts
     :data:`LONG_EVENT_SECONDS` whole seconds instead (the clip length still comes from min/max_duration; the
     module docstring gives the long clips' defaults) and the clip is rendered with the time bar at :data:`LONG_FPS`.
+    ``multi_span``: the target's windows come from :func:`multi_span_windows` in place of the single event (the
+    draws before and after it are as for a single-span clip; the single-span draws are unchanged).
 
     Raises:
-        ValueError: unknown split, or durations not in 3 ≤ min ≤ max.
+        ValueError: unknown split, durations not in 3 ≤ min ≤ max, ``multi_span`` with ``long`` or a clip < 5 s.
     """
+    if multi_span and long:
+        raise ValueError("multi_span and long clips do not combine")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
     if not 3.0 <= min_duration <= max_duration:
@@ -155,12 +198,18 @@ def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURAT
     rng = np.random.default_rng([seed, SPLITS[split], index])
     steps = rng.integers(int(min_duration / TIME_STEP), int(max_duration / TIME_STEP) + 1)
     duration = steps * TIME_STEP
-    if long:
-        length = int(rng.integers(LONG_EVENT_SECONDS[0], LONG_EVENT_SECONDS[1] + 1))
+    spans = None
+    if multi_span:
+        windows = multi_span_windows(rng, int(steps))
+        start, end = windows[0][0], windows[-1][1]
+        spans = windows if len(windows) > 1 else None
     else:
-        length = max(2, int(round(rng.uniform(*EVENT_FRACTION) * steps)))
-    first = int(rng.integers(0, steps - length + 1))
-    start, end = first * TIME_STEP, (first + length) * TIME_STEP
+        if long:
+            length = int(rng.integers(LONG_EVENT_SECONDS[0], LONG_EVENT_SECONDS[1] + 1))
+        else:
+            length = max(2, int(round(rng.uniform(*EVENT_FRACTION) * steps)))
+        first = int(rng.integers(0, steps - length + 1))
+        start, end = first * TIME_STEP, (first + length) * TIME_STEP
 
     colours = list(COLOURS)
     order = rng.permutation(len(colours))
@@ -181,7 +230,7 @@ def clip_spec(seed: int, split: str, index: int, min_duration: float = MIN_DURAT
     return ClipSpec(name=f"{split}_{index:05d}", duration=float(duration), start=float(start), end=float(end),
                     target=target, distractors=distractors,
                     query=template.format(colour=target.colour, shape=target.shape), time_code=time_code,
-                    long=long)
+                    long=long, spans=spans)
 
 
 def background_colour(seconds, time_code: bool = True) -> np.ndarray:
@@ -208,7 +257,7 @@ def time_bar_length(seconds) -> np.ndarray:
 
 def render_frames(spec: ClipSpec) -> np.ndarray:
     """uint8 frames (T, 112, 112, 3) of a clip; frame i shows time i / fps s (``spec.fps``) and has the target iff
-    start ≤ t < end; its background is :func:`background_colour` of that time; a long clip with the time code has
+    start ≤ t < end for one of its windows (``spec.windows``); its background is :func:`background_colour` of that time; a long clip with the time code has
     the time bar (:func:`time_bar_length`) black over its bottom :data:`TIME_BAR_ROWS` rows."""
     times = np.arange(spec.num_frames) / spec.fps
     frames = np.empty((len(times), SIZE, SIZE, 3), np.uint8)
@@ -216,7 +265,9 @@ def render_frames(spec: ClipSpec) -> np.ndarray:
     for d in spec.distractors:
         frames[:, shape_mask(d.shape, d.cx, d.cy, d.radius)] = COLOURS[d.colour]
     t = spec.target
-    visible = (times >= spec.start - 1e-9) & (times < spec.end - 1e-9)
+    visible = np.zeros(len(times), bool)
+    for start, end in spec.windows:
+        visible |= (times >= start - 1e-9) & (times < end - 1e-9)
     shown = frames[visible]
     shown[:, shape_mask(t.shape, t.cx, t.cy, t.radius)] = COLOURS[t.colour]
     frames[visible] = shown
@@ -245,7 +296,7 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str
 
 def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST, seed: int = 0,
                   min_duration: float = MIN_DURATION, max_duration: float = MAX_DURATION, progress: bool = True,
-                  time_code: bool = True, long: bool = False) -> dict:
+                  time_code: bool = True, long: bool = False, multi_span: bool = False) -> dict:
     """Write ``out/videos/*.mp4`` and ``out/train.jsonl`` / ``out/test.jsonl`` (canonical JSONL).
 
     Args:
@@ -256,6 +307,7 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
         progress: show a tqdm bar.
         time_code: burn the time into the background hue (and the time bar of a long clip; module docstring).
         long: long clips (the module docstring; pass the long durations as min/max_duration).
+        multi_span: the target appears in one to three windows (module docstring); lines carry ``spans``.
 
     Returns:
         ``{"train": path, "test": path, "clips": n, "seconds": wall time}``.
@@ -270,11 +322,11 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     jobs = [("train", i) for i in range(num_train)] + [("test", i) for i in range(num_test)]
     rows: dict[str, list[Sample]] = {"train": [], "test": []}
     for split, index in tqdm(jobs, desc="demo clips", disable=not progress):
-        spec = clip_spec(seed, split, index, min_duration, max_duration, time_code, long)
+        spec = clip_spec(seed, split, index, min_duration, max_duration, time_code, long, multi_span)
         rel = f"videos/{spec.name}.mp4"
         write_video(out / rel, render_frames(spec), fps=spec.fps)
         rows[split].append(Sample(video=rel, query=spec.query, start=spec.start, end=spec.end,
-                                  duration=spec.duration, qid=f"demo:{spec.name}", source="demo"))
+                                  duration=spec.duration, qid=f"demo:{spec.name}", source="demo", spans=spec.spans))
     paths = {}
     for split, samples in rows.items():
         paths[split] = str(out / f"{split}.jsonl")

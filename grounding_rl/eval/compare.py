@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-COLUMNS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "format_rate", "n")
+COLUMNS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "format_rate", "length_ratio", "n")
 # Columns of interval-set runs (temporal precision and recall), shown when any run has them: a single-span run gets -.
 SET_COLUMNS = ("precision", "recall")
 
@@ -64,7 +64,8 @@ def with_scorings(path: str | Path, metrics: dict, scorings) -> dict:
 
 
 def comparison_table(runs: dict[str, dict], scorings=None) -> str:
-    """Markdown table: one row per run, the columns of :data:`COLUMNS` (percent, 2 decimals; missing → -), then
+    """Markdown table: one row per run, the columns of :data:`COLUMNS` (percent, 2 decimals, ``length_ratio`` a ratio;
+    missing → -), then
     :data:`SET_COLUMNS` when any run is an interval-set run (so single- and multi-span runs compare side by side), from
     each run's top level (the headline scoring). With ``scorings`` (names or ``all``; runs prepared by
     :func:`with_scorings`): one row per run and scoring, from ``by_scoring``, each with its own n."""

@@ -41,6 +41,7 @@ from grounding_rl.reward import intervals
 from grounding_rl.reward.parsing import parse_answer
 from grounding_rl.reward.rewards import format_reward
 from grounding_rl.reward.set_metrics import record_spans, set_scores
+from grounding_rl.reward.set_rewards import usable_spans
 
 THRESHOLDS = (0.3, 0.5, 0.7)
 SCORINGS = ("standard", "clamped")
@@ -150,16 +151,21 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
     TVGBench's 11 zero-length answers); the published evaluators count them, and their IoU with any interval of
     positive length is 0, so they join ``n`` with IoU 0 (and ``dropped_annotations`` is reported).
 
-    Returns ``{"n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate"}``; all but ``n`` are
-    percentages. ``parse_failure_rate``: queries with no usable prediction. ``format_rate``: queries whose ``answer``
-    gets ``format`` reward 1 (a query without answer text counts as not formatted); None when no record has answer
-    text. Raises ValueError when there are no records or a ground-truth field is missing, non-numeric or reversed.
+    Returns ``{"n", "R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "parse_failure_rate", "format_rate", "length_ratio"}``; all
+    but ``n`` and ``length_ratio`` are percentages. ``parse_failure_rate``: queries with no usable prediction.
+    ``format_rate``: queries whose ``answer`` gets ``format`` reward 1 (a query without answer text counts as not
+    formatted); None when no record has answer text. ``length_ratio``: Σ|P| / Σ|G| over the queries with a usable
+    prediction (|P| the merged prediction clamped into the video, |G| the merged ground truth, seconds; a ratio, 1.0 =
+    as long as the truth in total; None when no prediction is usable) — a policy that hedges with wide intervals shows
+    here (> 1) before R1@0.7 drops. Same under both scorings. Raises ValueError when there are no records or a
+    ground-truth field is missing, non-numeric or reversed.
     """
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
     n = failures = formatted = with_text = 0
     ious: list[Fraction] = []
     precision_recall: list[tuple[float, float]] = []
+    pred_seconds = gt_seconds = 0.0
     any_set = False
     for i, record in enumerate(records):
         where = f"record {i}" + (f" (qid {record['qid']!r})" if record.get("qid") is not None else "")
@@ -183,6 +189,10 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
             else:
                 ious.append(clamped_iou(pred, gt, duration))
             precision_recall.append(set_scores(pred_set, gt_set, duration)[1:])
+            usable = usable_spans(pred_set, duration)
+            if usable is not None:
+                pred_seconds += intervals.total_length(intervals.merge_spans(usable))
+                gt_seconds += intervals.total_length(intervals.merge_spans(gt_set))
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from err
         failures += pred is None
@@ -202,6 +212,7 @@ def compute_metrics(records: Iterable[Mapping], scoring: str = "clamped", prompt
     metrics["mIoU"] = float(100 * sum(ious) / n)
     metrics["parse_failure_rate"] = 100.0 * failures / (n - extra)
     metrics["format_rate"] = 100.0 * formatted / (n - extra) if with_text else None
+    metrics["length_ratio"] = pred_seconds / gt_seconds if gt_seconds > 0 else None
     if any_set:
         metrics["precision"] = 100.0 * sum(p for p, _ in precision_recall) / n
         metrics["recall"] = 100.0 * sum(r for _, r in precision_recall) / n
