@@ -264,3 +264,43 @@ def test_model_token_logps_of_one_forward_equal_the_turn_by_turn_forwards(tiny_m
     noisy = torch.where(mask.bool(), logps, logps + 5.0)
     assert grpo.grpo_loss(noisy, noisy.detach(), advantages, mask).loss == loss
     assert mask.sum().item() == sum(a.tool_mask) + sum(b.tool_mask) < batch[ATTENTION].sum().item()
+
+
+# ------------------------------------------------------------------------------------------------ the trainer
+@pytest.mark.slow  # ~25 s: a GRPO step with video on two shared cores
+def test_grpo_step_over_conversations_logs_the_tool_metrics(tiny_model_dir, videos_dir, tmp_path, monkeypatch):
+    """One GRPO step with the crop tool on the tiny model, its turns scripted (a random model emits no tool call):
+    half the rows crop the ground truth's span then answer, half answer at once; the rewards score the final turns
+    and the window, the loss trains on model tokens, TRL's tool metrics are logged."""
+    from conftest import clip_dataset, grpo_config, make_grpo_trainer
+
+    def scripted_turns(model, processor, params, pad_token_id):
+        tok = processor.tokenizer
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+
+        def turns(trajectories):  # first round: even rows crop 1-4 s, odd rows answer; then every row answers
+            crop = '<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>'
+            texts = [crop if not t.turns and row % 2 == 0 else "<think>x</think><answer>1.00 to 3.00</answer>"
+                     for row, t in enumerate(trajectories)]
+            return [tok(text, add_special_tokens=False)["input_ids"] + [end] for text in texts]
+
+        return turns
+
+    monkeypatch.setattr(conv, "hf_turns", scripted_turns)
+    config = grpo_config(tmp_path, max_tool_calling_iterations=2, logging_steps=1, max_completion_length=32,
+                         reward_funcs=["iou", "format", "crop_window", "crop_cost"], reward_weights=[1, 1, 1, 0.1],
+                         beta=0.04, log_completions=True)
+    trainer = make_grpo_trainer(tiny_model_dir, config, clip_dataset(videos_dir), reward_funcs=config.reward_funcs)
+    trainer.train()
+    logs = next(entry for entry in trainer.state.log_history if "loss" in entry)
+    assert logs["turns/mean"] == 1.5 and logs["tools/call_frequency"] == 0.5
+    assert logs["tools/failure_frequency"] == 0.0 and logs["zoom/coverage"] == 1.0  # the window is the ground truth
+    assert logs["rewards/crop_window/mean"] == 0.5 and logs["rewards/crop_cost/mean"] == -0.5
+    assert logs["rewards/iou/mean"] == pytest.approx(2 / 3)
+    assert math.isfinite(logs["loss"]) and logs["kl"] >= 0.0
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    records = [row["extra"]["conversation"] for row in rows]
+    assert sorted(r["calls"] for r in records) == [0, 0, 1, 1]
+    assert [r["windows"] for r in records if r["calls"]] == [[[1.0, 4.0]], [[1.0, 4.0]]]
