@@ -39,7 +39,8 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 
-
+# window_settings: the zoom's sampling rule, in data (the crop tool, grounding_rl.rollout.tools, uses it too)
+from grounding_rl.data.video import SampledVideo, VideoSettings, window_settings  # noqa: F401
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 
