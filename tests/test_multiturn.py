@@ -143,7 +143,8 @@ def test_text_protocol_conversation_is_the_chat_templates_tokens(qwen25, videos_
     assert whole_conversation_ids(qwen25, family, t) == ids + qwen25.tokenizer("\n")["input_ids"]
     # tool_mask: 1 on the three sampled turns (each with its <|im_end|>), 0 on the two tool turns
     tok = qwen25.tokenizer
-    model_tokens = sum(len(tok(x, add_special_tokens=False)["input_ids"]) + 1 for x in (CROP_4_12, CROP_OUTSIDE, ANSWER))
+    model_tokens = sum(len(tok(x, add_special_tokens=False)["input_ids"]) + 1
+                       for x in (CROP_4_12, CROP_OUTSIDE, ANSWER))
     assert sum(t.tool_mask) == model_tokens and len(t.tool_mask) == len(t.completion_ids)
     text = tok.decode(t.completion_ids)
     assert "<|im_start|>user\nFrames 4.00-12.00 s of the video (16 frames at 2.00 fps):<|vision_start|>" in text
@@ -159,7 +160,8 @@ def test_native_protocol_uses_qwen3s_tools_and_tool_role_with_true_timestamps(qw
     assert "<|im_start|>user\n<tool_response>\nFrames 4.00-12.00 s of the video" in text
     stamps = [float(s) for s in __import__("re").findall(r"<(\d+\.\d) seconds>", text)]
     assert stamps and 4.0 <= stamps[0] < stamps[-1] <= 12.0  # the window's absolute times
-    assert whole_conversation_ids(qwen3, family, t) == t.prompt_ids + t.completion_ids + qwen3.tokenizer("\n")["input_ids"]
+    newline = qwen3.tokenizer("\n")["input_ids"]
+    assert whole_conversation_ids(qwen3, family, t) == t.prompt_ids + t.completion_ids + newline
 
 
 def test_at_most_k_requests_then_the_answer_is_forced(qwen25, videos_dir):
@@ -304,3 +306,53 @@ def test_grpo_step_over_conversations_logs_the_tool_metrics(tiny_model_dir, vide
     records = [row["extra"]["conversation"] for row in rows]
     assert sorted(r["calls"] for r in records) == [0, 0, 1, 1]
     assert [r["windows"] for r in records if r["calls"]] == [[[1.0, 4.0]], [[1.0, 4.0]]]
+
+
+# ------------------------------------------------------------------------------------------------ infer --max-turns
+INFER_FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4),
+              "--max-new-tokens", "40"]
+
+
+def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_dir, videos_dir, capsys,
+                                                                     monkeypatch):
+    import json
+
+    from grounding_rl.cli import infer as infer_cli
+
+    real_turns = conv.hf_turns
+
+    def first_turn_scripted(model, processor, params, pad_token_id):
+        """The first turn requests crop(4, 12) (a random model would not); the second is the model's own, generated
+        by ``model.generate`` from the prompt, the crop request and the window (two videos)."""
+        tok = processor.tokenizer
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+        assert params.do_sample is False and params.max_new_tokens == 40  # greedy, the per-turn budget
+        generate = real_turns(model, processor, params, pad_token_id)
+
+        def turns(trajectories):
+            if all(t.turns for t in trajectories):
+                return generate(trajectories)
+            return [tok(CROP_4_12, add_special_tokens=False)["input_ids"] + [end] for t in trajectories]
+
+        return turns
+
+    monkeypatch.setattr(conv, "hf_turns", first_turn_scripted)
+    rc = infer_cli.main(["--model", str(tiny_model_dir), "--video", str(videos_dir / "charades_OHOFG.mp4"),
+                         "--query", "person sitting down in a chair.", "--max-turns", "2", "--print-prompt",
+                         "--json", *INFER_FAST])
+    assert rc == 0
+    captured = capsys.readouterr()
+    (result,) = json.loads(captured.out)
+    turns = result["conversation"]["turns"]
+    assert result["conversation"]["windows"] == [[4.0, 12.0]] and turns[0]["kind"] == "call"
+    assert len(turns) == 2 and turns[1]["kind"] in ("answer", "final", "truncated")
+    assert result["answer"] == turns[1]["text"]
+    assert captured.err.count("<|vision_start|>") == 2 and "Frames 4.00-12.00 s of the video" in captured.err
+    from grounding_rl.errors import UserError
+
+    with pytest.raises(UserError, match="--max-turns and --zoom"):  # one line, exit 2 at the command line
+        infer_cli.check_turns_run(True, "hf", "exact", "default")
+    with pytest.raises(UserError, match="exact sampler"):
+        infer_cli.check_turns_run(False, "hf", "qwen_vl_utils", "default")
+    with pytest.raises(UserError, match="set of intervals"):
+        infer_cli.check_turns_run(False, "hf", "exact", "timelens2")

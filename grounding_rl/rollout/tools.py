@@ -211,8 +211,8 @@ class CropEnvironment:
         self.settings, self.spend = settings, spend
 
     def window_settings(self, clip: SampledVideo, window: tuple[float, float]) -> VideoSettings:
-        """The sampling settings of ``window`` given the whole clip as sampled: the same T₁ frames of H₁ × W₁ spent
-        on the window (``spend="fps"``), see :func:`grounding_rl.data.video.window_settings`."""
+        """The sampling settings of ``window`` given the whole clip as sampled: the same T₁ frames of H₁ × W₁
+        spent on the window (``spend="fps"``), see :func:`grounding_rl.data.video.window_settings`."""
         from grounding_rl.data.video import window_settings
 
         return window_settings(self.settings, clip.sampling(), window, self.spend)

@@ -24,9 +24,9 @@ from grounding_rl.update.recipes.tempsamp import TempSampShaping
 from grounding_rl.update.recipes.validation import Validation
 
 # order = the order the hooks run in
-RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, OnlineFilter, CropTool, GroundTruthInjection,
-                                                        TempSampShaping, DynamicSampling, EngineCorrection,
-                                                        Distillation, Validation)}
+RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, OnlineFilter, CropTool,
+                                                        GroundTruthInjection, TempSampShaping, DynamicSampling,
+                                                        EngineCorrection, Distillation, Validation)}
 def recipe_problems(args) -> list[str]:
     """Every registered recipe's messages for ``args``."""
     return [message for recipe in RECIPES.values() for message in recipe.problems(args)]

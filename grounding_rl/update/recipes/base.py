@@ -37,8 +37,8 @@ class Recipe:
 
     def converse(self, trainer, items):
         """None, or a draw made otherwise than by one sampled completion per row (the crop tool's conversations):
-        ``(batch, clean, texts, items)`` — the loss batch's prompt tensors, :func:`grounding_rl.update.rollout.sanitise`'s
-        dict, the texts the rewards score and the rows' items (with any columns added)."""
+        ``(batch, clean, texts, items)`` — the loss batch's prompt tensors,
+        :func:`grounding_rl.update.rollout.sanitise`'s dict, the texts the rewards score and the rows' items (with any columns added)."""
         return None
 
     def inject(self, trainer, items, completion_ids, start):
