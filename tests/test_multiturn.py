@@ -350,9 +350,42 @@ def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_
     assert captured.err.count("<|vision_start|>") == 2 and "Frames 4.00-12.00 s of the video" in captured.err
     from grounding_rl.errors import UserError
 
+    from grounding_rl.eval.turns import check_turns_run
+
     with pytest.raises(UserError, match="--max-turns and --zoom"):  # one line, exit 2 at the command line
-        infer_cli.check_turns_run(True, "hf", "exact", "default")
+        check_turns_run(1, True, "hf", "exact", "default")
     with pytest.raises(UserError, match="exact sampler"):
-        infer_cli.check_turns_run(False, "hf", "qwen_vl_utils", "default")
+        check_turns_run(1, False, "hf", "qwen_vl_utils", "default")
     with pytest.raises(UserError, match="set of intervals"):
-        infer_cli.check_turns_run(False, "hf", "exact", "timelens2")
+        check_turns_run(1, False, "hf", "exact", "timelens2")
+    with pytest.raises(UserError, match="≥ 0"):
+        check_turns_run(-1, False, "hf", "exact", "default")
+    check_turns_run(0, True, "vllm", "qwen_vl_utils", "timelens2")  # single turn: nothing to refuse
+
+
+def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume(tiny_model_dir, videos_dir, tmp_path,
+                                                                                monkeypatch, capsys):
+    import json
+
+    from grounding_rl.cli import main as cli
+
+    def scripted(model, processor, params, pad_token_id):  # every query crops 4-12 s, then answers 5-9 s
+        tok = processor.tokenizer
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+        return lambda trajectories: [tok(CROP_4_12 if not t.turns else ANSWER, add_special_tokens=False)["input_ids"]
+                                     + [end] for t in trajectories]
+
+    monkeypatch.setattr(conv, "hf_turns", scripted)
+    out = tmp_path / "turns"
+    command = ["eval", "--model", str(tiny_model_dir), "--data", str(videos_dir / "annotations.jsonl"), "--out",
+               str(out), *INFER_FAST, "--num-workers", "0", "--limit", "3"]
+    assert cli(command + ["--max-turns", "2"]) == 0
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == 3
+    for r in records:
+        assert (r["start"], r["end"]) == (5.0, 9.0) and r["conversation"]["windows"] == [[4.0, 12.0]]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["turns"]["turns_mean"] == 2.0 and metrics["turns"]["call_frequency"] == 1.0
+    assert metrics["sampling"]["max_turns"] == 2
+    assert cli(command) == 2  # single-turn over multi-turn predictions: refused, one line
+    assert "max_turns: 2 → 0" in capsys.readouterr().err

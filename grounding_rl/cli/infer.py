@@ -88,23 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_turns_run(zoom: bool, engine: str, sampler: str, prompt_template: str) -> None:
-    """Raises UserError (one line) when ``--max-turns`` cannot run: with ``--zoom``, the vLLM engine, a sampler other
-    than ``exact`` (windows are sampled exactly) or a template asking for a set of intervals."""
-    from grounding_rl.prompts.templates import is_set_template
-
-    if zoom:
-        raise UserError("--max-turns and --zoom are two ways to look again; give one")
-    if engine != "hf":
-        raise UserError("--max-turns runs with --engine hf (the multi-turn loop is not on vLLM yet)")
-    if sampler != "exact":
-        raise UserError(f"--max-turns samples windows with the exact sampler (the settings have sampler {sampler!r}; "
-                        "give --video-sampler exact)")
-    if is_set_template(prompt_template):
-        raise UserError(f"--max-turns: prompt template {prompt_template!r} asks for a set of intervals; the crop tool "
-                        "is for one")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2 missing/unreadable
     video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), ``--batch-size`` or
@@ -125,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
                             "; give the event to find (prepare drops such queries too)")
     check_number("--batch-size", args.batch_size, minimum=1)
     check_number("--max-new-tokens", args.max_new_tokens, minimum=1)
-    check_number("--max-turns", args.max_turns, minimum=0)
     overrides = PreprocessingOverrides.from_args(args)
     overrides.check()
     from grounding_rl.cli.eval import zoom_from_args
@@ -141,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     check_generation_length("--max-new-tokens", args.max_new_tokens, args.model)
     if zoom is not None:
         zoom.check_run(args.model, args.engine, config.video.sampler, config.prompt_template)
-    if args.max_turns:
-        check_turns_run(zoom is not None, args.engine, config.video.sampler, config.prompt_template)
+    from grounding_rl.eval.turns import check_turns_run
+
+    check_turns_run(args.max_turns, zoom is not None, args.engine, config.video.sampler, config.prompt_template)
     if not Path(args.video).is_file():
         print(f"grounding-rl infer: error: video not found: {args.video}", file=sys.stderr)
         return EXIT_VIDEO

@@ -124,26 +124,13 @@ def infer_turns(model, processor, video: SampledVideo, queries: list[str], templ
         whole clip's) and ``conversation`` (:meth:`grounding_rl.rollout.conversation.Trajectory.record`: every turn,
         the requested windows, requests and refusals).
     """
-    import torch
+    from grounding_rl.eval.turns import converse_greedy
 
-    from grounding_rl.family import family_of
-    from grounding_rl.models.tokens import completion_token_ids
-    from grounding_rl.models.vision import placeholder_token_ids
-    from grounding_rl.rollout import conversation as conv
-    from grounding_rl.rollout.tools import CropEnvironment
-
-    family = family_of(processor)
-    ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
-    environment = CropEnvironment(family.video_settings(settings))
     results = []
     for i in range(0, len(queries), max(1, batch_size)):
         chunk = queries[i:i + max(1, batch_size)]
-        trajectories = [conv.start(processor, family, q, video, template, max_turns, video_layout) for q in chunk]
-        generate = conv.hf_turns(model, processor, SamplingParams.greedy(max_new_tokens), ids.pad)
-        with torch.no_grad():
-            conv.run_conversations(generate, trajectories, processor, family, environment, max_turns,
-                                   end_ids=list(ids.eos), stop_ids=placeholder_token_ids(model),
-                                   layout=video_layout)
+        trajectories = converse_greedy(model, processor, [video] * len(chunk), chunk, template, max_new_tokens,
+                                       settings, max_turns, video_layout)
         for query, t in zip(chunk, trajectories):
             if print_prompt is not None:
                 print_prompt(f"infer: conversation for {query!r} ({len(t.turns)} model turns):\n"
