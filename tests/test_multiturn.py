@@ -223,7 +223,7 @@ def test_model_token_logps_of_one_forward_equal_the_turn_by_turn_forwards(tiny_m
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from grounding_rl.update import grpo
-    from grounding_rl.update.conversation import ATTENTION, conversation_batch, conversation_logps
+    from grounding_rl.update.conversation import ATTENTION, conversation_batch, conversation_logps, distinct_videos
 
     processor = AutoProcessor.from_pretrained(tiny_model_dir)
     model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -231,7 +231,15 @@ def test_model_token_logps_of_one_forward_equal_the_turn_by_turn_forwards(tiny_m
     assert (a.calls, b.calls) == (1, 0)
     pad = processor.tokenizer.pad_token_id
     batch = conversation_batch([a, b], pad)
+    distinct, index = distinct_videos(batch)
+    assert len(distinct) == 2 and index == [0, 1, 0]  # the shared clip is encoded once, then the window
+    encoded = []
+    encode = model.model.get_video_features
+    model.model.get_video_features = lambda pixels, grid, **kw: encoded.append(grid.tolist()) or encode(pixels, grid,
+                                                                                                          **kw)
     logps = conversation_logps(model, batch)
+    del model.model.get_video_features
+    assert len(encoded) == 1 and len(encoded[0]) == 2  # one vision-tower call over the two distinct videos
     assert batch[ATTENTION].sum().item() == len(a.completion_ids) + len(b.completion_ids)
     for row, t in enumerate((a, b)):
         # the reference: the processor's own rendering of the whole conversation, one plain forward, no padding

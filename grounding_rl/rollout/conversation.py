@@ -43,7 +43,8 @@ class Trajectory:
         completion_ids: every later token, model and tool turns; tool_mask: 1 at model tokens, 0 at tool tokens;
             completion_mm: ``mm_token_type_ids`` of the completion (2 at a window's video tokens).
         videos: per video in token order (the clip, then each window): ``{"pixel_values_videos", "video_grid_thw"
-            (3,), "second_per_grid_ts" (Qwen2.5-VL) }`` as the processor returned them.
+            (3,), "second_per_grid_ts" (Qwen2.5-VL), "key"}`` as the processor returned them, ``key`` naming the
+            frames (equal keys, equal frames).
         messages: the chat so far (model turns as text), for the next tool turn's rendering.
         turns: per model turn ``{"text", "kind" (answer / call / error / truncated / final), "window", "error"}``.
         windows: the windows sampled for valid crops, (start, end) seconds; window_clips: their frames.
@@ -99,9 +100,13 @@ def _process(processor, family, text: str, video: SampledVideo | None, layout: s
                      video_metadata=[family.video_metadata(video)], **family.processor_kwargs(), return_tensors="pt")
 
 
-def _video_entry(features) -> dict:
-    return {key: features[key][0] if key != PIXELS else features[key]
-            for key in (PIXELS, GRID, "second_per_grid_ts") if key in features}
+def _video_entry(features, video: SampledVideo) -> dict:
+    """One video of a trajectory: its processor tensors and ``key``, the same for the same frames (path, frame
+    times, size), so that a forward encodes each distinct clip or window once."""
+    entry = {key: features[key][0] if key != PIXELS else features[key]
+             for key in (PIXELS, GRID, "second_per_grid_ts") if key in features}
+    entry["key"] = (video.path, tuple(round(float(t), 6) for t in video.timestamps), video.frames.shape[1:3])
+    return entry
 
 
 def start(processor, family, query: str, clip: SampledVideo, template: str, max_turns: int,
@@ -118,7 +123,7 @@ def start(processor, family, query: str, clip: SampledVideo, template: str, max_
     ids = features["input_ids"][0].tolist()
     check_prompt_length(len(ids), max_prompt_length, name or f"{clip.path} ({query!r})")
     return Trajectory(query=query, clip=clip, protocol=protocol, prompt_ids=ids,
-                      prompt_mm=features["mm_token_type_ids"][0].tolist(), videos=[_video_entry(features)],
+                      prompt_mm=features["mm_token_type_ids"][0].tolist(), videos=[_video_entry(features, clip)],
                       messages=messages)
 
 
@@ -192,7 +197,7 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
         trajectory.windows.append(request.window)
     if window_clip is not None:
         trajectory.window_clips.append(window_clip)
-        trajectory.videos.append(_video_entry(features))
+        trajectory.videos.append(_video_entry(features, window_clip))
     trajectory.messages = trajectory.messages + [message]
     _append(trajectory, features["input_ids"][0].tolist(), features["mm_token_type_ids"][0].tolist(), model=False)
 

@@ -10,8 +10,8 @@ the per-row list ``conversation_videos[b]``; rows are selected and split like an
 
 The forward (:func:`conversation_logps`) is one pass over prompt + completion with every video of the row, the same
 token ids and video tensors that generated each turn (:func:`grounding_rl.rollout.conversation.conversation_inputs`),
-so π_θ, π_old and π_ref see the same multi-turn inputs; each video of a row goes through the vision tower once per
-forward.
+so π_θ, π_old and π_ref see the same multi-turn inputs; each distinct clip or window of the batch goes through the
+vision tower once per forward (:func:`distinct_videos`; generation encodes each row's videos at every turn).
 """
 from __future__ import annotations
 
@@ -75,6 +75,21 @@ def forward_inputs(batch: dict) -> dict:
     return inputs
 
 
+def distinct_videos(batch: dict) -> tuple[list[dict], list[int]]:
+    """The distinct videos of a conversation batch (by ``key``: a group's G rows share their clip, and rows that
+    requested the same window share it) in order of first use, and for each video of each row, row by row in token
+    order, the index of its distinct video."""
+    first: dict = {}
+    distinct, index = [], []
+    for row in batch[CONVERSATION]:
+        for video in row:
+            if video["key"] not in first:
+                first[video["key"]] = len(distinct)
+                distinct.append(video)
+            index.append(first[video["key"]])
+    return distinct, index
+
+
 def conversation_logps(model, batch: dict, temperature: float = 1.0, return_logits: bool = False):
     """log π(o_t | everything before t) for every completion token of a conversation batch, in one forward.
 
@@ -87,8 +102,18 @@ def conversation_logps(model, batch: dict, temperature: float = 1.0, return_logi
         (B, C) float; meaningful where ``completion_mask`` is 1 (model tokens) — tool and padding positions are
         masked by the caller. With ``return_logits``: ``(logps, logits (B, C, V))``.
     """
+    from grounding_rl.models.vision import encode_videos
+
     length = batch["completion_ids"].size(1)
-    outputs = model(**forward_inputs(batch), logits_to_keep=length + 1, use_cache=False)
+    inputs = forward_inputs(batch)
+    distinct, index = distinct_videos(batch)
+    if len(distinct) < len(index):  # each distinct clip or window through the vision tower once
+        device = inputs[PIXELS].device
+        inputs.pop(PIXELS)
+        inputs["mm_encoder_outputs"] = encode_videos(
+            model, torch.cat([v[PIXELS] for v in distinct]).to(device),
+            torch.stack([torch.as_tensor(v[GRID]) for v in distinct]).to(device), index)
+    outputs = model(**inputs, logits_to_keep=length + 1, use_cache=False)
     logits = outputs.logits[:, :-1, :]
     if temperature != 1.0:
         logits = logits / temperature
