@@ -397,3 +397,18 @@ def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume
     assert metrics["sampling"]["max_turns"] == 2
     assert cli(command) == 2  # single-turn over multi-turn predictions: refused, one line
     assert "max_turns: 2 → 0" in capsys.readouterr().err
+
+
+def test_crop_tool_settings_are_checked(tmp_path):
+    from conftest import grpo_config
+
+    grpo_config(tmp_path, max_tool_calling_iterations=2, crop_spend="resolution")
+    for overrides, message in (
+            ({"max_tool_calling_iterations": -1}, "max_tool_calling_iterations must be ≥ 0 (got -1)"),
+            ({"crop_spend": "frames"}, "crop_spend must be one of fps, resolution (got 'frames')"),
+            ({"max_tool_calling_iterations": 1, "use_gt_injection": True},
+             "max_tool_calling_iterations > 0 does not run with use_gt_injection yet"),
+            ({"max_tool_calling_iterations": 1, "video_sampler": "qwen_vl_utils"}, "with the exact sampler"),
+            ({"max_tool_calling_iterations": 1, "prompt_template": "timelens2"}, "asks for a set of intervals")):
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            grpo_config(tmp_path, **overrides)

@@ -11,7 +11,8 @@ the columns ``crop_windows`` and ``crop_calls`` (for the ``crop_window`` and ``c
 ``tools/failure_frequency`` (TRL's definitions), ``zoom/coverage``, ``tools/context_forced``; with
 ``log_completions`` each row's conversation record (turns, windows) is in ``extra.conversation``.
 
-Not combined (yet) with the vLLM engine, dynamic sampling, ground-truth injection or distillation (refused).
+Not combined (yet) with the vLLM engine, dynamic sampling, ground-truth injection, distillation or validation during
+training (``eval_file``: it would score single-turn answers) — refused.
 """
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ class CropTool(Recipe):
         if args.max_tool_calling_iterations > 0:
             conflicts = [name for name, on in (("use_vllm", args.use_vllm), ("dynamic_sampling", args.dynamic_sampling),
                                                ("use_gt_injection", args.use_gt_injection),
-                                               ("teacher_model_name_or_path", args.teacher_model_name_or_path))
+                                               ("teacher_model_name_or_path", args.teacher_model_name_or_path),
+                                               ("eval_file", args.eval_file))
                          if on]
             if conflicts:
                 out.append(f"max_tool_calling_iterations > 0 does not run with {', '.join(conflicts)} yet")
@@ -66,6 +68,16 @@ class CropTool(Recipe):
                 out.append(f"max_tool_calling_iterations > 0: prompt_template {args.prompt_template!r} asks for a "
                            "set of intervals; the crop tool is for one")
         return out
+
+    def setup(self, trainer) -> None:
+        """One warning when ``share_prompt_prefix`` is on: a group's conversations diverge after the first turn, so
+        their forward runs per row (each distinct clip or window still encoded once)."""
+        if trainer.share_prompt:
+            import logging
+
+            logging.getLogger("grounding_rl.update.trainer").warning(
+                "share_prompt_prefix: multi-turn conversations diverge after their first turn; the policy and "
+                "reference forwards run per row")
 
     def converse(self, trainer, items):
         """Run this process's conversations (rows in order) and return ``(batch, clean, texts, items)`` for
