@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grounding_rl.update.arguments import trl_field
 from grounding_rl.update.recipes.base import Recipe
 
 CROP_SPEND = ("fps", "resolution")
@@ -25,11 +26,11 @@ CROP_SPEND = ("fps", "resolution")
 
 @dataclass
 class CropToolArguments:
-    max_tool_calling_iterations: int = field(
-        default=0,
-        metadata={"help": "Offer the crop tool: at most this many crop(start, end) requests per completion (TRL 1.16's "
-                  "name), then an answer is required; each model turn may use max_completion_length tokens. 0 = "
-                  "single-turn GRPO."})
+    max_tool_calling_iterations: int | None = trl_field(
+        "max_tool_calling_iterations",
+        note="Here it offers the crop tool: ≥ 1 = at most this many crop(start, end) requests per completion, then an "
+        "answer is required (TRL's None = no limit would let a completion crop until its length runs out); each model "
+        "turn may use max_completion_length tokens. None or 0 = single-turn GRPO, as TRL without tools.")
     crop_spend: str = field(
         default="fps",
         metadata={"help": "What a requested window spends the whole clip's frame budget on: 'fps' (the same frames "
@@ -42,18 +43,18 @@ class CropTool(Recipe):
 
     @staticmethod
     def enabled(args) -> bool:
-        return args.max_tool_calling_iterations > 0
+        return bool(args.max_tool_calling_iterations)
 
     @staticmethod
     def problems(args) -> list[str]:
         from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
 
         out = []
-        if args.max_tool_calling_iterations < 0:
+        if (args.max_tool_calling_iterations or 0) < 0:
             out.append(f"max_tool_calling_iterations must be ≥ 0 (got {args.max_tool_calling_iterations})")
         if args.crop_spend not in CROP_SPEND:
             out.append(f"crop_spend must be one of {', '.join(CROP_SPEND)} (got {args.crop_spend!r})")
-        if args.max_tool_calling_iterations > 0:
+        if (args.max_tool_calling_iterations or 0) > 0:
             conflicts = [name for name, on in (("use_vllm", args.use_vllm), ("dynamic_sampling", args.dynamic_sampling),
                                                ("use_gt_injection", args.use_gt_injection),
                                                ("teacher_model_name_or_path", args.teacher_model_name_or_path),
