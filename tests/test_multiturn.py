@@ -412,3 +412,34 @@ def test_crop_tool_settings_are_checked(tmp_path):
             ({"max_tool_calling_iterations": 1, "prompt_template": "timelens2"}, "asks for a set of intervals")):
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             grpo_config(tmp_path, **overrides)
+
+
+def test_conversation_batches_select_and_split_by_row():
+    from grounding_rl.update.batching import select_rows, split_rows
+    from grounding_rl.update.conversation import ATTENTION, CONVERSATION, conversation_batch, forward_inputs
+
+    def video(n, key):
+        return {"pixel_values_videos": torch.full((n, 3), float(n)), "video_grid_thw": torch.tensor([1, 1, n]),
+                "key": key}
+
+    def trajectory(prompt, completion, mask, videos):
+        return conv.Trajectory(query="q", clip=None, protocol="text", prompt_ids=prompt, prompt_mm=[0] * len(prompt),
+                               videos=videos, messages=[], completion_ids=completion, tool_mask=mask,
+                               completion_mm=[0] * len(completion))
+
+    a = trajectory([1, 2, 3], [4, 5, 6, 7], [1, 0, 0, 1], [video(2, "clip"), video(3, "window")])
+    b = trajectory([1, 2], [8], [1], [video(2, "clip")])
+    batch = conversation_batch([a, b], pad_token_id=0)
+    assert batch["prompt_ids"].tolist() == [[1, 2, 3], [0, 1, 2]]
+    assert batch["completion_ids"].tolist() == [[4, 5, 6, 7], [8, 0, 0, 0]]
+    assert batch["completion_mask"].tolist() == [[1, 0, 0, 1], [1, 0, 0, 0]]  # model tokens only
+    assert batch[ATTENTION].tolist() == [[1, 1, 1, 1], [1, 0, 0, 0]]  # every real token
+    swapped = select_rows(batch, [1, 0])
+    assert swapped["completion_ids"].tolist() == [[8, 0, 0, 0], [4, 5, 6, 7]]
+    assert [[v["key"] for v in row] for row in swapped[CONVERSATION]] == [["clip"], ["clip", "window"]]
+    first, second = split_rows(batch, 2)
+    assert first["prompt_ids"].tolist() == [[1, 2, 3]] and len(second[CONVERSATION]) == 1
+    inputs = forward_inputs(swapped)
+    assert inputs["video_grid_thw"].tolist() == [[1, 1, 2], [1, 1, 2], [1, 1, 3]]  # row by row, token order
+    assert inputs["pixel_values_videos"].shape == (7, 3)
+    assert inputs["attention_mask"].tolist() == [[0, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]]
