@@ -443,3 +443,54 @@ def test_conversation_batches_select_and_split_by_row():
     assert inputs["video_grid_thw"].tolist() == [[1, 1, 2], [1, 1, 2], [1, 1, 3]]  # row by row, token order
     assert inputs["pixel_values_videos"].shape == (7, 3)
     assert inputs["attention_mask"].tolist() == [[0, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]]
+
+
+@pytest.mark.slow  # ~2 min: 6 GRPO steps with video on two shared cores
+def test_crop_tool_run_resumed_at_a_checkpoint_ends_bit_identical(tmp_path, tiny_model_dir, videos_dir, monkeypatch):
+    """Multi-turn GRPO (even rows request a crop in their first turn, scripted; every later turn is sampled by the
+    model from the conversation with the window) resumed at checkpoint-2 of 4 ends with the uninterrupted weights and
+    the same logged metrics."""
+    from conftest import clip_dataset, grpo_config, make_grpo_trainer
+
+    real_turns = conv.hf_turns
+
+    def first_turn_crops(model, processor, params, pad_token_id):
+        tok = processor.tokenizer
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+        generate = real_turns(model, processor, params, pad_token_id)
+        crop = '<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>'
+
+        def turns(trajectories):
+            if all(t.turns for t in trajectories):
+                return generate(trajectories)
+            sampled = generate(trajectories)
+            return [tok(crop, add_special_tokens=False)["input_ids"] + [end] if row % 2 == 0 else ids
+                    for row, (t, ids) in enumerate(zip(trajectories, sampled))]
+
+        return turns
+
+    monkeypatch.setattr(conv, "hf_turns", first_turn_crops)
+
+    def trainer(out, **overrides):
+        config = grpo_config(out, max_tool_calling_iterations=1, max_steps=4, logging_steps=1, learning_rate=1e-3,
+                             save_strategy="steps", save_steps=2, beta=0.04, **overrides)
+        return make_grpo_trainer(tiny_model_dir, config, clip_dataset(videos_dir))
+
+    def weights(t):
+        return {k: v.detach().clone() for k, v in t.accelerator.unwrap_model(t.model).state_dict().items()}
+
+    full = trainer(tmp_path / "full")
+    start = weights(full)
+    full.train()
+    a = weights(full)
+    assert max((a[k].float() - start[k].float()).abs().max().item() for k in a) > 1e-5  # the run moves the weights
+    resumed = trainer(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    b = weights(resumed)
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
+    logged = lambda t: {h["step"]: h for h in t.state.log_history if "loss" in h}  # noqa: E731
+    wall = ("runtime", "per_second", "step_time", "timing/")
+    same = lambda h: {k: v for k, v in h.items() if not any(w in k for w in wall)}  # noqa: E731
+    assert logged(full)[3]["tools/call_frequency"] == 0.5
+    for step in (3, 4):
+        assert same(logged(resumed)[step]) == same(logged(full)[step])
