@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grounding_rl.data.video import SampledVideo, VideoLoadError, WindowError
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import GRID, PIXELS, check_prompt_length
 from grounding_rl.prompts.templates import get_template, instruction
 from grounding_rl.rollout import tools
@@ -110,7 +111,7 @@ def _video_entry(features, video: SampledVideo) -> dict:
 
 
 def start(processor, family, query: str, clip: SampledVideo, template: str, max_turns: int,
-          layout: str = "released", max_prompt_length: int | None = None, name: str = "") -> Trajectory:
+          layout: str = DEFAULT_VIDEO_LAYOUT, max_prompt_length: int | None = None, name: str = "") -> Trajectory:
     """The first prompt of a conversation: the template's instruction plus the tool offer, and the whole clip.
 
     Raises:
@@ -133,18 +134,20 @@ def _append(trajectory: Trajectory, ids: list[int], mm: list[int], model: bool) 
     trajectory.tool_mask += [int(model)] * len(ids)
 
 
-def step(trajectory: Trajectory, new_ids: list[int], processor, family, environment, *, last: bool,
-         end_ids, stop_ids=(), max_prompt_length: int | None = None, layout: str = "released") -> None:
+def step(trajectory: Trajectory, new_ids: list[int], processor, family, environment, *, max_turns: int,
+         end_ids, stop_ids=(), max_prompt_length: int | None = None, layout: str = DEFAULT_VIDEO_LAYOUT) -> None:
     """Add one sampled model turn and, unless the trajectory ends, the tool turn it asks for.
 
     Args:
         new_ids: the turn's sampled ids (cut after its first id in ``end_ids``; trailing padding ignored).
         environment: ``(clip, window) -> SampledVideo`` (:class:`grounding_rl.rollout.tools.CropEnvironment`).
-        last: this turn had to answer (K requests already made, or the context was full): it ends the trajectory.
+        max_turns: K; the turn after the K-th request (or after a full context) had to answer: it ends the
+            trajectory whatever it says.
         end_ids: end-of-turn ids (``<|im_end|>``, the model's EOS); stop_ids: ids cut with the rest of the turn (a
             sampled vision placeholder).
         max_prompt_length: the context rule (module docstring; None = no limit).
     """
+    last = trajectory.calls >= max_turns or trajectory.context_forced
     end_ids, stop_ids = set(end_ids), set(stop_ids)
     ids, ended = [], False
     for token in new_ids:
@@ -169,7 +172,7 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
         trajectory.done = True
         return
     trajectory.calls += 1
-    final = trajectory.calls >= environment_limit(environment)
+    final = trajectory.calls >= max_turns
     window_clip = None
     if request.kind == "call":
         try:
@@ -202,13 +205,8 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
     _append(trajectory, features["input_ids"][0].tolist(), features["mm_token_type_ids"][0].tolist(), model=False)
 
 
-def environment_limit(environment) -> int:
-    """K, the environment's ``max_tool_calling_iterations`` (set by :func:`run_conversations`)."""
-    return int(getattr(environment, "max_tool_calling_iterations"))
-
-
 def run_conversations(generate, trajectories: list[Trajectory], processor, family, environment, max_turns: int,
-                      end_ids, stop_ids=(), max_prompt_length: int | None = None, layout: str = "released"
+                      end_ids, stop_ids=(), max_prompt_length: int | None = None, layout: str = DEFAULT_VIDEO_LAYOUT
                       ) -> list[Trajectory]:
     """Run every trajectory to its end: at most ``max_turns`` (K) tool requests, then a forced answer.
 
@@ -216,21 +214,18 @@ def run_conversations(generate, trajectories: list[Trajectory], processor, famil
         generate: ``(list[Trajectory]) -> list[list[int]]``, one new model turn per unfinished trajectory, given in
             order (:func:`hf_turns`, or scripted turns in tests).
         trajectories: from :func:`start`.
-        environment: :class:`grounding_rl.rollout.tools.CropEnvironment` (its ``max_tool_calling_iterations`` is
-            set to ``max_turns``).
+        environment: ``(clip, window) -> SampledVideo`` (:class:`grounding_rl.rollout.tools.CropEnvironment`).
         end_ids, stop_ids, max_prompt_length, layout: as :func:`step`.
 
     Returns:
         ``trajectories``, each done.
     """
-    environment.max_tool_calling_iterations = max_turns
     for _ in range(max_turns + 1):
         active = [t for t in trajectories if not t.done]
         if not active:
             break
         for trajectory, ids in zip(active, generate(active)):
-            last = trajectory.calls >= max_turns or trajectory.context_forced
-            step(trajectory, list(ids), processor, family, environment, last=last, end_ids=end_ids,
+            step(trajectory, list(ids), processor, family, environment, max_turns=max_turns, end_ids=end_ids,
                  stop_ids=stop_ids, max_prompt_length=max_prompt_length, layout=layout)
     for trajectory in trajectories:
         trajectory.done = True
