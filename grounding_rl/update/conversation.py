@@ -121,8 +121,30 @@ def conversation_logps(model, batch: dict, temperature: float = 1.0, return_logi
     return (logps, logits) if return_logits else logps
 
 
+METRIC_SUMS = ("trajectories", "turns", "calls", "failures", "coverage_sum", "windows", "context_forced")
+
+
+def metric_sums(trajectories: list[Trajectory], gts: list[tuple[float, float]]) -> list[float]:
+    """The sums behind :func:`conversation_metrics`, in :data:`METRIC_SUMS` order, to be summed over processes
+    before dividing (so that a run's metrics weigh every trajectory alike)."""
+    covered = [window_coverage(t.windows[-1], gt) for t, gt in zip(trajectories, gts) if t.windows]
+    return [float(len(trajectories)), float(sum(len(t.turns) for t in trajectories)),
+            float(sum(t.calls for t in trajectories)), float(sum(t.failures for t in trajectories)),
+            float(sum(covered)), float(len(covered)), float(sum(t.context_forced for t in trajectories))]
+
+
+def metrics_from_sums(sums) -> dict[str, float]:
+    """:func:`conversation_metrics` from (summed) :func:`metric_sums`."""
+    n, turns, calls, failures, coverage, windows, forced = (float(v) for v in sums)
+    return {"turns/mean": turns / max(n, 1.0),
+            "tools/call_frequency": calls / max(n, 1.0),
+            "tools/failure_frequency": failures / calls if calls else 0.0,
+            "zoom/coverage": coverage / windows if windows else float("nan"),
+            "tools/context_forced": forced / max(n, 1.0)}
+
+
 def conversation_metrics(trajectories: list[Trajectory], gts: list[tuple[float, float]]) -> dict[str, float]:
-    """What a multi-turn rollout logs (over the given rows; the caller gathers processes first or averages).
+    """What a multi-turn rollout logs (over the given rows; the trainer sums :func:`metric_sums` over processes).
 
     ``turns/mean``: model turns per trajectory; ``tools/call_frequency``: crop requests per trajectory (TRL 1.16:
     calls / completions); ``tools/failure_frequency``: refused requests / requests (0 without any, TRL's rule);
@@ -133,11 +155,4 @@ def conversation_metrics(trajectories: list[Trajectory], gts: list[tuple[float, 
     E.g. two trajectories, one answering at once, one cropping (4, 12) then answering, gt (5, 9) and (10, 14):
     turns/mean 1.5, call_frequency 0.5, failure_frequency 0, coverage 0.5.
     """
-    n = max(len(trajectories), 1)
-    calls = sum(t.calls for t in trajectories)
-    covered = [window_coverage(t.windows[-1], gt) for t, gt in zip(trajectories, gts) if t.windows]
-    return {"turns/mean": sum(len(t.turns) for t in trajectories) / n,
-            "tools/call_frequency": calls / n,
-            "tools/failure_frequency": sum(t.failures for t in trajectories) / calls if calls else 0.0,
-            "zoom/coverage": sum(covered) / len(covered) if covered else float("nan"),
-            "tools/context_forced": sum(t.context_forced for t in trajectories) / n}
+    return metrics_from_sums(metric_sums(trajectories, gts))

@@ -90,7 +90,7 @@ class CropTool(Recipe):
         from grounding_rl.rollout import conversation as conv
         from grounding_rl.rollout.tools import CropEnvironment
         from grounding_rl.update import batching
-        from grounding_rl.update.conversation import conversation_batch, conversation_metrics
+        from grounding_rl.update.conversation import conversation_batch, metric_sums, metrics_from_sums
         from grounding_rl.update.rollout import timed
 
         args, processor = self.args, trainer.processing_class
@@ -117,7 +117,9 @@ class CropTool(Recipe):
                  "lengths": torch.tensor([len(t.completion_ids) for t in trajectories], device=device),
                  "truncated": truncated, "placeholder_cut": torch.zeros_like(truncated),
                  "is_gt": torch.zeros_like(truncated), "sampling_logps": None}
-        for name, value in conversation_metrics(trajectories, [(it["start"], it["end"]) for it in items]).items():
+        sums = torch.tensor(metric_sums(trajectories, [(it["start"], it["end"]) for it in items]), device=device)
+        sums = trainer.accelerator.gather(sums.unsqueeze(0)).sum(dim=0).tolist()  # all processes' trajectories
+        for name, value in metrics_from_sums(sums).items():
             if value == value:  # NaN (no window sampled) is not logged
                 trainer._metrics[name].append(value)
         trainer.pending_extra["conversation"].extend(t.record() for t in trajectories)
