@@ -430,7 +430,8 @@ def test_trl_named_fields_keep_trl_defaults():
 
     assert sorted(n for n in ours if n not in trl_fields and n not in base_fields
                   and n not in ACTIVATION_CHECKPOINTING_NAMES) == [
-        "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_mean_reward",
+        "crop_spend", "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std",
+        "difficulty_mean_reward",
         "difficulty_num_bins", "difficulty_p_mean", "difficulty_p_std", "difficulty_range", "difficulty_sampling",
         "difficulty_subset_size", "distillation_beta", "distillation_weight",
         "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "loss_top_k", "max_num_gen_batches",

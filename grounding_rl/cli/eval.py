@@ -5,6 +5,7 @@
                       [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
                       [--scoring NAME|all ...]
                       [--zoom [--zoom-margin M] [--zoom-spend fps|resolution] [--zoom-time video|window]]
+                      [--max-turns K]
 
 Over a finished OUTDIR the run only scores: every query is already in ``predictions.jsonl`` (nothing pending, no model
 loads), so ``--scoring all`` rescores existing predictions under every published evaluator's rule.
@@ -150,6 +151,9 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
     if zoom:
         add_zoom_flags(parser)
+        parser.add_argument("--max-turns", type=int, default=0,
+                            help="run the policy with the crop tool: at most K crop requests per query, then the "
+                                 "answer (predictions.jsonl keeps each conversation; 0: one turn)")
     return parser
 
 
@@ -167,7 +171,8 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        num_workers=args.num_workers, frame_cache=args.frame_cache,
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
                        max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring),
-                       zoom=zoom_from_args(args) if hasattr(args, "zoom") else None)
+                       zoom=zoom_from_args(args) if hasattr(args, "zoom") else None,
+                       max_turns=getattr(args, "max_turns", 0))
 
 
 def main(argv: list[str] | None = None) -> int:

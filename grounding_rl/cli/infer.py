@@ -2,7 +2,7 @@
 
     grounding-rl infer --model DIR --video FILE --query TEXT [--query TEXT ...] [--gt S E ...] [--plot OUT.png] [--json]
                        [--print-prompt] [--zoom [--zoom-margin M] [--zoom-spend fps|resolution]
-                       [--zoom-time video|window]]
+                       [--zoom-time video|window]] [--max-turns K]
 
 For each query it prints the start and end in seconds (clamped to the video), the answer text and the reasoning. With
 ``--json`` stdout is exactly one JSON list with an object per query, ``{"query", "start", "end", "answer",
@@ -17,6 +17,11 @@ window of the first answer; the result is the second answer in the video's secon
 and ``zoom_fallback``. With ``--print-prompt`` each query's pass-1 prompt, a line ``--- pass 2 (zoom window S–E s)
 ---`` and its pass-2 prompt are printed once pass 1 has answered (the window is the model's: the model is loaded for
 the prompt anyway).
+
+``--max-turns K`` runs the policy with the crop tool (:func:`grounding_rl.eval.infer.infer_turns`): the model may
+request ``crop(start, end)`` up to K times before it answers, as in multi-turn training
+(``max_tool_calling_iterations``); each result keeps its ``conversation`` (turns, requested windows); with
+``--print-prompt`` every turn of each conversation is printed. Not with ``--zoom`` or ``--engine vllm``.
 
 Preprocessing and prompt are the checkpoint's (``grounding_config.json``), overridable, as in ``grounding-rl eval``.
 """
@@ -70,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
     add_preprocessing_overrides(parser)
     add_zoom_flags(parser)
-    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="generation budget")
+    parser.add_argument("--max-turns", type=int, default=0,
+                        help="run the policy with the crop tool: at most K crop requests per query, then the answer "
+                             "(0: one turn)")
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
+                        help="generation budget (of each model turn with --max-turns)")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda when available)")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32")
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
@@ -114,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     check_generation_length("--max-new-tokens", args.max_new_tokens, args.model)
     if zoom is not None:
         zoom.check_run(args.model, args.engine, config.video.sampler, config.prompt_template)
+    from grounding_rl.eval.turns import check_turns_run
+
+    check_turns_run(args.max_turns, zoom is not None, args.engine, config.video.sampler, config.prompt_template)
     if not Path(args.video).is_file():
         print(f"grounding-rl infer: error: video not found: {args.video}", file=sys.stderr)
         return EXIT_VIDEO
@@ -132,7 +144,13 @@ def main(argv: list[str] | None = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine)
-    if zoom is not None:
+    if args.max_turns:
+        from grounding_rl.eval.infer import infer_turns
+
+        printer = (lambda text: print(text, file=log)) if args.print_prompt else None
+        results = infer_turns(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
+                              config.video, args.max_turns, args.batch_size, config.video_layout, printer)
+    elif zoom is not None:
         from grounding_rl.eval.infer import infer_zoom
         from grounding_rl.family import family_of
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -654,3 +654,33 @@ def resize_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     out = torch.nn.functional.interpolate(tensor, size=(height, width), mode="bicubic", antialias=True)
     return out.permute(0, 2, 3, 1).contiguous().numpy()
 
+
+def window_settings(settings: VideoSettings, first: dict, window: tuple[float, float], spend: str) -> VideoSettings:
+    """Pass 2's sampling settings for ``window``, spending what pass 1 spent (T₁ frames of H₁ × W₁ at f₁: ``first``
+    is pass 1's ``{"fps", "frames", "height", "width"}``, :meth:`grounding_rl.data.video.SampledVideo.sampling`).
+
+    ``fps``: rate T₁ / (b − a) and at most T₁ frames; frame sizes follow the same budget rule as pass 1 (same T, same
+    size). ``resolution``: pass 1's rate f₁ (so T₂ ≈ f₁ · (b − a) frames, at least ``min_frames``), a budget of
+    pass 1's T₁·H₁·W₁ / 2 pixels, and a per-frame cap raised to T₁·H₁·W₁ / T₂ (within qwen-vl-utils' 768 merged
+    tokens a frame), so each frame gets up to T₁ / T₂ times pass 1's pixels. ``budget_lowers_fps`` is off in pass 2
+    (the frame count is set here).
+
+    Raises:
+        ValueError: an unknown ``spend``.
+    """
+    from qwen_vl_utils.vision_process import VIDEO_MAX_TOKEN_NUM
+
+    length = max(window[1] - window[0], 1e-6)
+    frames1, rate1 = int(first["frames"]), float(first["fps"])
+    if spend == "fps":
+        return replace(settings, fps=frames1 / length, max_frames=max(frames1, settings.min_frames),
+                                   budget_lowers_fps=False)
+    if spend == "resolution":
+        spent = frames1 * int(first["height"]) * int(first["width"])
+        frames2 = max(settings.min_frames, math.floor(rate1 * length / FRAME_FACTOR) * FRAME_FACTOR, FRAME_FACTOR)
+        cap = VIDEO_MAX_TOKEN_NUM * settings.pixel_factor ** 2
+        max_pixels = max(settings.max_pixels, min(cap, spent // frames2))
+        return replace(settings, fps=rate1, max_frames=max(frames1, settings.min_frames),
+                                   total_tokens=None, total_pixels=spent // FRAME_FACTOR, max_pixels=max_pixels,
+                                   budget_lowers_fps=False)
+    raise ValueError(f"spend must be fps or resolution (got {spend!r})")

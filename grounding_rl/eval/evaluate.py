@@ -20,6 +20,11 @@
   ``pass1``, with ``zoom_window`` [a, b] and ``zoom_fallback`` (:func:`grounding_rl.eval.zoom.zoom_record`). Resume
   and sharding are those of one pass: a query's record is written once both passes are done.
 
+  With ``max_turns`` K > 0 (``eval --max-turns K``, :mod:`grounding_rl.eval.turns`) the policy runs with the crop
+  tool, as multi-turn training does: ``answer`` is the final turn and ``conversation`` keeps every turn, the
+  requested ``windows`` ([start, end] seconds), ``calls`` and ``failures``; ``metrics.json`` adds ``turns``
+  (:func:`grounding_rl.eval.turns.turns_summary`).
+
   ``start``/``end`` are the parsed prediction in seconds as the model wrote it (null when unparseable; ``iou`` applies
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
   --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and
@@ -70,7 +75,7 @@ HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
 RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video_layout",
-            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom", "temperature")
+            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom", "temperature", "max_turns")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -168,6 +173,8 @@ class EvalRequest:
             None = one pass.
         temperature: None = greedy decoding; a temperature > 0 samples instead (top_p 1, top_k off), seeded by
             ``seed`` — the K rollouts of ``grounding-rl difficulty --num-rollouts`` (recorded; not with ``zoom``).
+        max_turns: run the policy with the crop tool, at most this many crop requests per query
+            (:mod:`grounding_rl.eval.turns`); 0 = one turn.
     """
 
     model: str
@@ -192,6 +199,7 @@ class EvalRequest:
     scorings: tuple[str, ...] = ()
     zoom: ZoomSettings | None = None
     temperature: float | None = None
+    max_turns: int = 0
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -207,8 +215,9 @@ class EvalRequest:
         check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1)
         if self.temperature is not None:
             check_number("--temperature", self.temperature, above=0)
-            if self.zoom is not None or self.engine != "hf":
-                raise UserError("sampled answers (--temperature) run with --engine hf and without --zoom")
+            if self.zoom is not None or self.engine != "hf" or self.max_turns:
+                raise UserError("sampled answers (--temperature) run with --engine hf, without --zoom and without "
+                                "--max-turns")
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm (got {self.engine!r})")
         from grounding_rl.reward.metrics import scoring_names
@@ -220,6 +229,7 @@ class EvalRequest:
         self.overrides.check()
         if self.zoom is not None:
             self.zoom.check()
+        check_number("--max-turns", self.max_turns, minimum=0)
 
 
 @dataclass
@@ -333,9 +343,13 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
               "dtype": request.dtype, "attn_implementation": request.attn_implementation,
               **({"engine": request.engine} if request.engine != "hf" else {}),
               **({"temperature": request.temperature} if request.temperature is not None else {}),
-              "zoom": request.zoom.to_dict() if request.zoom is not None else None}
+              "zoom": request.zoom.to_dict() if request.zoom is not None else None, "max_turns": request.max_turns}
     if request.zoom is not None:
         request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
+    from grounding_rl.eval.turns import check_turns_run
+
+    check_turns_run(request.max_turns, request.zoom is not None, request.engine, config.video.sampler,
+                    config.prompt_template)
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
                     run=record)
@@ -356,6 +370,9 @@ def _check_run(outdir: Path, run: dict) -> None:
         previous = read_record(outdir / RUN_FILE)
         if previous is not None and "zoom" not in previous and run.get("zoom") is not None:  # made before --zoom
             raise UserError(f"{outdir} holds predictions made by something else (zoom: None → {run['zoom']!r}); "
+                            "rerun with --overwrite to replace them, or give a new --out")
+        if previous is not None and "max_turns" not in previous and run.get("max_turns"):  # made before --max-turns
+            raise UserError(f"{outdir} holds predictions made by something else (max_turns: 0 → {run['max_turns']}); "
                             "rerun with --overwrite to replace them, or give a new --out")
         check_record(outdir / RUN_FILE, run, RUN_KEYS, f"{outdir} holds predictions made by something else",
                      "rerun with --overwrite to replace them, or give a new --out")
@@ -414,7 +431,14 @@ def run(plan_: EvalPlan, state) -> RunResult:
         writer = JsonlAppender(outdir / name)
         config = plan_.config
         videos, queries = [s.video for s in shard], [s.query for s in shard]
-        if request.zoom is None:
+        if request.max_turns:
+            from grounding_rl.eval.turns import turn_answer_batches
+
+            batches = turn_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
+                                          plan_.max_new_tokens, request.batch_size, request.max_turns,
+                                          request.num_workers, request.frame_cache, int(request.frame_cache_gb * 1e9),
+                                          video_layout=config.video_layout)
+        elif request.zoom is None:
             sampled = None
             if request.temperature is not None:
                 from grounding_rl.rollout.generation import SamplingParams
@@ -441,7 +465,10 @@ def run(plan_: EvalPlan, state) -> RunResult:
                 for position, answer, error, sampling, *zoomed in batch:
                     record = prediction_record(shard[position], answer, error, sampling,
                                                set_answers=is_set_template(config.prompt_template))
-                    if zoomed:
+                    if zoomed and request.max_turns:
+                        if zoomed[0] is not None:
+                            record["conversation"] = zoomed[0]  # every turn and the requested windows
+                    elif zoomed:
                         from grounding_rl.eval.zoom import zoom_record
 
                         record = zoom_record(record, zoomed[0], shard[position])
@@ -485,6 +512,10 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
         from grounding_rl.eval.zoom import zoom_summary
 
         metrics["zoom"] = zoom_summary(records, config.prompt_template, plan_.dropped)
+    if request.max_turns:
+        from grounding_rl.eval.turns import turns_summary
+
+        metrics["turns"] = turns_summary(records)
     wall = round(result.wall_time_s, 3)
     info = {"model": plan_.model_id, "data": plan_.run["data"],
             "benchmark": plan_.benchmark.name if plan_.benchmark else None, "limit": request.limit,
@@ -494,7 +525,8 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
                          **({"temperature": request.temperature} if request.temperature is not None else {}),
                          "repetition_penalty": 1.0,
                          "batch_size": request.batch_size, "dtype": request.dtype,
-                         **({"zoom": request.zoom.to_dict()} if request.zoom is not None else {})},
+                         **({"zoom": request.zoom.to_dict()} if request.zoom is not None else {}),
+                         **({"max_turns": request.max_turns} if request.max_turns else {})},
             "seed": request.seed, "num_processes": num_processes,
             "run": {"queries_run": result.queries_run, "videos_run": result.videos_run, "wall_time_s": wall,
                     "queries_per_second": round(result.queries_run / wall, 4) if wall > 0 and result.queries_run
@@ -518,6 +550,11 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
         print(f"eval: zoom: pass 1 mIoU {z['pass1']['mIoU']:.2f}, R1@0.5 {z['pass1']['R1@0.5']:.2f}; ground truth "
               f"inside the window for {z['window_recall']}% of {z['queries']} queries; {z['fallbacks']} fallback "
               f"window(s), {z['window_errors']} window(s) not sampled")
+    if request.max_turns:
+        t = metrics["turns"]
+        print(f"eval: crop tool: {t['turns_mean']} model turns and {t['call_frequency']} crop requests per query "
+              f"({t['failure_frequency']} of them refused); ground truth coverage of the last window "
+              f"{t['coverage']}")
     print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
     unreadable = sorted({r.get("video") or r["qid"] for r in records if r.get("error")})
     check_fraction(unreadable, plan_.num_videos, request.max_missing_fraction,

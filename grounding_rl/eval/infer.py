@@ -2,7 +2,7 @@
 answers for several queries on one decoded clip (:func:`infer`), each turned into seconds clamped to the video
 (:func:`answer_result`), the exact prompt (:func:`format_prompt`) and a readable summary (:func:`format_text`).
 :func:`infer_zoom` answers twice, on the whole clip and on the window of the first answer
-(:mod:`grounding_rl.eval.zoom`).
+(:mod:`grounding_rl.eval.zoom`); :func:`infer_turns` runs the policy with the crop tool, as multi-turn training does.
 """
 from __future__ import annotations
 
@@ -107,6 +107,39 @@ def infer_zoom(model, processor, video: SampledVideo, queries: list[str], templa
     return results
 
 
+def infer_turns(model, processor, video: SampledVideo, queries: list[str], template: str, max_new_tokens: int,
+                settings, max_turns: int, batch_size: int = 4, video_layout: str = DEFAULT_VIDEO_LAYOUT,
+                print_prompt=None) -> list[dict]:
+    """Run the policy with the crop tool (``infer --max-turns K``): the multi-turn loop of training
+    (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy, at most ``max_turns`` crop requests per
+    query, each model turn up to ``max_new_tokens`` tokens; ``settings`` the clip's sampling settings (the windows
+    spend its budget, :class:`grounding_rl.rollout.tools.CropEnvironment`).
+
+    ``print_prompt(text)``, when given, receives per query the whole conversation as the model saw it, every turn
+    (:func:`grounding_rl.prompts.preprocessing.prompt_text`; printed once the query is done, since tool turns follow
+    the model's requests).
+
+    Returns:
+        one :func:`answer_result` per query for its final turn (absolute seconds, clamped), plus ``sampling`` (the
+        whole clip's) and ``conversation`` (:meth:`grounding_rl.rollout.conversation.Trajectory.record`: every turn,
+        the requested windows, requests and refusals).
+    """
+    from grounding_rl.eval.turns import converse_greedy
+
+    results = []
+    for i in range(0, len(queries), max(1, batch_size)):
+        chunk = queries[i:i + max(1, batch_size)]
+        trajectories = converse_greedy(model, processor, [video] * len(chunk), chunk, template, max_new_tokens,
+                                       settings, max_turns, video_layout)
+        for query, t in zip(chunk, trajectories):
+            if print_prompt is not None:
+                print_prompt(f"infer: conversation for {query!r} ({len(t.turns)} model turns):\n"
+                             + prompt_text(processor, t.prompt_ids + t.completion_ids))
+            results.append({**answer_result(query, t.final_text, video.duration), "sampling": video.sampling(),
+                            "conversation": t.record()})
+    return results
+
+
 def format_prompt(processor, video: SampledVideo, query: str, template: str,
                   video_layout: str = DEFAULT_VIDEO_LAYOUT) -> str:
     """The exact prompt the model is given for one query on a clip
@@ -133,6 +166,11 @@ def format_text(results: list[dict], video: SampledVideo) -> str:
             lines.append(f"    pass 1: {first}; zoom window {r['zoom_window'][0]:.2f} s to {r['zoom_window'][1]:.2f} s"
                          + (" (fallback: the centre half)" if r["zoom_fallback"] else "")
                          + (f"; {r['zoom_error']}" if r.get("zoom_error") else ""))
+        if "conversation" in r:
+            record = r["conversation"]
+            lines.append(f"    turns: {len(record['turns'])}; crops: "
+                         + (", ".join(f"{a:.2f} s to {b:.2f} s" for a, b in record["windows"]) or "none")
+                         + (f"; refused requests: {record['failures']}" if record["failures"] else ""))
         lines.append(f"    answer: {r['answer'].strip()!r}")
         lines.append(f"    reasoning: {r['reasoning'] if r['reasoning'] is not None else '(none)'}")
     return "\n".join(lines)

@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from dataclasses import dataclass
 
-from grounding_rl.data.video import FRAME_FACTOR, SampledVideo, VideoSettings
+# window_settings: the zoom's sampling rule, in data (the crop tool, grounding_rl.rollout.tools, uses it too)
+from grounding_rl.data.video import SampledVideo, VideoSettings, window_settings  # noqa: F401
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 
@@ -138,37 +138,6 @@ def zoom_window(answer: tuple[float, float] | None, duration: float, margin: flo
             pad = max(margin * (e - s), 2.0 / pass1_fps)
             return (max(0.0, s - pad), min(duration, e + pad)), False
     return (duration / 4.0, 3.0 * duration / 4.0), True
-
-
-def window_settings(settings: VideoSettings, first: dict, window: tuple[float, float], spend: str) -> VideoSettings:
-    """Pass 2's sampling settings for ``window``, spending what pass 1 spent (T₁ frames of H₁ × W₁ at f₁: ``first``
-    is pass 1's ``{"fps", "frames", "height", "width"}``, :meth:`grounding_rl.data.video.SampledVideo.sampling`).
-
-    ``fps``: rate T₁ / (b − a) and at most T₁ frames; frame sizes follow the same budget rule as pass 1 (same T, same
-    size). ``resolution``: pass 1's rate f₁ (so T₂ ≈ f₁ · (b − a) frames, at least ``min_frames``), a budget of
-    pass 1's T₁·H₁·W₁ / 2 pixels, and a per-frame cap raised to T₁·H₁·W₁ / T₂ (within qwen-vl-utils' 768 merged
-    tokens a frame), so each frame gets up to T₁ / T₂ times pass 1's pixels. ``budget_lowers_fps`` is off in pass 2
-    (the frame count is set here).
-
-    Raises:
-        ValueError: an unknown ``spend``.
-    """
-    from qwen_vl_utils.vision_process import VIDEO_MAX_TOKEN_NUM
-
-    length = max(window[1] - window[0], 1e-6)
-    frames1, rate1 = int(first["frames"]), float(first["fps"])
-    if spend == "fps":
-        return dataclasses.replace(settings, fps=frames1 / length, max_frames=max(frames1, settings.min_frames),
-                                   budget_lowers_fps=False)
-    if spend == "resolution":
-        spent = frames1 * int(first["height"]) * int(first["width"])
-        frames2 = max(settings.min_frames, math.floor(rate1 * length / FRAME_FACTOR) * FRAME_FACTOR, FRAME_FACTOR)
-        cap = VIDEO_MAX_TOKEN_NUM * settings.pixel_factor ** 2
-        max_pixels = max(settings.max_pixels, min(cap, spent // frames2))
-        return dataclasses.replace(settings, fps=rate1, max_frames=max(frames1, settings.min_frames),
-                                   total_tokens=None, total_pixels=spent // FRAME_FACTOR, max_pixels=max_pixels,
-                                   budget_lowers_fps=False)
-    raise ValueError(f"spend must be one of {ZOOM_SPEND} (got {spend!r})")
 
 
 def window_origin(video: SampledVideo) -> float:

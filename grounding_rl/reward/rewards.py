@@ -27,6 +27,7 @@ from grounding_rl.prompts.templates import (
 from grounding_rl.reward.iou import clamp_interval, temporal_iou
 from grounding_rl.reward.parsing import completion_text, json_spans, parse_answer
 from grounding_rl.reward.set_rewards import SET_REWARDS, beta_reward
+from grounding_rl.reward.window import WINDOW_REWARDS
 
 # The strict answers each template's answer format asks for (grounding_rl.prompts.templates.ANSWER_FORMATS): plain
 # seconds, "to" for the tagged templates ("12.54 to 17.83"), TimeLens's sentence for "timelens". Each pattern has one
@@ -197,6 +198,7 @@ REWARD_FUNCS: dict[str, Callable[..., list[float]]] = {
     "format": format_reward,
     "tiou": tiou_reward,
     **SET_REWARDS,
+    **WINDOW_REWARDS,
 }
 
 

@@ -75,13 +75,19 @@ def clip_grid(batch: dict) -> torch.Tensor:
     return batch[GRID][torch.as_tensor(first, dtype=torch.long, device=batch[GRID].device)]
 
 
+def row_count(batch: dict) -> int:
+    """B: the rows of a batch (one clip grid per row; a conversation batch, whose rows hold several videos in a per-row
+    list, has no batch-level grid and counts its ``completion_ids``)."""
+    return batch[GRID].shape[0] if GRID in batch else batch["completion_ids"].shape[0]
+
+
 def select_rows(batch: dict, rows: list[int]) -> dict:
     """A new batch made of ``rows`` (in that order, repeats allowed), pixel patches following their rows.
 
     Per-row pixels: row r's patches are copied once per selection of r. Shared videos (``video_index``): only the
     distinct clips the selected rows use are kept, once each, renumbered in order of first use.
     """
-    num_rows = batch[GRID].shape[0]
+    num_rows = row_count(batch)
     out = {}
     if VIDEO_INDEX in batch:
         index = batch[VIDEO_INDEX]
@@ -94,7 +100,7 @@ def select_rows(batch: dict, rows: list[int]) -> dict:
     for key, value in batch.items():
         if key in out:
             continue
-        if key == PIXELS:
+        if key == PIXELS and GRID in batch:
             per_row = split_patches(value, batch[GRID])
             out[key] = torch.cat([per_row[r] for r in rows])
         elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == num_rows:
@@ -112,7 +118,7 @@ def split_rows(batch: dict, chunks: int) -> list[dict]:
     Raises:
         ValueError: the number of rows is not divisible by ``chunks``.
     """
-    num_rows = batch[GRID].shape[0]
+    num_rows = row_count(batch)
     if num_rows % chunks:
         raise ValueError(f"cannot split {num_rows} rows into {chunks} equal parts")
     size = num_rows // chunks

@@ -15,6 +15,7 @@ from grounding_rl.update.arguments import BaseTrainingArguments, count_problems,
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
 from grounding_rl.update.recipes import recipe_problems
 from grounding_rl.update.recipes.difficulty import DIFFICULTY_SAMPLING, DifficultyArguments  # noqa: F401
+from grounding_rl.update.recipes.crop_tool import CropToolArguments
 from grounding_rl.update.recipes.distillation import DistillationArguments
 from grounding_rl.update.recipes.dynamic_sampling import DynamicSamplingArguments
 from grounding_rl.update.recipes.engine_correction import EngineCorrectionArguments
@@ -33,7 +34,8 @@ DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "diffi
 @dataclass
 class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineCorrectionArguments,
                           DynamicSamplingArguments, GroundTruthInjectionArguments, RewardShapingArguments,
-                          DifficultyArguments, OnlineFilterArguments, DistillationArguments, ValidationArguments):
+                          DifficultyArguments, OnlineFilterArguments, DistillationArguments, ValidationArguments,
+                          CropToolArguments):
     """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
 
     The recipes' fields come from their modules' dataclasses (:mod:`grounding_rl.update.recipes`), with their

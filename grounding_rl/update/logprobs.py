@@ -35,6 +35,10 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
         (B, C) float tensor; values at masked positions are meaningless (the caller masks them). With
         ``return_logits``: ``(logps, logits)``.
     """
+    from grounding_rl.update.conversation import CONVERSATION, conversation_logps
+
+    if CONVERSATION in batch:  # multi-turn: every video of a row, one forward (grounding_rl.update.conversation)
+        return conversation_logps(model, batch, temperature, return_logits)
     if share_prompt and VIDEO_INDEX in batch:
         return packed_completion_logps(model, batch, temperature, return_logits)
     completion_ids = batch["completion_ids"]

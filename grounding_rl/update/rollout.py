@@ -311,12 +311,16 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0) -> Rollout:
     acc, G = trainer.accelerator, trainer.num_generations
     device = acc.device
     account_items(trainer, items)
-    batch, completion_ids, sampling_logps = sample(trainer, items)
     start = acc.process_index * len(items)
-    clean = sanitise(trainer, items, completion_ids, sampling_logps, start)
-    texts = trainer.processing_class.batch_decode(
-        [ids[:n] for ids, n in zip(clean["completion_ids"].tolist(), clean["lengths"].tolist())],
-        skip_special_tokens=True)
+    conversed = next((out for out in (r.converse(trainer, items) for r in trainer.recipes) if out is not None), None)
+    if conversed is not None:  # multi-turn (the crop tool): the final turns are scored
+        batch, clean, texts, items = conversed
+    else:
+        batch, completion_ids, sampling_logps = sample(trainer, items)
+        clean = sanitise(trainer, items, completion_ids, sampling_logps, start)
+        texts = trainer.processing_class.batch_decode(
+            [ids[:n] for ids, n in zip(clean["completion_ids"].tolist(), clean["lengths"].tolist())],
+            skip_special_tokens=True)
     with timed(trainer, "reward"):
         local_rewards, extra = score(trainer, items, texts, clean["completion_ids"], clean["lengths"])
         rewards_per_func = acc.gather(local_rewards)

@@ -4,7 +4,7 @@ registered by name in :data:`RECIPES`. The trainer calls the hooks of the active
 never branches on a recipe's field; adding a recipe touches its module and this registry.
 
 Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every default does nothing): ``prepare_data`` (the training set, once),
-``sampler`` (the training sampler), ``pool`` (the samples an extra draw may use), ``inject`` (replace completions,
+``sampler`` (the training sampler), ``pool`` (the samples an extra draw may use), ``converse`` (a draw of conversations), ``inject`` (replace completions,
 :func:`grounding_rl.update.rollout.sanitise`), ``observe`` / ``shape`` (the gathered rewards,
 :func:`grounding_rl.update.rollout.build_rollout`), ``resample`` (more draws, handed a draw function),
 ``drops_zero_std_groups``, ``loss_inputs`` (the batch the loss sees), ``loss_term`` (added to the loss), ``save`` /
@@ -13,6 +13,7 @@ Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every de
 from __future__ import annotations
 
 from grounding_rl.update.recipes.base import Recipe
+from grounding_rl.update.recipes.crop_tool import CropTool
 from grounding_rl.update.recipes.difficulty import DifficultySelection
 from grounding_rl.update.recipes.distillation import Distillation
 from grounding_rl.update.recipes.dynamic_sampling import DynamicSampling
@@ -24,7 +25,7 @@ from grounding_rl.update.recipes.tempsamp import TempSampShaping
 from grounding_rl.update.recipes.validation import Validation
 
 # order = the order the hooks run in
-RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, PerSourceSettings, OnlineFilter,
+RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, PerSourceSettings, OnlineFilter, CropTool,
                                                         GroundTruthInjection, TempSampShaping, DynamicSampling,
                                                         EngineCorrection, Distillation, Validation)}
 def recipe_problems(args) -> list[str]:

@@ -35,6 +35,12 @@ class Recipe:
     def pool(self, trainer) -> list[int] | None:
         return None
 
+    def converse(self, trainer, items):
+        """None, or a draw made otherwise than by one sampled completion per row (the crop tool's conversations):
+        ``(batch, clean, texts, items)`` — the loss batch's prompt tensors,
+        :func:`grounding_rl.update.rollout.sanitise`'s dict, the texts the rewards score and the rows' items (with any columns added)."""
+        return None
+
     def inject(self, trainer, items, completion_ids, start):
         """None, or ``(completion_ids, rows)``: new (B, C') ids and the (B,) bool rows that were replaced."""
         return None

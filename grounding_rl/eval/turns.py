@@ -1,0 +1,110 @@
+"""Evaluating the policy with the crop tool (``eval --max-turns K``, ``infer --max-turns K``): the multi-turn loop of
+training (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy, each model turn up to
+``max_new_tokens`` tokens, at most K crop requests per query; the final turn is the prediction (absolute seconds), and
+each record keeps its conversation (``turns``, the requested ``windows``, ``calls``, ``failures``).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from grounding_rl.data.video import VideoSettings
+from grounding_rl.errors import UserError
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
+
+
+def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, prompt_template: str) -> None:
+    """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, the vLLM engine, a
+    sampler other than ``exact`` (windows are sampled exactly) or a template asking for a set of intervals."""
+    from grounding_rl.prompts.templates import is_set_template
+
+    if max_turns < 0:
+        raise UserError(f"--max-turns must be ≥ 0 (got {max_turns})")
+    if not max_turns:
+        return
+    if zoom:
+        raise UserError("--max-turns and --zoom are two ways to look again; give one")
+    if engine != "hf":
+        raise UserError("--max-turns runs with --engine hf (the multi-turn loop is not on vLLM yet)")
+    if sampler != "exact":
+        raise UserError(f"--max-turns samples windows with the exact sampler (the settings have sampler {sampler!r}; "
+                        "give --video-sampler exact)")
+    if is_set_template(prompt_template):
+        raise UserError(f"--max-turns: prompt template {prompt_template!r} asks for a set of intervals; the crop tool "
+                        "is for one")
+
+
+def converse_greedy(model, processor, clips: list, queries: list[str], template: str, max_new_tokens: int,
+                    settings: VideoSettings, max_turns: int, video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list:
+    """Finished :class:`grounding_rl.rollout.conversation.Trajectory` objects, one per (clip, query) row, decoded
+    greedily together (``settings``: the clips' sampling settings; the windows spend each clip's budget)."""
+    import torch
+
+    from grounding_rl.family import family_of
+    from grounding_rl.models.tokens import completion_token_ids
+    from grounding_rl.models.vision import placeholder_token_ids
+    from grounding_rl.rollout import conversation as conv
+    from grounding_rl.rollout.generation import SamplingParams
+    from grounding_rl.rollout.tools import CropEnvironment
+
+    family = family_of(processor)
+    ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
+    trajectories = [conv.start(processor, family, q, clip, template, max_turns, video_layout)
+                    for q, clip in zip(queries, clips)]
+    generate = conv.hf_turns(model, processor, SamplingParams.greedy(max_new_tokens), ids.pad)
+    with torch.no_grad():
+        conv.run_conversations(generate, trajectories, processor, family,
+                               CropEnvironment(family.video_settings(settings)), max_turns, end_ids=list(ids.eos),
+                               stop_ids=placeholder_token_ids(model), layout=video_layout)
+    return trajectories
+
+
+def turn_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
+                        template: str, max_new_tokens: int, batch_size: int, max_turns: int, num_workers: int = 2,
+                        frame_cache: str | None = None, frame_cache_bytes: int = 0,
+                        video_layout: str = DEFAULT_VIDEO_LAYOUT
+                        ) -> Iterator[list[tuple[int, str | None, str | None, dict | None, dict | None]]]:
+    """:func:`grounding_rl.rollout.greedy.greedy_answer_batches` with the crop tool: per batch of at most
+    ``batch_size`` rows (each video decoded once for its queries), ``(position, answer | None, error | None,
+    sampling | None, conversation | None)``, ``answer`` the final turn, ``conversation`` its
+    :meth:`~grounding_rl.rollout.conversation.Trajectory.record`; a clip that does not load, or a batch that runs out
+    of memory, gives ``error``."""
+    import torch
+
+    from grounding_rl.rollout.greedy import clip_batches, group_by_video
+
+    for batch in clip_batches(group_by_video(list(videos)), settings, max(1, batch_size), num_workers, frame_cache,
+                              frame_cache_bytes):
+        ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
+        done = {}
+        if ok:
+            try:
+                trajectories = converse_greedy(model, processor, [clip for _, clip in ok],
+                                               [queries[p] for p, _ in ok], template, max_new_tokens, settings,
+                                               max_turns, video_layout)
+            except torch.OutOfMemoryError as err:
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                done = {p: (None, f"out of memory: {err}"[:300], None, None) for p, _ in ok}
+            else:
+                done = {p: (t.final_text, None, clip.sampling(), t.record())
+                        for (p, clip), t in zip(ok, trajectories)}
+        yield [(position, *done.get(position, (None, error, None, None))) for position, _, error in batch]
+
+
+def turns_summary(records: list[dict]) -> dict:
+    """What the crop tool did over a run's records (``metrics.json`` ``turns``): ``{"queries", "turns_mean",
+    "call_frequency", "failure_frequency", "coverage"}`` — queries with a conversation, model turns per query, crop
+    requests per query, refused / requested (TRL's definitions), and the mean share of the ground truth inside the
+    last sampled window (over queries that sampled one; None if none did)."""
+    from grounding_rl.reward.window import window_coverage
+
+    talked = [r for r in records if r.get("conversation")]
+    calls = sum(r["conversation"]["calls"] for r in talked)
+    covered = [window_coverage(r["conversation"]["windows"][-1], (r["gt_start"], r["gt_end"]))
+               for r in talked if r["conversation"]["windows"]]
+    n = max(len(talked), 1)
+    return {"queries": len(talked),
+            "turns_mean": round(sum(len(r["conversation"]["turns"]) for r in talked) / n, 4),
+            "call_frequency": round(calls / n, 4),
+            "failure_frequency": round(sum(r["conversation"]["failures"] for r in talked) / calls, 4) if calls else 0.0,
+            "coverage": round(sum(covered) / len(covered), 4) if covered else None}

@@ -1,0 +1,128 @@
+"""Multi-turn GRPO with the crop tool: each completion is a conversation in which the model may request
+``crop(start, end)`` up to ``max_tool_calling_iterations`` times (TRL 1.16's name) before it answers
+(:mod:`grounding_rl.rollout.tools`, :mod:`grounding_rl.rollout.conversation`); the loss counts model tokens only
+(:mod:`grounding_rl.update.conversation`).
+
+The recipe replaces the single-turn sampling of a draw (:meth:`Recipe.converse`): the conversations are run with
+``model.generate`` (``max_completion_length`` is the budget of each model turn, ``max_prompt_length`` the input of
+every turn, appended windows included), the final turn's text is what the reward functions score, and every row gets
+the columns ``crop_windows`` and ``crop_calls`` (for the ``crop_window`` and ``crop_cost`` rewards,
+:mod:`grounding_rl.reward.window`). Logged per generation: ``turns/mean``, ``tools/call_frequency``,
+``tools/failure_frequency`` (TRL's definitions), ``zoom/coverage``, ``tools/context_forced``; with
+``log_completions`` each row's conversation record (turns, windows) is in ``extra.conversation``.
+
+Not combined (yet) with the vLLM engine, dynamic sampling, ground-truth injection, distillation or validation during
+training (``eval_file``: it would score single-turn answers) — refused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grounding_rl.update.arguments import trl_field
+from grounding_rl.update.recipes.base import Recipe
+
+CROP_SPEND = ("fps", "resolution")
+
+
+@dataclass
+class CropToolArguments:
+    max_tool_calling_iterations: int | None = trl_field(
+        "max_tool_calling_iterations",
+        note="Here it offers the crop tool: ≥ 1 = at most this many crop(start, end) requests per completion, then an "
+        "answer is required (TRL's None = no limit would let a completion crop until its length runs out); each model "
+        "turn may use max_completion_length tokens. None or 0 = single-turn GRPO, as TRL without tools.")
+    crop_spend: str = field(
+        default="fps",
+        metadata={"help": "What a requested window spends the whole clip's frame budget on: 'fps' (the same frames "
+                  "and size over the window) or 'resolution' (eval --zoom-spend's rule)."})
+
+
+class CropTool(Recipe):
+    name = "crop_tool"
+    arguments = CropToolArguments
+
+    @staticmethod
+    def enabled(args) -> bool:
+        return bool(args.max_tool_calling_iterations)
+
+    @staticmethod
+    def problems(args) -> list[str]:
+        from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
+
+        out = []
+        if (args.max_tool_calling_iterations or 0) < 0:
+            out.append(f"max_tool_calling_iterations must be ≥ 0 (got {args.max_tool_calling_iterations})")
+        if args.crop_spend not in CROP_SPEND:
+            out.append(f"crop_spend must be one of {', '.join(CROP_SPEND)} (got {args.crop_spend!r})")
+        if (args.max_tool_calling_iterations or 0) > 0:
+            conflicts = [name for name, on in (("use_vllm", args.use_vllm), ("dynamic_sampling", args.dynamic_sampling),
+                                               ("use_gt_injection", args.use_gt_injection),
+                                               ("teacher_model_name_or_path", args.teacher_model_name_or_path),
+                                               ("eval_file", args.eval_file))
+                         if on]
+            if conflicts:
+                out.append(f"max_tool_calling_iterations > 0 does not run with {', '.join(conflicts)} yet")
+            if args.video_sampler != "exact":
+                out.append("max_tool_calling_iterations > 0 samples windows with the exact sampler (video_sampler "
+                           f"is {args.video_sampler!r})")
+            if args.prompt_template in PROMPT_TEMPLATES and is_set_template(args.prompt_template):
+                out.append(f"max_tool_calling_iterations > 0: prompt_template {args.prompt_template!r} asks for a "
+                           "set of intervals; the crop tool is for one")
+        return out
+
+    def setup(self, trainer) -> None:
+        """One warning when ``share_prompt_prefix`` is on: a group's conversations diverge after the first turn, so
+        their forward runs per row (each distinct clip or window still encoded once)."""
+        if trainer.share_prompt:
+            import logging
+
+            logging.getLogger("grounding_rl.update.trainer").warning(
+                "share_prompt_prefix: multi-turn conversations diverge after their first turn; the policy and "
+                "reference forwards run per row")
+
+    def converse(self, trainer, items):
+        """Run this process's conversations (rows in order) and return ``(batch, clean, texts, items)`` for
+        :func:`grounding_rl.update.rollout.build_rollout`."""
+        import torch
+        from trl.models import unwrap_model_for_generation
+
+        from grounding_rl.family import family_of
+        from grounding_rl.rollout import conversation as conv
+        from grounding_rl.rollout.tools import CropEnvironment
+        from grounding_rl.update import batching
+        from grounding_rl.update.conversation import conversation_batch, metric_sums, metrics_from_sums
+        from grounding_rl.update.rollout import timed
+
+        args, processor = self.args, trainer.processing_class
+        family = family_of(trainer.accelerator.unwrap_model(trainer.model))
+        K = args.max_tool_calling_iterations
+        trajectories = [conv.start(processor, family, it["query"], it["clip"], args.prompt_template, K,
+                                   args.video_layout, args.max_prompt_length,
+                                   f"sample {it['index']} (qid {it['qid']}, {it['video']})") for it in items]
+        environment = CropEnvironment(family.video_settings(args.video_settings), args.crop_spend)
+        with timed(trainer, "generate"), unwrap_model_for_generation(
+                trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
+            generate = conv.hf_turns(unwrapped, processor, trainer.sampling, trainer.pad_token_id)
+            conv.run_conversations(generate, trajectories, processor, family, environment, K,
+                                   end_ids=trainer.eos_token_ids, stop_ids=trainer.placeholder_ids,
+                                   max_prompt_length=args.max_prompt_length, layout=args.video_layout)
+        device = trainer.accelerator.device
+        batch = batching.to_device(conversation_batch(trajectories, trainer.pad_token_id), device)
+        truncated = torch.tensor([t.truncated for t in trajectories], device=device)
+        mask = batch["completion_mask"]
+        if args.mask_truncated_completions:
+            mask = mask * (~truncated).unsqueeze(1).int()
+        clean = {"completion_ids": batch["completion_ids"], "completion_mask": mask,
+                 "lengths": torch.tensor([len(t.completion_ids) for t in trajectories], device=device),
+                 "truncated": truncated, "placeholder_cut": torch.zeros_like(truncated),
+                 "is_gt": torch.zeros_like(truncated), "sampling_logps": None}
+        sums = torch.tensor(metric_sums(trajectories, [(it["start"], it["end"]) for it in items]), device=device)
+        sums = trainer.accelerator.gather(sums.unsqueeze(0)).sum(dim=0).tolist()  # all processes' trajectories
+        for name, value in metrics_from_sums(sums).items():
+            if value == value:  # NaN (no window sampled) is not logged
+                trainer._metrics[name].append(value)
+        trainer.pending_extra["conversation"].extend(t.record() for t in trajectories)
+        items = [dict(it, crop_windows=[list(w) for w in t.windows], crop_calls=t.calls)
+                 for it, t in zip(items, trajectories)]
+        return batch, clean, [t.final_text for t in trajectories], items
