@@ -340,7 +340,7 @@ def test_two_process_sharded_eval_matches_one_process(noisy_model_dir, videos_di
     single, sharded = tmp_path / "single", tmp_path / "sharded"
     assert _eval(noisy_model_dir, data, single, "--batch-size", "2") == 0
     torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", "29517", "-m", "grounding_rl.cli", "eval",
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "grounding_rl.cli", "eval",
            "--model", str(noisy_model_dir), "--data", str(data), "--out", str(sharded), *FAST, "--batch-size", "2"]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
