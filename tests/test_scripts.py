@@ -86,8 +86,8 @@ def test_gpu_check_dry_run_writes_every_stage(tmp_path, shared):
         "environment": "ok", "fits": "ok", "tests": "ok", "grpo_step": "ok", "eval": "ok"}
     assert stages["environment"]["python"] == platform.python_version() and stages["environment"]["versions"]["trl"]
     (fits,) = [v for k, v in stages["fits"].items() if isinstance(v, dict)]
-    assert fits["total_params"] == 3_754_622_976 and set(fits["per_gpu_gib"]) == {"ddp", "zero2", "zero3",
-                                                                                   "zero3_offload"}
+    assert fits["total_params"] == 3_754_622_976 and set(fits["per_gpu_gib"]) == {"ddp", "zero1", "zero2",
+                                                                                   "zero3", "zero3_offload"}
     assert stages["tests"]["counts"]["tests collected"] == 6  # tests/test_device.py, collected only on CPU
     for group in (4, 8):
         for share in ("on", "off"):
