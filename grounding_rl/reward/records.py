@@ -44,39 +44,24 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
         sets). ``gt_spans_all`` is written when the sample has ``spans_all`` (TimeLens-Bench several-span entries).
     """
     if is_set_scored(sample, set_answers):
-        return _set_record(sample, answer, error, sampling)
-    parsed = parse_answer(answer) if answer is not None else None
+        pred = parse_spans(answer) if answer is not None else None
+        gt = sample.gt_spans()
+        truth = {"gt_spans": [list(span) for span in gt]}
+        prediction = {"start": min(s for s, _ in pred) if pred else None,
+                      "end": max(e for _, e in pred) if pred else None,
+                      "pred_spans": [list(span) for span in pred] if pred else None,
+                      "iou": set_scores(pred, gt, sample.duration)[0]}
+    else:
+        parsed = parse_answer(answer) if answer is not None else None
+        truth = {}
+        prediction = {"start": parsed[0] if parsed else None, "end": parsed[1] if parsed else None,
+                      "iou": query_iou(parsed, (sample.start, sample.end), sample.duration)}
     record = {
         "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
         "gt_start": sample.start, "gt_end": sample.end,
         "gt_raw_start": sample.start if sample.raw_start is None else sample.raw_start,
-        "gt_raw_end": sample.end if sample.raw_end is None else sample.raw_end, "answer": answer,
-        "reasoning": extract_think(answer) if answer is not None else None,
-        "start": parsed[0] if parsed else None, "end": parsed[1] if parsed else None,
-        "iou": query_iou(parsed, (sample.start, sample.end), sample.duration),
-    }
-    if sample.spans_all is not None:
-        record["gt_spans_all"] = [list(span) for span in sample.spans_all]
-    if error is not None:
-        record["error"] = error
-    if sampling is not None:
-        record["sampling"] = sampling
-    return record
-
-
-def _set_record(sample: Sample, answer: str | None, error: str | None, sampling: dict | None) -> dict:
-    pred = parse_spans(answer) if answer is not None else None
-    gt = sample.gt_spans()
-    record = {
-        "qid": sample.qid, "video": sample.video, "query": sample.query, "duration": sample.duration,
-        "gt_start": sample.start, "gt_end": sample.end,
-        "gt_raw_start": sample.start if sample.raw_start is None else sample.raw_start,
-        "gt_raw_end": sample.end if sample.raw_end is None else sample.raw_end,
-        "gt_spans": [list(span) for span in gt], "answer": answer,
-        "reasoning": extract_think(answer) if answer is not None else None,
-        "start": min(s for s, _ in pred) if pred else None, "end": max(e for _, e in pred) if pred else None,
-        "pred_spans": [list(span) for span in pred] if pred else None,
-        "iou": set_scores(pred, gt, sample.duration)[0],
+        "gt_raw_end": sample.end if sample.raw_end is None else sample.raw_end, **truth, "answer": answer,
+        "reasoning": extract_think(answer) if answer is not None else None, **prediction,
     }
     if sample.spans_all is not None:
         record["gt_spans_all"] = [list(span) for span in sample.spans_all]
