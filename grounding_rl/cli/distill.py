@@ -11,34 +11,13 @@ from __future__ import annotations
 
 import sys
 
-from grounding_rl.cli import common
-from grounding_rl.cli.train import load_eval_samples
+from grounding_rl.cli.train import run_trainer
 
 
 def main(argv: list[str] | None = None) -> int:
     from grounding_rl.update.distill_config import DistillationConfig
 
-    script_args, training_args, model_args = common.parse_training_args(DistillationConfig, argv,
-                                                                        "grounding-rl distill")
-    common.setup_logging(training_args)
-    fingerprint = common.run_fingerprint(script_args, training_args, model_args)
-    common.check_teacher(model_args, training_args)  # a distillation teacher's tokenizer, before any weights load
-    resume = common.resolve_resume(training_args, fingerprint)
-    common.claim_output_dir(script_args, training_args, fingerprint, resume)
-    common.init_deepspeed_comm(training_args)
-    from grounding_rl.update.trainer import GroundingGRPOTrainer
-
-    dataset = common.load_dataset(script_args)
-    model, processor = common.load_training_model(script_args, model_args, training_args)
-    eval_samples, eval_dropped = load_eval_samples(training_args, script_args)
-    trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
-                                   frame_cache=common.frame_cache(script_args),
-                                   max_missing_fraction=script_args.max_missing_fraction,
-                                   eval_dataset=eval_samples, eval_dropped=eval_dropped)
-    trainer.stage, trainer.fingerprint = "distillation", fingerprint
-    result = trainer.train(resume_from_checkpoint=resume)
-    common.finish_training(trainer, result)
-    return 0
+    return run_trainer(DistillationConfig, argv, "grounding-rl distill", stage="distillation")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,14 @@ def load_eval_samples(training_args, script_args):
 def main(argv: list[str] | None = None) -> int:
     from grounding_rl.update.config import GroundingGRPOConfig
 
-    script_args, training_args, model_args = common.parse_training_args(GroundingGRPOConfig, argv,
-                                                                        "grounding-rl train")
+    return run_trainer(GroundingGRPOConfig, argv, "grounding-rl train")
+
+
+def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | None = None) -> int:
+    """Parse ``config_class``'s arguments (GRPO's, or distillation's), check the run before any weights load, then
+    build :class:`grounding_rl.update.trainer.GroundingGRPOTrainer` and train it; ``stage`` names the run in its
+    files (None: the trainer's own). Shared by ``train`` and ``distill``."""
+    script_args, training_args, model_args = common.parse_training_args(config_class, argv, prog)
     common.setup_logging(training_args)
     fingerprint = common.run_fingerprint(script_args, training_args, model_args)
     common.check_teacher(model_args, training_args)  # a distillation teacher's tokenizer, before any weights load
@@ -50,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
                                    frame_cache=common.frame_cache(script_args),
                                    max_missing_fraction=script_args.max_missing_fraction,
                                    eval_dataset=eval_samples, eval_dropped=eval_dropped)
+    if stage is not None:
+        trainer.stage = stage
     trainer.fingerprint = fingerprint
     result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)
