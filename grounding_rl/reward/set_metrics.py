@@ -58,8 +58,8 @@ def set_metrics(records: Iterable[Mapping], key: str = "spans_all",
     ``precision`` and ``recall``; percentages over all queries, ``n`` their number, ``parse_failure_rate`` the
     queries without a usable prediction. Ties within 1e-9 below m count (as the ``standard`` scoring).
     Raises ValueError for no records."""
-    rows = [(set_scores(record_spans(r), gt_set(r, key), float(r["duration"])), record_spans(r) is None)
-            for r in records]
+    preds = [(record_spans(r), r) for r in records]
+    rows = [(set_scores(pred, gt_set(r, key), float(r["duration"])), pred is None) for pred, r in preds]
     if not rows:
         raise ValueError("set_metrics: no records")
     n = len(rows)
