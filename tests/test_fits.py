@@ -150,3 +150,17 @@ def test_fits_command_user_errors(shared, capsys):
     assert "multiple of --nodes" in capsys.readouterr().err
     assert main(["fits", "configs/qwen2_5_vl_3b_lora_24gb.yaml", "--accelerate-config", "nope.yaml"]) == 2
     assert "no such accelerate config" in capsys.readouterr().err
+
+
+def test_qwen3_vl_4b_timelens2_recipe_fits_8_gpus_of_80_gb():
+    """TimeLens2's 4B recipe on Qwen3-VL-4B-Instruct's config (tests/fixtures/qwen3_vl_4b_instruct/config.json: the
+    hub file's dimensions, from two public copies that agree; ../shared has no 4B). Text: tied embedding 151,936 ·
+    2,560 = 388,956,160, 36 layers of 26,214,400 attention + 256 q/k norms + 74,711,040 MLP + 5,120 norms
+    = 100,930,816, final norm 2,560: 4,022,468,096 — all trainable with the vision tower (415,347,712) frozen."""
+    report = _report("qwen3_vl_4b_timelens2.yaml", 8, str(REPO_ROOT / "tests/fixtures/qwen3_vl_4b_instruct"))
+    shape = report["shape"]
+    assert shape["trainable_params"] == 388_956_160 + 36 * 100_930_816 + 2_560 == 4_022_468_096
+    assert shape["total_params"] == 4_022_468_096 + 415_347_712 == shape["trainable_params"] + shape["vision_params"]
+    zero1 = _row(report, "zero1")
+    assert round(zero1["bytes"]["total"] / 2**30, 2) == 46.10  # fits 80 GiB, as does DDP (53.59)
+    assert round(_row(report, "ddp")["bytes"]["total"] / 2**30, 2) == 53.59
