@@ -236,3 +236,19 @@ def test_sampled_rollouts_on_two_processes_match_one(tiny_model_dir, videos_dir,
     assert "15 to run on 2 process(es)" in proc.stdout
     assert sharded.read_bytes() == single.read_bytes()
     assert [_pass_bytes(sharded, k) for k in range(2)] == [_pass_bytes(single, k) for k in range(2)]
+
+
+def test_a_sampled_pass_made_with_one_seed_per_shard_is_not_resumed(tmp_path):
+    """A sampled pass written before each query had its own seed (its ``eval_config.json`` has a temperature but no
+    ``seeding``) cannot be continued exactly: refused in one line; another ``--seed`` is refused too."""
+    from grounding_rl.eval.evaluate import _check_run
+
+    (tmp_path / "predictions.jsonl").write_text(json.dumps({"qid": "0", "answer": "1 to 2"}) + "\n")
+    run = {"temperature": 1.0, "seed": 0, "seeding": "per query"}
+    (tmp_path / "eval_config.json").write_text(json.dumps({"temperature": 1.0}))
+    with pytest.raises(UserError, match="made before each query had its own seed"):
+        _check_run(tmp_path, run)
+    (tmp_path / "eval_config.json").write_text(json.dumps(run))
+    _check_run(tmp_path, run)
+    with pytest.raises(UserError, match="seed: 0 → 7"):
+        _check_run(tmp_path, {**run, "seed": 7})
