@@ -77,8 +77,8 @@ def within_duration(duration: float, min_video_duration: float | None, max_video
     """Whether a video of ``duration`` seconds passes TimeLens2's video-length filter: kept when ``min_video_duration
     ≤ duration ≤ max_video_duration``, both bounds inclusive, None = no bound (MCG-NJU/TimeLens2 @a5ce450
     ``grpo/timelens/data/dataset.py`` ``_passes_filters``: dropped when ``duration < min_video_len`` or ``duration >
-    max_video_len``, on the annotation's ``duration``; its recipes set 3 and 3,600). E.g. bounds (3, 3600): 2.9 → False,
-    3.0 → True, 3600.0 → True, 3600.5 → False."""
+    max_video_len``, on the annotation's ``duration``; its recipes set 3 and 3,600). E.g. bounds (3, 3600): 2.9 →
+    False, 3.0 → True, 3600.0 → True, 3600.5 → False."""
     if min_video_duration is not None and duration < min_video_duration:
         return False
     return max_video_duration is None or duration <= max_video_duration

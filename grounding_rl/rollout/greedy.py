@@ -27,8 +27,8 @@ PREFETCH_FACTOR = 2
 
 def query_seed(seed: int, key: str) -> int:
     """The seed of one query's sampled answer: the first 63 bits of SHA-256 of ``"{seed}/{key}"`` (``key`` the
-    query's qid), so that the answer depends on the run's seed and the query alone — not on which queries ran before it,
-    the batch it sits in, the shard or the number of processes — and a resumed sampled pass writes what an
+    query's qid), so that the answer depends on the run's seed and the query alone — not on which queries ran before
+    it, the batch it sits in, the shard or the number of processes — and a resumed sampled pass writes what an
     uninterrupted one does. E.g. ``query_seed(0, "3")`` ≠ ``query_seed(1, "3")``; a pure function, in [0, 2⁶³)."""
     digest = hashlib.sha256(f"{int(seed)}/{key}".encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") >> 1
