@@ -176,6 +176,11 @@ CASES = {
     "train: video_fps 0": (lambda d: [*TRAIN, "--video_fps", "0"], ["video_fps must be > 0"]),
     "train: max_missing_fraction 2": (lambda d: [*TRAIN, "--max_missing_fraction", "2"],
                                       ["demo_grpo.yaml: max_missing_fraction must be ≤ 1.0"]),
+    "train: min_video_duration above max_video_duration": (
+        lambda d: [*TRAIN, "--min_video_duration", "3600", "--max_video_duration", "3"],
+        ["demo_grpo.yaml: min_video_duration 3600.0 is above max_video_duration 3.0"]),
+    "sft: max_video_duration -1": (lambda d: [*SFT, "--max_video_duration", "-1"],
+                                   ["max_video_duration must be ≥ 0.0 (got -1.0)"]),
     "sft: video_min_pixels 0": (lambda d: [*SFT, "--video_min_pixels", "0"], ["video_min_pixels must be ≥ 1"]),
     "sft: gradient_accumulation_steps 0": (lambda d: [*SFT, "--gradient_accumulation_steps", "0"],
                                            ["gradient_accumulation_steps must be ≥ 1"]),

@@ -154,6 +154,101 @@ def test_difficulty_command_records_k_sampled_rollouts(tiny_model_dir, videos_di
         assert score["rollout_ious"] == [record0["iou"], record1["iou"]]
         assert score["iou"] == pytest.approx((record0["iou"] + record1["iou"]) / 2)
     sidecar = json.loads((tmp_path / "scored.json").read_text())
-    assert sidecar["decoding"] == {"num_rollouts": 2, "temperature": 1.0, "top_p": 1.0, "seeds": [0, 1]}
+    assert sidecar["decoding"] == {"num_rollouts": 2, "temperature": 1.0, "top_p": 1.0, "seeds": [0, 1],
+                                   "seeding": "per query: query_seed(seed of the pass, qid)"}
     assert cli(argv) == 0  # resumed: both passes complete, nothing generated again
     assert cli(argv[:-2] + ["--temperature", "0"]) == 2  # one line on stderr, exit 2
+
+
+def test_query_seed_depends_on_the_seed_and_the_query_only():
+    """SHA-256 of "seed/qid", first 63 bits: ``int.from_bytes(sha256(b"0/3").digest()[:8], "big") >> 1``."""
+    from grounding_rl.rollout.greedy import query_seed
+
+    assert query_seed(0, "3") == 8529617569768667619
+    assert query_seed(1, "3") == 486255829187756567 and query_seed(0, "4") == 1877213241506560759
+    assert all(0 <= query_seed(s, q) < 2 ** 63 for s in (0, 7, 2 ** 32 - 1) for q in ("0", "x", "é"))
+
+
+ROLLOUT_ARGS = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4),
+                "--max-new-tokens", "8", "--num-workers", "0", "--batch-size", "4", "--reward-funcs", "iou",
+                "--num-rollouts", "2", "--temperature", "1.0"]
+
+
+def _rollouts(model, data, out, *extra) -> list[str]:
+    return ["difficulty", "--model", str(model), "--data", str(data), "--out", str(out), *ROLLOUT_ARGS, *extra]
+
+
+def _pass_bytes(out, k) -> bytes:
+    return (out.parent / f"{out.name}.eval" / f"rollout_{k}" / "predictions.jsonl").read_bytes()
+
+
+def test_sampled_rollouts_resume_bit_exact_and_follow_the_seed(tiny_model_dir, videos_dir, tmp_path, capsys):
+    """``difficulty --num-rollouts 2 --temperature 1``: a run stopped after 4 queries (``--limit``), then killed while
+    writing pass 1's third line, then resumed, writes the scored file and both passes' predictions byte for byte as
+    an uninterrupted run (batches of 4, so the resumed batches hold other queries); the two passes differ, and
+    another ``--seed`` gives other answers."""
+    from grounding_rl.cli import main as cli
+
+    data = videos_dir / "annotations.jsonl"
+    once, resumed = tmp_path / "once.jsonl", tmp_path / "resumed.jsonl"
+    assert cli(_rollouts(tiny_model_dir, data, once)) == 0
+    assert cli(_rollouts(tiny_model_dir, data, resumed, "--limit", "4")) == 0
+    pass1 = tmp_path / "resumed.jsonl.eval" / "rollout_1"
+    lines = (pass1 / "predictions.jsonl").read_text().splitlines(keepends=True)
+    assert len(lines) == 4
+    (pass1 / "predictions.jsonl").write_text("".join(lines[:2]) + lines[2][:20])
+    (pass1 / "metrics.json").unlink()
+    capsys.readouterr()
+    assert cli(_rollouts(tiny_model_dir, data, resumed)) == 0
+    out = capsys.readouterr().out
+    assert "4 already in" in out and "2 already in" in out and "each query from its own seed" in out
+    assert resumed.read_bytes() == once.read_bytes()
+    assert [_pass_bytes(resumed, k) for k in range(2)] == [_pass_bytes(once, k) for k in range(2)]
+    answers = [[json.loads(line)["answer"] for line in _pass_bytes(once, k).decode().splitlines()] for k in range(2)]
+    assert len(answers[0]) == 15 and sum(a != b for a, b in zip(*answers)) >= 10  # pass 1 is not pass 0 again
+    other = tmp_path / "seed7.jsonl"
+    assert cli(_rollouts(tiny_model_dir, data, other, "--seed", "7", "--limit", "5")) == 0
+    seven = [json.loads(line)["answer"] for line in _pass_bytes(other, 0).decode().splitlines()]
+    assert sum(a != b for a, b in zip(seven, answers[0])) >= 4
+
+
+@pytest.mark.slow
+def test_sampled_rollouts_on_two_processes_match_one(tiny_model_dir, videos_dir, tmp_path):
+    """The same sampled pass under ``torchrun --nproc_per_node 2`` (each rank its shard of whole videos, the seeds
+    per query) writes the scored file and the predictions of one process, byte for byte."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from grounding_rl.cli import main as cli
+    from grounding_rl.paths import REPO_ROOT
+
+    data = videos_dir / "annotations.jsonl"
+    single, sharded = tmp_path / "single.jsonl", tmp_path / "sharded.jsonl"
+    assert cli(_rollouts(tiny_model_dir, data, single)) == 0
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+    cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m",
+           "grounding_rl.cli", *_rollouts(tiny_model_dir, data, sharded)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "15 to run on 2 process(es)" in proc.stdout
+    assert sharded.read_bytes() == single.read_bytes()
+    assert [_pass_bytes(sharded, k) for k in range(2)] == [_pass_bytes(single, k) for k in range(2)]
+
+
+def test_a_sampled_pass_made_with_one_seed_per_shard_is_not_resumed(tmp_path):
+    """A sampled pass written before each query had its own seed (its ``eval_config.json`` has a temperature but no
+    ``seeding``) cannot be continued exactly: refused in one line; another ``--seed`` is refused too."""
+    from grounding_rl.eval.evaluate import _check_run
+
+    (tmp_path / "predictions.jsonl").write_text(json.dumps({"qid": "0", "answer": "1 to 2"}) + "\n")
+    run = {"temperature": 1.0, "seed": 0, "seeding": "per query"}
+    (tmp_path / "eval_config.json").write_text(json.dumps({"temperature": 1.0}))
+    with pytest.raises(UserError, match="made before each query had its own seed"):
+        _check_run(tmp_path, run)
+    (tmp_path / "eval_config.json").write_text(json.dumps(run))
+    _check_run(tmp_path, run)
+    with pytest.raises(UserError, match="seed: 0 → 7"):
+        _check_run(tmp_path, {**run, "seed": 7})

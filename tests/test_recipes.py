@@ -296,3 +296,5 @@ def test_timelens2_recipe_runs_two_steps_with_a_tiny_model(tmp_path, shared, tin
     saved = json.loads((out / "grounding_config.json").read_text())
     assert saved["reward_funcs"] == ["twass1", "set_iou", "parse_penalty"] and saved["video"]["fps"] == 2.0
     assert {m["prompt_template"]: m["rows"] for m in saved["data_mix"]} == {"timelens2": 3, "timelens_100k": 3}
+    assert saved["duration_filter"] == {"min_video_duration": 3.0, "max_video_duration": 3600.0, "samples": 6,
+                                        "dropped": 0}  # the 6-10.4 s clips all pass TimeLens2's 3-3,600 s filter

@@ -32,6 +32,10 @@ class GroundingScriptArguments:
             ``video_root`` or the file's folder.
         video_root: folder holding the videos, or None.
         max_train_samples: use only the first N samples (smoke runs), None = all.
+        min_video_duration, max_video_duration: train only on videos whose ``duration`` (seconds) lies in
+            [min, max], both inclusive, as TimeLens2's ``min_video_len`` / ``max_video_len`` (its recipes: 3 and
+            3,600); None = no bound (:func:`grounding_rl.data.dataset.within_duration`). Applied before
+            ``max_train_samples``; the dropped count is logged and saved in ``grounding_config.json``.
         freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
         frame_cache_dir, frame_cache_gb: optional :class:`grounding_rl.data.cache.FrameCache` for decoded clips.
         max_missing_fraction: the share of missing or unreadable videos that stops the run
@@ -45,6 +49,12 @@ class GroundingScriptArguments:
     train_file: str = field(default=None, metadata={"help": "Canonical JSONL of training samples (required)."})
     video_root: str | None = field(default=None, metadata={"help": "Folder of the videos (relative paths)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N samples only."})
+    min_video_duration: float | None = field(
+        default=None, metadata={"help": "Drop training samples whose video is shorter than this many seconds (their "
+                                        "'duration'; kept when equal); None = no bound. TimeLens2: 3."})
+    max_video_duration: float | None = field(
+        default=None, metadata={"help": "Drop training samples whose video is longer than this many seconds (kept "
+                                        "when equal); None = no bound. TimeLens2: 3600."})
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
     frame_cache_dir: str | None = field(
         default=None,
@@ -238,7 +248,8 @@ def _check_honoured(script_args, model_args, training_args, where: str, stage: s
 
 def _check_numbers(script_args, training_args, model_args, where: str) -> None:
     """The numbers the dataclasses' own validation leaves: the script arguments' (``max_train_samples`` ≥ 1,
-    ``frame_cache_gb`` > 0, ``max_missing_fraction`` in [0, 1]) and the generation length against the model's
+    ``frame_cache_gb`` > 0, ``max_missing_fraction`` in [0, 1], ``min_video_duration`` and ``max_video_duration`` ≥ 0
+    with min ≤ max) and the generation length against the model's
     context (:func:`grounding_rl.models.loading.context_length`, from ``config.json``, before any weights load):
     ``max_prompt_length`` + ``max_completion_length`` ≤ ``max_position_embeddings``.
 
@@ -256,6 +267,12 @@ def _check_numbers(script_args, training_args, model_args, where: str) -> None:
     check("max_train_samples", script_args.max_train_samples, minimum=1)
     check("frame_cache_gb", script_args.frame_cache_gb, above=0)
     check("max_missing_fraction", script_args.max_missing_fraction, minimum=0.0, maximum=1.0)
+    low, high = script_args.min_video_duration, script_args.max_video_duration
+    check("min_video_duration", low, minimum=0.0)
+    check("max_video_duration", high, minimum=0.0)
+    if low is not None and high is not None and low > high:
+        raise UserError(f"{where}: min_video_duration {low} is above max_video_duration {high} (seconds): no video "
+                        "would be kept")
     completion = getattr(training_args, "max_completion_length", None)
     if completion is not None:
         from grounding_rl.models.loading import context_length
@@ -300,19 +317,36 @@ def init_deepspeed_comm(training_args) -> None:
 
 
 def load_dataset(script_args):
-    """The training :class:`grounding_rl.data.dataset.GroundingDataset` (validation policy applied, capped at
-    ``max_train_samples``).
+    """The training :class:`grounding_rl.data.dataset.GroundingDataset` (validation policy applied, videos outside
+    [``min_video_duration``, ``max_video_duration``] dropped, then capped at ``max_train_samples``). Its
+    ``duration_filter`` records the filter (``{"min_video_duration", "max_video_duration", "samples", "dropped"}``,
+    None without bounds) for ``grounding_config.json``.
 
     Raises:
-        UserError: more than ``max_missing_fraction`` of its distinct videos are missing (count and first paths).
+        UserError: more than ``max_missing_fraction`` of its distinct videos are missing (count and first paths);
+            the duration bounds drop every sample.
     """
-    from grounding_rl.data.dataset import GroundingDataset
+    from grounding_rl.data.dataset import GroundingDataset, filter_by_duration
 
     from grounding_rl.data.missing import check_fraction, missing_videos
 
     dataset = GroundingDataset.from_jsonl(script_args.train_file, video_root=script_args.video_root)
+    low, high = script_args.min_video_duration, script_args.max_video_duration
+    duration_filter = None
+    if low is not None or high is not None:
+        kept, dropped = filter_by_duration(dataset.samples, low, high)
+        bounds = f"[{'0' if low is None else f'{low:g}'}, {'∞' if high is None else f'{high:g}'}] s"
+        if not kept:
+            raise UserError(f"{script_args.train_file}: all {dropped} samples have a video duration outside {bounds} "
+                            "(min_video_duration / max_video_duration)")
+        logger.info("dropped %d of %d training samples whose video duration lies outside %s (min_video_duration / "
+                    "max_video_duration)", dropped, len(dataset), bounds)
+        duration_filter = {"min_video_duration": low, "max_video_duration": high, "samples": len(dataset),
+                           "dropped": dropped}
+        dataset = GroundingDataset(kept)
     if script_args.max_train_samples:
         dataset = GroundingDataset(dataset.samples[: script_args.max_train_samples])
+    dataset.duration_filter = duration_filter
     absent, total = missing_videos(sample["video"] for sample in dataset.samples)
     check_fraction(absent, total, script_args.max_missing_fraction, f"{script_args.train_file}: missing",
                    "check video_root")
@@ -413,7 +447,7 @@ SAMPLING_KEYS = ("num_generations", "max_completion_length", "temperature", "top
 def run_fingerprint(script_args, training_args, model_args) -> dict:
     """What produced a run's checkpoints, written into each as ``run_fingerprint.json``
     (:class:`grounding_rl.update.saving.GroundingSaveMixin`) and compared on resume (:func:`resolve_resume`): the train
-    file and its content hash, the model and its fingerprint (:func:`grounding_rl.run_record.model_fingerprint`),
+    file and its content hash, the video-duration bounds, the model and its fingerprint (:func:`grounding_rl.run_record.model_fingerprint`),
     prompt template, video layout, video and sampling settings, the difficulty-aware data selection, LoRA settings
     (:func:`lora_settings`), seed, data seed, a distillation teacher and its β, and package version (not the git
     commit). ``max_steps``,
@@ -427,7 +461,8 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         **({"teacher": teacher, "teacher_fingerprint": model_fingerprint(teacher, None),
             "teacher_divergence_beta": training_args.teacher_divergence_beta} if teacher else {}),
         "train_file": script_args.train_file, "train_sha256": file_sha256(script_args.train_file),
-        "max_train_samples": script_args.max_train_samples, "model": model_args.model_name_or_path,
+        "max_train_samples": script_args.max_train_samples, "min_video_duration": script_args.min_video_duration,
+        "max_video_duration": script_args.max_video_duration, "model": model_args.model_name_or_path,
         "model_revision": model_args.model_revision,
         "model_fingerprint": model_fingerprint(model_args.model_name_or_path, model_args.model_revision),
         "prompt_template": training_args.prompt_template, "video_layout": training_args.video_layout,

@@ -32,7 +32,9 @@ def build_parser():
     parser.add_argument("--num-rollouts", type=int, default=0,
                         help="K > 0: K sampled answers per sample instead of one greedy answer, recorded as "
                              "difficulty.rollout_intervals / rollout_rewards for difficulty_sampling dispersion "
-                             "(TimeLens2: 8); each pass resumable in WORK_DIR/rollout_k")
+                             "(TimeLens2: 8); each pass resumable in WORK_DIR/rollout_k, seed --seed + k, each query "
+                             "sampled alone from a seed of (that seed, its qid): a resumed or multi-process pass "
+                             "writes the bytes of an uninterrupted one")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="sampling temperature of the rollouts (TimeLens2's rollout.py: 1.0)")
     return parser

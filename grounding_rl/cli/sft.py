@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = GroundingSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
                                   processing_class=processor)
     trainer.fingerprint = fingerprint
+    trainer.duration_filter = dataset.duration_filter  # saved in grounding_config.json
     result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)
     return 0

@@ -59,6 +59,7 @@ def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | No
     if stage is not None:
         trainer.stage = stage
     trainer.fingerprint = fingerprint
+    trainer.duration_filter = dataset.duration_filter  # saved in grounding_config.json
     result = trainer.train(resume_from_checkpoint=resume)
     common.finish_training(trainer, result)
     return 0

@@ -29,7 +29,12 @@ class GroundingDataset(Dataset):
 
     Args:
         samples: :class:`grounding_rl.data.samples.Sample` objects (already validated), or dicts with those keys.
+
+    ``duration_filter``: what the video-duration filter of the training entry points dropped
+    (:func:`grounding_rl.cli.common.load_dataset`), None when it was off.
     """
+
+    duration_filter: dict | None = None
 
     def __init__(self, samples: Sequence):
         self.samples = [s if isinstance(s, dict) else s.to_dict() for s in samples]
@@ -66,6 +71,26 @@ class GroundingDataset(Dataset):
             "spans": None if s.get("spans") is None else [[float(a), float(b)] for a, b in s["spans"]],
             "prompt_template": s.get("prompt_template"),
         }
+
+
+def within_duration(duration: float, min_video_duration: float | None, max_video_duration: float | None) -> bool:
+    """Whether a video of ``duration`` seconds passes TimeLens2's video-length filter: kept when ``min_video_duration
+    ≤ duration ≤ max_video_duration``, both bounds inclusive, None = no bound (MCG-NJU/TimeLens2 @a5ce450
+    ``grpo/timelens/data/dataset.py`` ``_passes_filters``: dropped when ``duration < min_video_len`` or ``duration >
+    max_video_len``, on the annotation's ``duration``; its recipes set 3 and 3,600). E.g. bounds (3, 3600): 2.9 →
+    False, 3.0 → True, 3600.0 → True, 3600.5 → False."""
+    if min_video_duration is not None and duration < min_video_duration:
+        return False
+    return max_video_duration is None or duration <= max_video_duration
+
+
+def filter_by_duration(samples: Sequence[dict], min_video_duration: float | None,
+                       max_video_duration: float | None) -> tuple[list[dict], int]:
+    """``(kept, dropped)``: the samples whose ``duration`` (seconds, the canonical sample's: the annotation's, else the
+    container's as :func:`grounding_rl.data.samples.load_samples` probed it) passes :func:`within_duration`, in
+    order, and how many did not."""
+    kept = [s for s in samples if within_duration(float(s["duration"]), min_video_duration, max_video_duration)]
+    return kept, len(samples) - len(kept)
 
 
 ROW_SETTINGS = ("prompt_template", "reward_spec")  # per-row settings a canonical line may carry

@@ -127,7 +127,10 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
         work_dir: the evaluation's folder (resumable).
         num_rollouts: 0 = one greedy answer per sample; K > 0 = K sampled answers at ``temperature``, each pass an
             evaluation of its own (``work_dir/rollout_k``, seed ``request.seed + k``; resumable and multi-process as
-            the greedy one), scored by :func:`rollouts_score` (TimeLens2's off-policy rollouts, its
+            the greedy one, and as exactly: each query is sampled alone from
+            :func:`grounding_rl.rollout.greedy.query_seed` of the pass's seed and its qid, so an interrupted and
+            resumed pass, or one on several processes, writes the same bytes as an uninterrupted one), scored by
+            :func:`rollouts_score` (TimeLens2's off-policy rollouts, its
             ``grpo/timelens/rollout.py``: 8 at temperature 1.0, top_p 1.0).
         temperature: the sampling temperature of the rollouts (> 0).
 
@@ -193,7 +196,8 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
         "video": run["video"], "max_new_tokens": run["max_new_tokens"],
         "decoding": "greedy" if not num_rollouts else {"num_rollouts": num_rollouts, "temperature": temperature,
                                                        "top_p": 1.0, "seeds": [request.seed + k
-                                                                               for k in range(num_rollouts)]},
+                                                                               for k in range(num_rollouts)],
+                                                       "seeding": "per query: query_seed(seed of the pass, qid)"},
         "dtype": run["dtype"], "seed": request.seed, "limit": request.limit, "reward_funcs": names,
         "reward_weights": list(weights), "iou_rule": "clamped (the iou reward's)", "work_dir": str(work.resolve()),
         "counts": counts, "mean_iou": sum(ious) / len(ious) if ious else None,

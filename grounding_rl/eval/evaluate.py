@@ -75,7 +75,8 @@ HISTOGRAM = "iou_hist.png"
 BARRIER_TIMEOUT_H = 12
 # Settings that must match for a rerun to reuse earlier predictions.
 RUN_KEYS = ("model", "model_fingerprint", "data", "data_sha256", "video_root", "prompt_template", "video_layout",
-            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom", "temperature", "max_turns")
+            "video", "max_new_tokens", "dtype", "attn_implementation", "version", "zoom", "temperature", "max_turns",
+            "seed")
 
 
 # ------------------------------------------------------------------------------------------------------ records
@@ -171,8 +172,10 @@ class EvalRequest:
             the qvhighlights reader, and a benchmark's own ``scorings`` (its YAML) always.
         zoom: a second pass on the window of each first answer (:class:`grounding_rl.eval.zoom.ZoomSettings`);
             None = one pass.
-        temperature: None = greedy decoding; a temperature > 0 samples instead (top_p 1, top_k off), seeded by
-            ``seed`` — the K rollouts of ``grounding-rl difficulty --num-rollouts`` (recorded; not with ``zoom``).
+        temperature: None = greedy decoding; a temperature > 0 samples instead (top_p 1, top_k off) — the K rollouts
+            of ``grounding-rl difficulty --num-rollouts`` (recorded; not with ``zoom``). Each query is sampled alone
+            from its own seed, :func:`grounding_rl.rollout.greedy.query_seed` of (``seed``, its qid), so a resumed or
+            sharded pass writes the same answers as an uninterrupted one.
         max_turns: run the policy with the crop tool, at most this many crop requests per query
             (:mod:`grounding_rl.eval.turns`); 0 = one turn.
     """
@@ -342,7 +345,9 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
               "video": config.video.to_dict(), "max_new_tokens": max_new_tokens,
               "dtype": request.dtype, "attn_implementation": request.attn_implementation,
               **({"engine": request.engine} if request.engine != "hf" else {}),
-              **({"temperature": request.temperature} if request.temperature is not None else {}),
+              # sampled answers depend on the seed (per query, query_seed); greedy ones do not, so it is not recorded
+              **({"temperature": request.temperature, "seed": request.seed, "seeding": "per query"}
+                 if request.temperature is not None else {}),
               "zoom": request.zoom.to_dict() if request.zoom is not None else None, "max_turns": request.max_turns}
     if request.zoom is not None:
         request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
@@ -371,6 +376,9 @@ def _check_run(outdir: Path, run: dict) -> None:
         if previous is not None and "zoom" not in previous and run.get("zoom") is not None:  # made before --zoom
             raise UserError(f"{outdir} holds predictions made by something else (zoom: None → {run['zoom']!r}); "
                             "rerun with --overwrite to replace them, or give a new --out")
+        if previous is not None and "temperature" in previous and "seeding" not in previous:  # one seed for a shard
+            raise UserError(f"{outdir} holds sampled predictions made before each query had its own seed (they "
+                            "cannot be resumed exactly); rerun with --overwrite to replace them, or give a new --out")
         if previous is not None and "max_turns" not in previous and run.get("max_turns"):  # made before --max-turns
             raise UserError(f"{outdir} holds predictions made by something else (max_turns: 0 → {run['max_turns']}); "
                             "rerun with --overwrite to replace them, or give a new --out")
@@ -395,7 +403,9 @@ def run(plan_: EvalPlan, state) -> RunResult:
     outdir, main_process = Path(request.out), state.is_main_process
     if main_process:
         print(f"eval: settings from {plan_.source}")
-        print(f"eval: {describe_config(plan_.config)} max_new_tokens={plan_.max_new_tokens} (greedy)")
+        decoding = "greedy" if request.temperature is None else \
+            f"sampled at temperature {request.temperature:g}, each query from its own seed under --seed {request.seed}"
+        print(f"eval: {describe_config(plan_.config)} max_new_tokens={plan_.max_new_tokens} ({decoding})")
     # Every rank reads the same finished set before anyone writes (barrier), so the shards are disjoint.
     if main_process:
         outdir.mkdir(parents=True, exist_ok=True)
@@ -439,15 +449,17 @@ def run(plan_: EvalPlan, state) -> RunResult:
                                           request.num_workers, request.frame_cache, int(request.frame_cache_gb * 1e9),
                                           video_layout=config.video_layout)
         elif request.zoom is None:
-            sampled = None
+            sampled, seeds = None, None
             if request.temperature is not None:
                 from grounding_rl.rollout.generation import SamplingParams
+                from grounding_rl.rollout.greedy import query_seed
 
                 sampled = SamplingParams(plan_.max_new_tokens, temperature=request.temperature)
+                seeds = [query_seed(request.seed, s.qid) for s in shard]  # each answer from its query's own seed
             batches = greedy_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
                                             plan_.max_new_tokens, request.batch_size, request.num_workers,
                                             request.frame_cache, int(request.frame_cache_gb * 1e9), engine=engine,
-                                            video_layout=config.video_layout, sampling_params=sampled)
+                                            video_layout=config.video_layout, sampling_params=sampled, seeds=seeds)
         else:
             from grounding_rl.eval.zoom import zoom_answer_batches
             from grounding_rl.family import family_of

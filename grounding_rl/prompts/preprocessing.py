@@ -55,6 +55,8 @@ class GroundingConfig:
         data_mix: for a training set mixing sources, rows per ``{"prompt_template", "reward_spec", "rows"}``
             (:mod:`grounding_rl.update.recipes.sources`); None when every row used ``prompt_template`` and the
             run's rewards (informational: evaluation uses ``prompt_template``).
+        duration_filter: the training set's video-duration filter, ``{"min_video_duration", "max_video_duration"
+            (seconds, inclusive; None = no bound), "samples" (read), "dropped"}``; None when off (informational).
     """
 
     prompt_template: str = "default"
@@ -63,6 +65,7 @@ class GroundingConfig:
     reward_weights: list[float] | None = None
     video_layout: str = DEFAULT_VIDEO_LAYOUT
     data_mix: list[dict] | None = None
+    duration_filter: dict | None = None
 
     def __post_init__(self):
         if self.prompt_template not in TEMPLATES:
@@ -90,6 +93,7 @@ class GroundingConfig:
             reward_weights=data.get("reward_weights"),
             video_layout=data.get("video_layout", DEFAULT_VIDEO_LAYOUT),
             data_mix=data.get("data_mix"),
+            duration_filter=data.get("duration_filter"),
         )
 
     @classmethod

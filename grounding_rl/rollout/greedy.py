@@ -13,6 +13,7 @@ every caller shares; turning its answers into scored records is the reward stage
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -22,6 +23,15 @@ from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
 PREFETCH_FACTOR = 2
+
+
+def query_seed(seed: int, key: str) -> int:
+    """The seed of one query's sampled answer: the first 63 bits of SHA-256 of ``"{seed}/{key}"`` (``key`` the
+    query's qid), so that the answer depends on the run's seed and the query alone — not on which queries ran before
+    it, the batch it sits in, the shard or the number of processes — and a resumed sampled pass writes what an
+    uninterrupted one does. E.g. ``query_seed(0, "3")`` ≠ ``query_seed(1, "3")``; a pure function, in [0, 2⁶³)."""
+    digest = hashlib.sha256(f"{int(seed)}/{key}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def group_by_video(videos: Sequence[str]) -> list[tuple[str, list[int]]]:
@@ -109,8 +119,8 @@ def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, b
 
 def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], queries: Sequence[str],
                  template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None,
-                 video_layout: str = DEFAULT_VIDEO_LAYOUT, sampling_params: SamplingParams | None = None
-                 ) -> list[tuple[int, str | None, str | None, dict | None]]:
+                 video_layout: str = DEFAULT_VIDEO_LAYOUT, sampling_params: SamplingParams | None = None,
+                 seeds: Sequence[int] | None = None) -> list[tuple[int, str | None, str | None, dict | None]]:
     """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None,
     sampling | None)``, ``sampling`` the rate and size the clip was sampled at
     (:meth:`grounding_rl.data.video.SampledVideo.sampling`; None when the clip did not load).
@@ -130,8 +140,14 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         engine: a rollout engine for ``generate_answers`` (``--engine vllm``); None = transformers' ``generate``.
         video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
         sampling_params: decode by sampling with these (``grounding-rl difficulty --num-rollouts``); None = greedy.
+        seeds: with ``sampling_params``, each position's seed (``seeds[position]``, :func:`query_seed`): every row is
+            then generated alone after ``torch.manual_seed(seeds[position])``, so its answer depends on its seed only
+            (``generate`` draws a batch's tokens from one global generator, so a row's sample would depend on the
+            rows beside it); the rows of a clip no longer share one vision encoding. None = one ``generate`` call for
+            the batch.
     """
     decoding = sampling_params or SamplingParams.greedy(max_new_tokens, synced_gpus)
+    seeded = seeds is not None and decoding.do_sample
     results: dict[int, tuple[int, str | None, str | None]] = {}
     ok = []
     for position, video, error in batch:
@@ -140,9 +156,11 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         else:
             ok.append((position, video))
     sampling = {position: video.sampling() for position, video in ok}
-    groups = [ok] if ok else []
+    groups = [[item] for item in ok] if seeded else [ok] if ok else []
     while groups:
         group = groups.pop(0)
+        if seeded:
+            torch.manual_seed(seeds[group[0][0]])  # every device's generator: the row's draws from its own seed
         try:
             answers = generate_answers(model, processor, [queries[p] for p, _ in group], [v for _, v in group],
                                        template, decoding,
@@ -165,7 +183,7 @@ def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequ
                           template: str, max_new_tokens: int, batch_size: int, num_workers: int = 2,
                           frame_cache: str | None = None, frame_cache_bytes: int = 0,
                           synced_gpus: bool | None = None, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
-                          sampling_params: SamplingParams | None = None
+                          sampling_params: SamplingParams | None = None, seeds: Sequence[int] | None = None
                           ) -> Iterator[list[tuple[int, str | None, str | None, dict | None]]]:
     """Greedy answers to the queries ``(videos[i], queries[i])``, grouped by video, one list per batch of at most
     ``batch_size`` rows: ``(position, answer | None, error | None, sampling | None)`` (:func:`answer_batch`); every
@@ -184,8 +202,10 @@ def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequ
         frame_cache, frame_cache_bytes: optional on-disk frame cache (folder, bound in bytes).
         synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams` (False: this rank decodes alone).
         engine, video_layout, sampling_params: see :func:`answer_batch`.
+        seeds: one per query (same length as ``queries``), for sampled answers that depend on their query alone
+            (:func:`answer_batch`); None = none.
     """
     for batch in clip_batches(group_by_video(videos), settings, max(1, batch_size), num_workers, frame_cache,
                               frame_cache_bytes):
         yield answer_batch(model, processor, batch, queries, template, max_new_tokens, synced_gpus, engine,
-                           video_layout, sampling_params)
+                           video_layout, sampling_params, seeds)

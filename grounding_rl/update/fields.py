@@ -62,6 +62,7 @@ FIELDS: dict[str, Honour] = {
     # --- GroundingScriptArguments (grounding_rl/cli/common.py)
     "train_file": _O, "video_root": _O, "max_train_samples": _O, "freeze_vision_tower": _O, "frame_cache_dir": _O,
     "frame_cache_gb": _O, "max_missing_fraction": _O, "replace_output_dir": _O,
+    "min_video_duration": _O, "max_video_duration": _O,  # load_dataset: TimeLens2's video filter
     "tiny_model": _O,  # scripts/train.sh and scripts/demo.sh build it (grounding-rl tiny-model) when the model is missing
     # --- trl.ModelConfig
     "model_name_or_path": _O, "model_revision": _O, "dtype": _O, "attn_implementation": _O,

@@ -124,7 +124,8 @@ class GroundingSaveMixin:
             folder = output_dir or self.args.output_dir
             config = self.grounding_config()  # the video settings as sampled: with the model family's pixel factor
             config = dataclasses.replace(config, video=family_of(unwrapped).video_settings(config.video),
-                                         data_mix=getattr(self, "data_mix", None) or config.data_mix)
+                                         data_mix=getattr(self, "data_mix", None) or config.data_mix,
+                                         duration_filter=getattr(self, "duration_filter", None))
             write_grounding_files(folder, config, base, self.stage, self.command or training_command(),
                                   lora_targets_of(unwrapped), getattr(self.args, "teacher_model_name_or_path", None))
             if self.fingerprint is not None:
