@@ -72,7 +72,17 @@ class CropTool(Recipe):
 
     def setup(self, trainer) -> None:
         """One warning when ``share_prompt_prefix`` is on: a group's conversations diverge after the first turn, so
-        their forward runs per row (each distinct clip or window still encoded once)."""
+        their forward runs per row (each distinct clip or window still encoded once).
+
+        Raises:
+            ValueError: ZeRO-3 without ``ds3_gather_for_generation``: the ranks run different numbers of turns (each
+                rank's conversations end when they answer), and partitioned layers would leave them waiting on each
+                other's parameter gathers.
+        """
+        if (trainer.is_deepspeed_enabled and not self.args.ds3_gather_for_generation
+                and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3):
+            raise ValueError("max_tool_calling_iterations > 0 under ZeRO-3 needs ds3_gather_for_generation: true "
+                             "(each rank runs as many turns as its own conversations need)")
         if trainer.share_prompt:
             import logging
 
@@ -83,6 +93,8 @@ class CropTool(Recipe):
     def converse(self, trainer, items):
         """Run this process's conversations (rows in order) and return ``(batch, clean, texts, items)`` for
         :func:`grounding_rl.update.rollout.build_rollout`."""
+        import dataclasses
+
         import torch
         from trl.models import unwrap_model_for_generation
 
@@ -103,7 +115,10 @@ class CropTool(Recipe):
         with timed(trainer, "generate"), unwrap_model_for_generation(
                 trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
-            generate = conv.hf_turns(unwrapped, processor, trainer.sampling, trainer.pad_token_id)
+            # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another rank's,
+            # and under ZeRO-3 the parameters are gathered for generation (setup)
+            sampling = dataclasses.replace(trainer.sampling, synced_gpus=False)
+            generate = conv.hf_turns(unwrapped, processor, sampling, trainer.pad_token_id)
             conv.run_conversations(generate, trajectories, processor, family, environment, K,
                                    end_ids=trainer.eos_token_ids, stop_ids=trainer.placeholder_ids,
                                    max_prompt_length=args.max_prompt_length, layout=args.video_layout)
