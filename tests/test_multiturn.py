@@ -276,6 +276,59 @@ def test_model_token_logps_of_one_forward_equal_the_turn_by_turn_forwards(tiny_m
     assert mask.sum().item() == sum(a.tool_mask) + sum(b.tool_mask) < batch[ATTENTION].sum().item()
 
 
+def test_generation_encodes_each_video_once_per_rollout_with_the_same_tokens(family_model_dir, videos_dir):
+    """Multi-turn generation with the vision cache: three rows of one clip, each first turn sampled by the model then
+    replaced by a crop request (rows 0 and 1 the same window, row 2 another), each second turn sampled over the clip
+    and the window. With the cache the tower encodes 3 videos (the clip at turn 1, the two windows at turn 2) instead
+    of 3 + 6, and for the same seed every sampled token is the same as re-encoding every video of every row at each
+    turn; the cached features equal a fresh encoding of each video alone."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from grounding_rl.rollout.generation import SamplingParams
+
+    processor = AutoProcessor.from_pretrained(family_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(family_model_dir, dtype=torch.float32).eval()
+    family, settings, clip = clip_for(processor, videos_dir)
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    crops = [call('{"start": 4, "end": 12}')] * 2 + [call('{"start": 20, "end": 30}')]
+    encoded, encode = [], model.model.get_video_features
+
+    def counting(pixel_values_videos, video_grid_thw, **kwargs):  # generate passes them by these names
+        encoded.append(len(video_grid_thw))
+        return encode(pixel_values_videos, video_grid_thw, **kwargs)
+
+    model.model.get_video_features = counting
+
+    def rollout(cache_vision):
+        torch.manual_seed(0)
+        encoded.clear()
+        sampled = conv.hf_turns(model, processor, SamplingParams(max_new_tokens=8), tok.pad_token_id, cache_vision)
+
+        def generate(trajectories):
+            ids = sampled(trajectories)
+            return ids if trajectories[0].turns else [tok(c, add_special_tokens=False)["input_ids"] + [end]
+                                                      for c in crops]
+
+        trajectories = [conv.start(processor, family, "a person opens a door", clip, "default", 1) for _ in crops]
+        conv.run_conversations(generate, trajectories, processor, family, tools.CropEnvironment(settings), 1,
+                               end_ids=[end])
+        return trajectories, list(encoded), sampled.vision
+
+    cached, calls_cached, vision = rollout(True)
+    plain, calls_plain, _ = rollout(False)
+    assert calls_cached == [1, 2] and calls_plain == [3, 6]  # videos through the tower at turn 1, turn 2
+    assert [t.windows for t in cached] == [[(4.0, 12.0)], [(4.0, 12.0)], [(20.0, 30.0)]]
+    assert [t.completion_ids for t in cached] == [t.completion_ids for t in plain]
+    assert all(len(t.turns) == 2 for t in cached)
+    del model.model.get_video_features
+    with torch.no_grad():
+        for video in (cached[0].videos + cached[2].videos[1:]):
+            alone = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"][None],
+                                                   return_dict=True).pooler_output[0]
+            torch.testing.assert_close(vision.pooled[vision.index[video["key"]]], alone, rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------------ the trainer
 @pytest.mark.slow  # ~25 s: a GRPO step with video on two shared cores
 def test_grpo_step_over_conversations_logs_the_tool_metrics(tiny_model_dir, videos_dir, tmp_path, monkeypatch):
