@@ -422,6 +422,7 @@ def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_
     with pytest.raises(UserError, match="≥ 0"):
         check_turns_run(-1, False, "hf", "exact", "default")
     check_turns_run(0, True, "vllm", "qwen_vl_utils", "timelens2")  # single turn: nothing to refuse
+    check_turns_run(2, False, "vllm", "exact", "default")  # vLLM runs the conversation too (tests/test_vllm_cpu.py)
 
 
 def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume(tiny_model_dir, videos_dir, tmp_path,
