@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=2)  # head_dim 64
 CLIP = "charades_OHOFG.mp4"  # 30 fps source; 2 fps sampled: source metadata would make vLLM read 1.992 fps
 QUERY = "person opens the door."
+CLIP_SETTINGS = VideoSettings(fps=2.0, min_pixels=4 * 28 * 28, max_pixels=4 * 28 * 28)
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +52,13 @@ def policy(model_dir):
 
 @pytest.fixture(scope="module")
 def clip(videos_dir, policy):
-    settings = VideoSettings(fps=2.0, min_pixels=4 * 28 * 28, max_pixels=4 * 28 * 28)
-    return sample_frames(videos_dir / CLIP, family_of(policy[0]).video_settings(settings))
+    return sample_frames(videos_dir / CLIP, family_of(policy[0]).video_settings(CLIP_SETTINGS))
 
 
 def make_engine(path, model):
-    return VLLMEngine(str(path), model.generation_config.eos_token_id, 151643, dtype="float32", max_model_len=4096)
+    # three videos per prompt: a conversation's clip and up to two windows (the multi-turn test)
+    return VLLMEngine(str(path), model.generation_config.eos_token_id, 151643, dtype="float32", max_model_len=4096,
+                      max_videos=3)
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +239,42 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
     with torch.no_grad():
         forward = completion_logps(model, batch)
     assert (forward - engine.sampling_logps)[mask.bool()].abs().max().item() < 0.05
+
+
+def test_multi_turn_greedy_turn_over_clip_and_window_equals_transformers(engine, policy, clip):
+    """The second turn of a conversation on vLLM (the first a scripted crop of 4-12 s: a random model calls no tool),
+    the clip and the window in one prompt: vLLM expands it into exactly the HF loop's ids (checked inside
+    ``VLLMEngine.sample``) and its greedy tokens are transformers' greedy tokens over the same conversation."""
+    from grounding_rl.rollout import conversation as conv
+    from grounding_rl.rollout.tools import CropEnvironment
+    from grounding_rl.rollout.vllm import vllm_turns
+
+    model, processor = policy
+    family = family_of(model)
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    t = conv.start(processor, family, QUERY, clip, "default", 2)
+    crop = '<tool_call>{"name": "crop", "arguments": {"start": 4, "end": 12}}</tool_call>'
+    conv.step(t, tok(crop, add_special_tokens=False)["input_ids"] + [end], processor, family,
+              CropEnvironment(family.video_settings(CLIP_SETTINGS)), max_turns=2, end_ids=[end])
+    assert t.windows == [(4.0, 12.0)] and len(t.videos) == 2
+    (sampled,) = vllm_turns(engine, SamplingParams.greedy(12))([t])
+    assert sampled and sampled == forward_greedy(model, conv.conversation_inputs([t], 151643), len(sampled))
+
+
+def test_infer_max_turns_on_vllm_completes_and_keeps_the_conversation(model_dir, videos_dir, capsys):
+    """``infer --engine vllm --max-turns 2`` on the tiny model: the conversation loop runs on vLLM to its end (the
+    random model answers, or runs out of tokens, in its first turn) and the result keeps its turns."""
+    from grounding_rl.cli import infer as infer_cli
+
+    rc = infer_cli.main(["--model", str(model_dir), "--video", str(videos_dir / CLIP), "--query", QUERY,
+                         "--engine", "vllm", "--max-turns", "2", "--json", "--fps", "2", "--max-pixels",
+                         str(4 * 28 * 28), "--min-pixels", str(4 * 28 * 28), "--max-new-tokens", "12"])
+    assert rc == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    turns = result["conversation"]["turns"]
+    assert 1 <= len(turns) <= 3 and result["answer"] == turns[-1]["text"]
+    assert result["conversation"]["calls"] == len(result["conversation"]["windows"]) + result["conversation"]["failures"]
 
 
 @pytest.mark.slow
