@@ -468,6 +468,27 @@ def test_crop_tool_settings_are_checked(tmp_path):
             grpo_config(tmp_path, **overrides)
 
 
+def test_crop_tool_under_zero3_needs_the_parameters_gathered_for_generation(tmp_path):
+    """Ranks run as many turns as their own conversations need, so each samples alone: under ZeRO-3 that needs the
+    parameters gathered (``ds3_gather_for_generation``); partitioned, it is refused when the trainer is built."""
+    from types import SimpleNamespace
+
+    from conftest import grpo_config
+
+    from grounding_rl.update.recipes.crop_tool import CropTool
+
+    def trainer(stage):
+        plugin = SimpleNamespace(zero_stage=stage)
+        return SimpleNamespace(is_deepspeed_enabled=True, share_prompt=False,
+                               accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)))
+
+    partitioned = CropTool(grpo_config(tmp_path, max_tool_calling_iterations=1, ds3_gather_for_generation=False))
+    with pytest.raises(ValueError, match="needs ds3_gather_for_generation: true"):
+        partitioned.setup(trainer(3))
+    partitioned.setup(trainer(2))  # ZeRO-2 keeps whole parameters on every rank
+    CropTool(grpo_config(tmp_path, max_tool_calling_iterations=1)).setup(trainer(3))
+
+
 def test_conversation_batches_select_and_split_by_row():
     from grounding_rl.update.batching import select_rows, split_rows
     from grounding_rl.update.conversation import ATTENTION, CONVERSATION, conversation_batch, forward_inputs
