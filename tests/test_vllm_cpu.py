@@ -277,6 +277,62 @@ def test_infer_max_turns_on_vllm_completes_and_keeps_the_conversation(model_dir,
     assert result["conversation"]["calls"] == len(result["conversation"]["windows"]) + result["conversation"]["failures"]
 
 
+def test_grpo_step_with_the_crop_tool_samples_every_turn_on_vllm(model_dir, videos_dir, tmp_path, monkeypatch):
+    """One multi-turn GRPO step with ``use_vllm``: even rows' first turn is a scripted crop (a random model calls no
+    tool; its vLLM log-probs set to NaN, no correction), their second turn is sampled by vLLM over the clip and the
+    window; vLLM's log-probs of those tokens agree with π_old's forward over the same conversation (so vLLM saw the
+    same multi-turn input), and the tool metrics count the crops."""
+    from conftest import clip_dataset, grpo_config, make_grpo_trainer
+
+    from grounding_rl.rollout import vllm as vllm_module
+
+    real = vllm_module.vllm_turns
+
+    def first_turn_crops(engine, params):
+        generate = real(engine, params)
+        tok = engine.llm.get_tokenizer()
+        crop = tok('<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>',
+                   add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+        def turns(trajectories):
+            sampled = generate(trajectories)
+            if any(t.turns for t in trajectories):
+                return sampled
+            for row, t in enumerate(trajectories[::2]):
+                generate.logps[id(t)][-1] = [float("nan")] * len(crop)
+            return [crop if row % 2 == 0 else ids for row, ids in enumerate(sampled)]
+
+        turns.logps = generate.logps
+        return turns
+
+    assembled = []
+    real_logps = vllm_module.conversation_sampling_logps
+
+    def recording(trajectories, logps, width):
+        out = real_logps(trajectories, logps, width)
+        assembled.append((trajectories, out))
+        return out
+
+    monkeypatch.setattr(vllm_module, "vllm_turns", first_turn_crops)
+    monkeypatch.setattr(vllm_module, "conversation_sampling_logps", recording)
+    config = grpo_config(tmp_path, use_vllm=True, max_tool_calling_iterations=1, logging_steps=1, beta=0.0,
+                         max_completion_length=12, vllm_max_model_length=4096)
+    trainer = make_grpo_trainer(model_dir, config, clip_dataset(videos_dir))
+    assert trainer.rollout_engine.llm.llm_engine.vllm_config.model_config.multimodal_config.get_limit_per_prompt(
+        "video") == 2
+    trainer.train()
+    logs = next(entry for entry in trainer.state.log_history if "loss" in entry)
+    assert logs["tools/call_frequency"] == 0.5 and logs["turns/mean"] == 1.5
+    assert logs["sampling/sampling_logp_difference/max"] < 0.05 and math.isfinite(logs["loss"])
+    ((trajectories, sampling),) = assembled
+    for row, t in enumerate(trajectories):  # the second turns' tokens (after the window) carry vLLM's log-probs
+        after_tool = [i for i in range(len(t.tool_mask)) if t.tool_mask[i] and 0 in t.tool_mask[:i]]
+        assert bool(after_tool) == (row % 2 == 0)
+        assert all(math.isfinite(float(sampling[row, i])) for i in after_tool)
+        assert torch.isnan(sampling[row, len(t.completion_ids):]).all() and torch.isnan(
+            sampling[row, :len(t.tool_mask)][torch.tensor(t.tool_mask) == 0]).all()
+
+
 @pytest.mark.slow
 def test_two_grpo_steps_through_train_sh(model_dir, tmp_path):
     out = tmp_path / "run"

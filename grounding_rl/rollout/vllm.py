@@ -114,16 +114,45 @@ def conversation_prompt(trajectory, family, token_ids: dict, decode=None) -> tup
 def vllm_turns(engine, params: SamplingParams):
     """A ``generate`` for :func:`grounding_rl.rollout.conversation.run_conversations` on a :class:`VLLMEngine`:
     every unfinished trajectory's next turn from :func:`conversation_prompt` (all its videos in one prompt; the
-    engine's ``max_videos`` must be ≥ K + 1), the expanded prompt checked against the HF loop's ids. The engine's
-    weights are kept (eval, infer)."""
+    engine's ``max_videos`` must be ≥ K + 1), the expanded prompt checked against the HF loop's ids. The weights are
+    the engine's as they are (training syncs them once per rollout before the loop). ``turns.logps`` maps
+    ``id(trajectory)`` to vLLM's log-probs of each of its turns' sampled tokens (:func:`conversation_sampling_logps`)."""
     def turns(trajectories) -> list[list[int]]:
         tokenizer = engine.llm.get_tokenizer()
         built = [conversation_prompt(t, engine.family, engine.token_ids,
                                      decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
                  for t in trajectories]
-        return engine.sample([p for p, _ in built], [e for _, e in built], params)[0]
+        tokens, logps = engine.sample([p for p, _ in built], [e for _, e in built], params)
+        for t, lp in zip(trajectories, logps):
+            turns.logps.setdefault(id(t), []).append(list(lp))
+        return tokens
 
+    turns.logps = {}
     return turns
+
+
+def conversation_sampling_logps(trajectories, logps: dict, width: int) -> torch.Tensor:
+    """(B, width) float32: vLLM's log-probs of each trajectory's model tokens, NaN at tool tokens, padding and any
+    token without one (no importance-sampling correction there, :func:`grounding_rl.update.grpo.
+    engine_importance_weights`). Each model turn (a run of 1s in ``tool_mask``) is a prefix of what vLLM sampled for it
+    (cut after its end-of-turn token), so it takes the first log-probs of that turn.
+
+    Args:
+        trajectories: finished trajectories; logps: ``vllm_turns(...).logps``; width: the batch's completion width.
+    """
+    out = torch.full((len(trajectories), width), float("nan"), dtype=torch.float32)
+    for row, t in enumerate(trajectories):
+        turns = iter(logps.get(id(t), []))
+        mask = list(t.tool_mask) + [0]
+        begin = None
+        for i, m in enumerate(mask):
+            if m and begin is None:
+                begin = i
+            elif not m and begin is not None:
+                values = next(turns, [])[:i - begin]
+                out[row, begin:begin + len(values)] = torch.tensor(values, dtype=torch.float32)
+                begin = None
+    return out
 
 
 def sampling_kwargs(params: SamplingParams, max_tokens: int | None = None) -> dict:
