@@ -275,7 +275,8 @@ def test_infer_max_turns_on_vllm_completes_and_keeps_the_conversation(model_dir,
     (result,) = json.loads(capsys.readouterr().out)
     turns = result["conversation"]["turns"]
     assert 1 <= len(turns) <= 3 and result["answer"] == turns[-1]["text"]
-    assert result["conversation"]["calls"] == len(result["conversation"]["windows"]) + result["conversation"]["failures"]
+    record = result["conversation"]
+    assert record["calls"] == len(record["windows"]) + record["failures"]
 
 
 def test_grpo_step_with_the_crop_tool_samples_every_turn_on_vllm(model_dir, videos_dir, tmp_path, monkeypatch):

@@ -15,7 +15,8 @@ from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, prompt_template: str) -> None:
     """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, an unknown engine, a
     sampler other than ``exact`` (windows are sampled exactly) or a template asking for a set of intervals. Both
-    engines run it (``vllm``: every video of a conversation in one prompt, :func:`grounding_rl.rollout.vllm.vllm_turns`)."""
+    engines run it (``vllm``: every video of a conversation in one prompt,
+    :func:`grounding_rl.rollout.vllm.vllm_turns`)."""
     from grounding_rl.prompts.templates import is_set_template
 
     if max_turns < 0:
