@@ -59,9 +59,9 @@ with open(f"{sys.argv[1]}.rank{report['rank']}.json", "w") as f:
 CONFIGS = {"qwen2_5_vl": "tiny_real_clips.yaml", "qwen3_vl": "tiny_real_clips_qwen3_vl.yaml"}
 
 
-def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=None):
+def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=None, worker_source=WORKER):
     worker = tmp_path / "worker.py"
-    worker.write_text(WORKER)
+    worker.write_text(worker_source)
     report = tmp_path / "report"
     out = out or tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
@@ -104,6 +104,56 @@ def test_two_processes_zero3_with_reference_model(tmp_path, family_model_dir, vi
         assert r["logs"][1]["kl"] > 1e-5  # the update moved the policy away from the sharded reference
     assert reports[0]["logs"] == reports[1]["logs"]  # metrics are reduced across ranks
     assert json.loads((tmp_path / "out" / "grounding_config.json").read_text())["reward_funcs"] == [REWARD_SPEC]
+
+
+# The crop tool's turns on two ranks that differ: rank 0's first turn requests crop(1, 3) (scripted: a random model
+# emits no tool call), its second turn is sampled from the conversation with the window; rank 1's only turn is
+# sampled. Rank 0 thus generates two rounds and rank 1 one.
+CROP_WORKER = WORKER.replace("from grounding_rl.cli.train import main", '''
+import os
+from grounding_rl.rollout import conversation as conv
+real_turns = conv.hf_turns
+rounds = []
+def rank_scripted(model, processor, params, pad_token_id):
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    crop = tok('<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 3}}</tool_call>',
+               add_special_tokens=False)["input_ids"] + [end]
+    generate = real_turns(model, processor, params, pad_token_id)
+    def turns(trajectories):
+        rounds.append(len(trajectories))
+        sampled = generate(trajectories)
+        if os.environ["RANK"] == "0" and not trajectories[0].turns:
+            return [crop for _ in trajectories]
+        return sampled
+    return turns
+conv.hf_turns = rank_scripted
+from grounding_rl.cli.train import main''').replace('"global_step": t.state.global_step,',
+                                                     '"global_step": t.state.global_step, "rounds": rounds,')
+
+
+@pytest.mark.slow
+def test_two_processes_zero3_multi_turn_ranks_with_different_numbers_of_turns(tmp_path, tiny_model_dir, videos_dir):
+    """Multi-turn GRPO (the crop tool) under ZeRO-3 on 2 processes with a sharded reference model: rank 0 runs two
+    model turns per trajectory (a crop, then the model's turn over the clip and the window), rank 1 one; neither waits
+    for the other inside ``generate``, both finish 2 steps, and the logged tool metrics are those of all 8
+    trajectories of a step (reduced over ranks): 1.5 turns and 0.5 calls per trajectory, on both ranks."""
+    files, _ = _launch(tmp_path, tiny_model_dir,
+                       ["--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"),
+                        "--num_processes", "2"],
+                       ["--per_device_train_batch_size", "2", "--num_generations", "2", "--beta", "0.04",
+                        "--max_tool_calling_iterations", "1"], timeout=300, worker_source=CROP_WORKER)
+    reports = [json.loads(f.read_text()) for f in files]
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert reports[0]["rounds"] == [2, 2, 2, 2] and reports[1]["rounds"] == [2, 2]  # per step: rounds of 2 rows
+    for r in reports:
+        assert (r["world_size"], r["zero_stage"], r["global_step"]) == (2, 3, 2) and r["ref_sharded"] > 0
+        for log in r["logs"]:
+            assert log["turns/mean"] == 1.5 and log["tools/call_frequency"] == 0.5  # (2 + 2 + 1 + 1) / 4 rows
+            assert log["tools/failure_frequency"] == 0.0 and math.isfinite(log["loss"])
+        assert r["logs"][0]["kl"] == pytest.approx(0.0, abs=1e-6)  # π_θ = π_ref over the same multi-turn inputs
+        assert r["logs"][1]["kl"] > 1e-5
+    assert reports[0]["logs"] == reports[1]["logs"]
 
 
 @pytest.mark.slow

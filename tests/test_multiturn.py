@@ -276,6 +276,59 @@ def test_model_token_logps_of_one_forward_equal_the_turn_by_turn_forwards(tiny_m
     assert mask.sum().item() == sum(a.tool_mask) + sum(b.tool_mask) < batch[ATTENTION].sum().item()
 
 
+def test_generation_encodes_each_video_once_per_rollout_with_the_same_tokens(family_model_dir, videos_dir):
+    """Multi-turn generation with the vision cache: three rows of one clip, each first turn sampled by the model then
+    replaced by a crop request (rows 0 and 1 the same window, row 2 another), each second turn sampled over the clip
+    and the window. With the cache the tower encodes 3 videos (the clip at turn 1, the two windows at turn 2) instead
+    of 3 + 6, and for the same seed every sampled token is the same as re-encoding every video of every row at each
+    turn; the cached features equal a fresh encoding of each video alone."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from grounding_rl.rollout.generation import SamplingParams
+
+    processor = AutoProcessor.from_pretrained(family_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(family_model_dir, dtype=torch.float32).eval()
+    family, settings, clip = clip_for(processor, videos_dir)
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    crops = [call('{"start": 4, "end": 12}')] * 2 + [call('{"start": 20, "end": 30}')]
+    encoded, encode = [], model.model.get_video_features
+
+    def counting(pixel_values_videos, video_grid_thw, **kwargs):  # generate passes them by these names
+        encoded.append(len(video_grid_thw))
+        return encode(pixel_values_videos, video_grid_thw, **kwargs)
+
+    model.model.get_video_features = counting
+
+    def rollout(cache_vision):
+        torch.manual_seed(0)
+        encoded.clear()
+        sampled = conv.hf_turns(model, processor, SamplingParams(max_new_tokens=8), tok.pad_token_id, cache_vision)
+
+        def generate(trajectories):
+            ids = sampled(trajectories)
+            return ids if trajectories[0].turns else [tok(c, add_special_tokens=False)["input_ids"] + [end]
+                                                      for c in crops]
+
+        trajectories = [conv.start(processor, family, "a person opens a door", clip, "default", 1) for _ in crops]
+        conv.run_conversations(generate, trajectories, processor, family, tools.CropEnvironment(settings), 1,
+                               end_ids=[end])
+        return trajectories, list(encoded), sampled.vision
+
+    cached, calls_cached, vision = rollout(True)
+    plain, calls_plain, _ = rollout(False)
+    assert calls_cached == [1, 2] and calls_plain == [3, 6]  # videos through the tower at turn 1, turn 2
+    assert [t.windows for t in cached] == [[(4.0, 12.0)], [(4.0, 12.0)], [(20.0, 30.0)]]
+    assert [t.completion_ids for t in cached] == [t.completion_ids for t in plain]
+    assert all(len(t.turns) == 2 for t in cached)
+    del model.model.get_video_features
+    with torch.no_grad():
+        for video in (cached[0].videos + cached[2].videos[1:]):
+            alone = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"][None],
+                                                   return_dict=True).pooler_output[0]
+            torch.testing.assert_close(vision.pooled[vision.index[video["key"]]], alone, rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------------ the trainer
 @pytest.mark.slow  # ~25 s: a GRPO step with video on two shared cores
 def test_grpo_step_over_conversations_logs_the_tool_metrics(tiny_model_dir, videos_dir, tmp_path, monkeypatch):
@@ -369,6 +422,7 @@ def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_
     with pytest.raises(UserError, match="≥ 0"):
         check_turns_run(-1, False, "hf", "exact", "default")
     check_turns_run(0, True, "vllm", "qwen_vl_utils", "timelens2")  # single turn: nothing to refuse
+    check_turns_run(2, False, "vllm", "exact", "default")  # vLLM runs the conversation too (tests/test_vllm_cpu.py)
 
 
 def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume(tiny_model_dir, videos_dir, tmp_path,
@@ -412,6 +466,27 @@ def test_crop_tool_settings_are_checked(tmp_path):
             ({"max_tool_calling_iterations": 1, "prompt_template": "timelens2"}, "asks for a set of intervals")):
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             grpo_config(tmp_path, **overrides)
+
+
+def test_crop_tool_under_zero3_needs_the_parameters_gathered_for_generation(tmp_path):
+    """Ranks run as many turns as their own conversations need, so each samples alone: under ZeRO-3 that needs the
+    parameters gathered (``ds3_gather_for_generation``); partitioned, it is refused when the trainer is built."""
+    from types import SimpleNamespace
+
+    from conftest import grpo_config
+
+    from grounding_rl.update.recipes.crop_tool import CropTool
+
+    def trainer(stage):
+        plugin = SimpleNamespace(zero_stage=stage)
+        return SimpleNamespace(is_deepspeed_enabled=True, share_prompt=False,
+                               accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)))
+
+    partitioned = CropTool(grpo_config(tmp_path, max_tool_calling_iterations=1, ds3_gather_for_generation=False))
+    with pytest.raises(ValueError, match="needs ds3_gather_for_generation: true"):
+        partitioned.setup(trainer(3))
+    partitioned.setup(trainer(2))  # ZeRO-2 keeps whole parameters on every rank
+    CropTool(grpo_config(tmp_path, max_tool_calling_iterations=1)).setup(trainer(3))
 
 
 def test_conversation_batches_select_and_split_by_row():

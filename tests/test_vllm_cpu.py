@@ -2,8 +2,9 @@
 vllm is not importable, as in the main environment).
 
 Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q`` (≈ 7 min on 2 cores). One engine is built for the
-module, a second, fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, and
-``scripts/train.sh`` runs 2 GRPO steps.
+module (three videos per prompt: it also samples a conversation's second turn over the clip and a window), a second,
+fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, a fourth for ``infer --engine
+vllm --max-turns 2``, a fifth for one multi-turn GRPO step, and ``scripts/train.sh`` runs 2 GRPO steps.
 The tiny model's attention heads are 64 wide (vllm-cpu's attention takes head_dim 64 or 128 only).
 """
 import json
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=2)  # head_dim 64
 CLIP = "charades_OHOFG.mp4"  # 30 fps source; 2 fps sampled: source metadata would make vLLM read 1.992 fps
 QUERY = "person opens the door."
+CLIP_SETTINGS = VideoSettings(fps=2.0, min_pixels=4 * 28 * 28, max_pixels=4 * 28 * 28)
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +53,13 @@ def policy(model_dir):
 
 @pytest.fixture(scope="module")
 def clip(videos_dir, policy):
-    settings = VideoSettings(fps=2.0, min_pixels=4 * 28 * 28, max_pixels=4 * 28 * 28)
-    return sample_frames(videos_dir / CLIP, family_of(policy[0]).video_settings(settings))
+    return sample_frames(videos_dir / CLIP, family_of(policy[0]).video_settings(CLIP_SETTINGS))
 
 
 def make_engine(path, model):
-    return VLLMEngine(str(path), model.generation_config.eos_token_id, 151643, dtype="float32", max_model_len=4096)
+    # three videos per prompt: a conversation's clip and up to two windows (the multi-turn test)
+    return VLLMEngine(str(path), model.generation_config.eos_token_id, 151643, dtype="float32", max_model_len=4096,
+                      max_videos=3)
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +170,27 @@ def test_sampled_logps_within_tolerance_of_the_forward(engine, policy, clip):
     assert len({tuple(r) for r in ids.tolist()}) > 1  # sampling, not four copies
 
 
+def test_multi_turn_greedy_turn_over_clip_and_window_equals_transformers(engine, policy, clip):
+    """The second turn of a conversation on vLLM (the first a scripted crop of 4-12 s: a random model calls no tool),
+    the clip and the window in one prompt: vLLM expands it into exactly the HF loop's ids (checked inside
+    ``VLLMEngine.sample``) and its greedy tokens are transformers' greedy tokens over the same conversation."""
+    from grounding_rl.rollout import conversation as conv
+    from grounding_rl.rollout.tools import CropEnvironment
+    from grounding_rl.rollout.vllm import vllm_turns
+
+    model, processor = policy
+    family = family_of(model)
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    t = conv.start(processor, family, QUERY, clip, "default", 2)
+    crop = '<tool_call>{"name": "crop", "arguments": {"start": 4, "end": 12}}</tool_call>'
+    conv.step(t, tok(crop, add_special_tokens=False)["input_ids"] + [end], processor, family,
+              CropEnvironment(family.video_settings(CLIP_SETTINGS)), max_turns=2, end_ids=[end])
+    assert t.windows == [(4.0, 12.0)] and len(t.videos) == 2
+    (sampled,) = vllm_turns(engine, SamplingParams.greedy(12))([t])
+    assert sampled and sampled == forward_greedy(model, conv.conversation_inputs([t], 151643), len(sampled))
+
+
 def test_weight_update_matches_a_fresh_engine(engine, greedy, policy, clip, tmp_path):
     model, processor = policy
     noisy = load_policy(str(model.config._name_or_path)).eval()
@@ -237,6 +261,78 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
     with torch.no_grad():
         forward = completion_logps(model, batch)
     assert (forward - engine.sampling_logps)[mask.bool()].abs().max().item() < 0.05
+
+
+def test_infer_max_turns_on_vllm_completes_and_keeps_the_conversation(model_dir, videos_dir, capsys):
+    """``infer --engine vllm --max-turns 2`` on the tiny model: the conversation loop runs on vLLM to its end (the
+    random model answers, or runs out of tokens, in its first turn) and the result keeps its turns."""
+    from grounding_rl.cli import infer as infer_cli
+
+    rc = infer_cli.main(["--model", str(model_dir), "--video", str(videos_dir / CLIP), "--query", QUERY,
+                         "--engine", "vllm", "--max-turns", "2", "--json", "--fps", "2", "--max-pixels",
+                         str(4 * 28 * 28), "--min-pixels", str(4 * 28 * 28), "--max-new-tokens", "12"])
+    assert rc == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    turns = result["conversation"]["turns"]
+    assert 1 <= len(turns) <= 3 and result["answer"] == turns[-1]["text"]
+    record = result["conversation"]
+    assert record["calls"] == len(record["windows"]) + record["failures"]
+
+
+def test_grpo_step_with_the_crop_tool_samples_every_turn_on_vllm(model_dir, videos_dir, tmp_path, monkeypatch):
+    """One multi-turn GRPO step with ``use_vllm``: even rows' first turn is a scripted crop (a random model calls no
+    tool; its vLLM log-probs set to NaN, no correction), their second turn is sampled by vLLM over the clip and the
+    window; vLLM's log-probs of those tokens agree with π_old's forward over the same conversation (so vLLM saw the
+    same multi-turn input), and the tool metrics count the crops."""
+    from conftest import clip_dataset, grpo_config, make_grpo_trainer
+
+    from grounding_rl.rollout import vllm as vllm_module
+
+    real = vllm_module.vllm_turns
+
+    def first_turn_crops(engine, params):
+        generate = real(engine, params)
+        tok = engine.llm.get_tokenizer()
+        crop = tok('<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>',
+                   add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+        def turns(trajectories):
+            sampled = generate(trajectories)
+            if any(t.turns for t in trajectories):
+                return sampled
+            for row, t in enumerate(trajectories[::2]):
+                generate.logps[id(t)][-1] = [float("nan")] * len(crop)
+            return [crop if row % 2 == 0 else ids for row, ids in enumerate(sampled)]
+
+        turns.logps = generate.logps
+        return turns
+
+    assembled = []
+    real_logps = vllm_module.conversation_sampling_logps
+
+    def recording(trajectories, logps, width):
+        out = real_logps(trajectories, logps, width)
+        assembled.append((trajectories, out))
+        return out
+
+    monkeypatch.setattr(vllm_module, "vllm_turns", first_turn_crops)
+    monkeypatch.setattr(vllm_module, "conversation_sampling_logps", recording)
+    config = grpo_config(tmp_path, use_vllm=True, max_tool_calling_iterations=1, logging_steps=1, beta=0.0,
+                         max_completion_length=12, vllm_max_model_length=4096)
+    trainer = make_grpo_trainer(model_dir, config, clip_dataset(videos_dir))
+    assert trainer.rollout_engine.llm.llm_engine.vllm_config.model_config.multimodal_config.get_limit_per_prompt(
+        "video") == 2
+    trainer.train()
+    logs = next(entry for entry in trainer.state.log_history if "loss" in entry)
+    assert logs["tools/call_frequency"] == 0.5 and logs["turns/mean"] == 1.5
+    assert logs["sampling/sampling_logp_difference/max"] < 0.05 and math.isfinite(logs["loss"])
+    ((trajectories, sampling),) = assembled
+    for row, t in enumerate(trajectories):  # the second turns' tokens (after the window) carry vLLM's log-probs
+        after_tool = [i for i in range(len(t.tool_mask)) if t.tool_mask[i] and 0 in t.tool_mask[:i]]
+        assert bool(after_tool) == (row % 2 == 0)
+        assert all(math.isfinite(float(sampling[row, i])) for i in after_tool)
+        assert torch.isnan(sampling[row, len(t.completion_ids):]).all() and torch.isnan(
+            sampling[row, :len(t.tool_mask)][torch.tensor(t.tool_mask) == 0]).all()
 
 
 @pytest.mark.slow

@@ -174,3 +174,41 @@ def test_generation_inputs_carry_each_rows_clip():
     items = [{"clip": "a"}, {"clip": "b"}]
     assert generation_inputs(batch, items)["clips"] == ["a", "b"]
     assert "clips" not in generation_inputs(batch)
+
+
+@pytest.mark.parametrize("layout", ["released", "transformers5"])
+def test_vllm_conversation_prompt_is_the_hf_loops_turn_with_every_video(family_model_dir, clip_of, layout):
+    """The vLLM prompt of a conversation's second model turn (after a crop of 4-12 s): the ids the HF loop generates
+    from, each video collapsed on its own — the chat template's text of the whole conversation so far with one
+    ``<|video_pad|>`` per video — and the clip then the window, each with its own frames and sampled-rate metadata."""
+    from grounding_rl.rollout import conversation as conv
+    from grounding_rl.rollout import tools
+    from grounding_rl.rollout.vllm import conversation_prompt
+
+    processor = load_processor(str(family_model_dir))
+    family = family_of(processor)
+    clip = clip_of(family)
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    crop = '<tool_call>{"name": "crop", "arguments": {"start": 4, "end": 12}}</tool_call>'
+    t = conv.start(processor, family, QUERY, clip, "default", 2, layout)
+    environment = tools.CropEnvironment(family.video_settings(VideoSettings(fps=2.0, min_pixels=4 * 28 * 28,
+                                                                            max_pixels=4 * 28 * 28, max_frames=12)))
+    conv.step(t, tok(crop, add_special_tokens=False)["input_ids"] + [end], processor, family, environment,
+              max_turns=2, end_ids=[end], layout=layout)
+    assert not t.done and t.windows == [(4.0, 12.0)]
+    ids = {k: tok.convert_tokens_to_ids(v) for k, v in (("video_token_id", "<|video_pad|>"),
+                                                         ("vision_start_token_id", "<|vision_start|>"),
+                                                         ("vision_end_token_id", "<|vision_end|>"))}
+    prompt, expanded = conversation_prompt(t, family, ids, decode=lambda x: tok.decode(x, skip_special_tokens=False))
+    assert expanded == t.prompt_ids + t.completion_ids
+    text = tools.render(processor, t.messages, t.protocol, True)  # the template's conversation, one pad per video
+    if family.name == "qwen3_vl" and layout == "released":
+        text = text.replace("<|vision_start|><|video_pad|><|vision_end|>", "<|video_pad|>")
+    assert prompt["prompt_token_ids"] == tok(text)["input_ids"]
+    assert prompt["prompt_token_ids"].count(ids["video_token_id"]) == 2
+    (clip_frames, clip_meta), (window_frames, window_meta) = prompt["multi_modal_data"]["video"]
+    assert clip_frames is clip.frames and window_frames is t.window_clips[0].frames
+    assert window_meta == vllm_video(t.window_clips[0], family)[1] and window_meta["do_sample_frames"] is False
+    assert window_meta["total_num_frames"] == t.window_clips[0].num_frames
+    assert window_meta != clip_meta  # the window's own timing (its rate, or its frames' source indices)

@@ -21,7 +21,8 @@ the prompt anyway).
 ``--max-turns K`` runs the policy with the crop tool (:func:`grounding_rl.eval.infer.infer_turns`): the model may
 request ``crop(start, end)`` up to K times before it answers, as in multi-turn training
 (``max_tool_calling_iterations``); each result keeps its ``conversation`` (turns, requested windows); with
-``--print-prompt`` every turn of each conversation is printed. Not with ``--zoom`` or ``--engine vllm``.
+``--print-prompt`` every turn of each conversation is printed. With ``--engine vllm`` each turn's prompt holds
+every video so far (the clip, then each window). Not with ``--zoom``.
 
 Preprocessing and prompt are the checkpoint's (``grounding_config.json``), overridable, as in ``grounding-rl eval``.
 """
@@ -143,13 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     from grounding_rl.eval.engines import load_inference_engine
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine)
+    model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine,
+                                                     max_videos=args.max_turns + 1)
     if args.max_turns:
         from grounding_rl.eval.infer import infer_turns
 
         printer = (lambda text: print(text, file=log)) if args.print_prompt else None
         results = infer_turns(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
-                              config.video, args.max_turns, args.batch_size, config.video_layout, printer)
+                              config.video, args.max_turns, args.batch_size, config.video_layout, printer, engine)
     elif zoom is not None:
         from grounding_rl.eval.infer import infer_zoom
         from grounding_rl.family import family_of

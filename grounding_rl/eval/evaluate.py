@@ -431,7 +431,8 @@ def run(plan_: EvalPlan, state) -> RunResult:
         from grounding_rl.eval.engines import load_inference_engine
 
         model, processor, engine = load_inference_engine(request.model, state.device, request.dtype,
-                                                         request.attn_implementation, request.engine)
+                                                         request.attn_implementation, request.engine,
+                                                         max_videos=request.max_turns + 1)
     # eval_config.json only once every rank that runs queries has its model: a failed load leaves no record
     state.wait_for_everyone()
     if main_process:
@@ -447,7 +448,7 @@ def run(plan_: EvalPlan, state) -> RunResult:
             batches = turn_answer_batches(model, processor, videos, queries, config.video, config.prompt_template,
                                           plan_.max_new_tokens, request.batch_size, request.max_turns,
                                           request.num_workers, request.frame_cache, int(request.frame_cache_gb * 1e9),
-                                          video_layout=config.video_layout)
+                                          video_layout=config.video_layout, engine=engine)
         elif request.zoom is None:
             sampled, seeds = None, None
             if request.temperature is not None:

@@ -109,7 +109,7 @@ def infer_zoom(model, processor, video: SampledVideo, queries: list[str], templa
 
 def infer_turns(model, processor, video: SampledVideo, queries: list[str], template: str, max_new_tokens: int,
                 settings, max_turns: int, batch_size: int = 4, video_layout: str = DEFAULT_VIDEO_LAYOUT,
-                print_prompt=None) -> list[dict]:
+                print_prompt=None, engine=None) -> list[dict]:
     """Run the policy with the crop tool (``infer --max-turns K``): the multi-turn loop of training
     (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy, at most ``max_turns`` crop requests per
     query, each model turn up to ``max_new_tokens`` tokens; ``settings`` the clip's sampling settings (the windows
@@ -117,7 +117,7 @@ def infer_turns(model, processor, video: SampledVideo, queries: list[str], templ
 
     ``print_prompt(text)``, when given, receives per query the whole conversation as the model saw it, every turn
     (:func:`grounding_rl.prompts.preprocessing.prompt_text`; printed once the query is done, since tool turns follow
-    the model's requests).
+    the model's requests). ``engine``: a vLLM engine built with ``max_videos`` ≥ K + 1 (``model`` then None).
 
     Returns:
         one :func:`answer_result` per query for its final turn (absolute seconds, clamped), plus ``sampling`` (the
@@ -130,7 +130,7 @@ def infer_turns(model, processor, video: SampledVideo, queries: list[str], templ
     for i in range(0, len(queries), max(1, batch_size)):
         chunk = queries[i:i + max(1, batch_size)]
         trajectories = converse_greedy(model, processor, [video] * len(chunk), chunk, template, max_new_tokens,
-                                       settings, max_turns, video_layout)
+                                       settings, max_turns, video_layout, engine)
         for query, t in zip(chunk, trajectories):
             if print_prompt is not None:
                 print_prompt(f"infer: conversation for {query!r} ({len(t.turns)} model turns):\n"

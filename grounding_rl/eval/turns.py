@@ -13,8 +13,10 @@ from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 
 
 def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, prompt_template: str) -> None:
-    """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, the vLLM engine, a
-    sampler other than ``exact`` (windows are sampled exactly) or a template asking for a set of intervals."""
+    """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, an unknown engine, a
+    sampler other than ``exact`` (windows are sampled exactly) or a template asking for a set of intervals. Both
+    engines run it (``vllm``: every video of a conversation in one prompt,
+    :func:`grounding_rl.rollout.vllm.vllm_turns`)."""
     from grounding_rl.prompts.templates import is_set_template
 
     if max_turns < 0:
@@ -23,8 +25,8 @@ def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, promp
         return
     if zoom:
         raise UserError("--max-turns and --zoom are two ways to look again; give one")
-    if engine != "hf":
-        raise UserError("--max-turns runs with --engine hf (the multi-turn loop is not on vLLM yet)")
+    if engine not in ("hf", "vllm"):
+        raise UserError(f"--max-turns runs with --engine hf or vllm (got {engine!r})")
     if sampler != "exact":
         raise UserError(f"--max-turns samples windows with the exact sampler (the settings have sampler {sampler!r}; "
                         "give --video-sampler exact)")
@@ -34,9 +36,12 @@ def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, promp
 
 
 def converse_greedy(model, processor, clips: list, queries: list[str], template: str, max_new_tokens: int,
-                    settings: VideoSettings, max_turns: int, video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list:
+                    settings: VideoSettings, max_turns: int, video_layout: str = DEFAULT_VIDEO_LAYOUT,
+                    engine=None) -> list:
     """Finished :class:`grounding_rl.rollout.conversation.Trajectory` objects, one per (clip, query) row, decoded
-    greedily together (``settings``: the clips' sampling settings; the windows spend each clip's budget)."""
+    greedily together (``settings``: the clips' sampling settings; the windows spend each clip's budget), with
+    ``model.generate`` or, given ``engine`` (a :class:`grounding_rl.rollout.vllm.VLLMEngine` built with
+    ``max_videos`` ≥ K + 1; ``model`` then unused), with vLLM on the same turns."""
     import torch
 
     from grounding_rl.family import family_of
@@ -50,18 +55,25 @@ def converse_greedy(model, processor, clips: list, queries: list[str], template:
     ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
     trajectories = [conv.start(processor, family, q, clip, template, max_turns, video_layout)
                     for q, clip in zip(queries, clips)]
-    generate = conv.hf_turns(model, processor, SamplingParams.greedy(max_new_tokens), ids.pad)
+    params = SamplingParams.greedy(max_new_tokens)
+    if engine is not None:
+        from grounding_rl.rollout.vllm import vllm_turns
+
+        generate, end_ids, stop_ids = vllm_turns(engine, params), engine.eos_token_ids, engine.placeholder_ids
+    else:
+        generate = conv.hf_turns(model, processor, params, ids.pad)
+        end_ids, stop_ids = list(ids.eos), placeholder_token_ids(model)
     with torch.no_grad():
         conv.run_conversations(generate, trajectories, processor, family,
-                               CropEnvironment(family.video_settings(settings)), max_turns, end_ids=list(ids.eos),
-                               stop_ids=placeholder_token_ids(model), layout=video_layout)
+                               CropEnvironment(family.video_settings(settings)), max_turns, end_ids=end_ids,
+                               stop_ids=stop_ids, layout=video_layout)
     return trajectories
 
 
 def turn_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
                         template: str, max_new_tokens: int, batch_size: int, max_turns: int, num_workers: int = 2,
                         frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                        video_layout: str = DEFAULT_VIDEO_LAYOUT
+                        video_layout: str = DEFAULT_VIDEO_LAYOUT, engine=None
                         ) -> Iterator[list[tuple[int, str | None, str | None, dict | None, dict | None]]]:
     """:func:`grounding_rl.rollout.greedy.greedy_answer_batches` with the crop tool: per batch of at most
     ``batch_size`` rows (each video decoded once for its queries), ``(position, answer | None, error | None,
@@ -80,7 +92,7 @@ def turn_answer_batches(model, processor, videos: Sequence[str], queries: Sequen
             try:
                 trajectories = converse_greedy(model, processor, [clip for _, clip in ok],
                                                [queries[p] for p, _ in ok], template, max_new_tokens, settings,
-                                               max_turns, video_layout)
+                                               max_turns, video_layout, engine)
             except torch.OutOfMemoryError as err:
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()

@@ -87,6 +87,56 @@ def rows_features(model, features, rows) -> dict:
     return {"video": family_of(unwrap(model)).select_features(features, rows)}
 
 
+class VideoFeatureCache:
+    """The vision tower's output for videos by key, kept across calls: a multi-turn rollout encodes each distinct clip
+    or window at the first turn that shows it, and every later turn (and every row of a group) reuses its features.
+
+    Exact: the features of a video do not depend on the others encoded with it (the tower attends within each frame
+    group, ``cu_seqlens``), so a later turn gets the tensors it would compute again, up to fp summation order
+    (``tests/test_multiturn.py``). Valid while the model's weights do not change (one rollout).
+
+    Args:
+        model: the (unwrapped) generation model; its ``get_video_features`` is called under ``torch.no_grad``.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.index: dict = {}  # key -> position in pooled
+        self.pooled: list[torch.Tensor] = []
+        self.deepstack: list[list[torch.Tensor]] | None = None  # per DeepStack layer (Qwen3-VL), per video
+        self.encoded = 0  # videos that went through the tower
+
+    @torch.no_grad()
+    def encoder_outputs(self, videos: list[dict]) -> dict:
+        """``mm_encoder_outputs`` for ``videos`` in token order (each ``{"pixel_values_videos", "video_grid_thw",
+        "key"}``, :class:`grounding_rl.rollout.conversation.Trajectory` ``videos``), encoding in one call only those
+        whose key is not yet cached."""
+        inner = unwrap(self.model)
+        new = {}
+        for video in videos:
+            if video["key"] not in self.index and video["key"] not in new:
+                new[video["key"]] = video
+        if new:
+            device = inner.device
+            out = inner.get_video_features(torch.cat([v["pixel_values_videos"] for v in new.values()]).to(device),
+                                           torch.stack([torch.as_tensor(v["video_grid_thw"]) for v in new.values()]
+                                                       ).to(device), return_dict=True)
+            layers = getattr(out, "deepstack_features", None)
+            if layers is not None and self.deepstack is None:
+                self.deepstack = [[] for _ in layers]
+            for i, key in enumerate(new):
+                self.index[key] = len(self.pooled)
+                self.pooled.append(out.pooler_output[i])
+                for layer, features in zip(self.deepstack or [], layers or []):
+                    layer.append(features[i])
+            self.encoded += len(new)
+        from types import SimpleNamespace
+
+        features = SimpleNamespace(pooler_output=tuple(self.pooled),
+                                   deepstack_features=[tuple(layer) for layer in self.deepstack or []])
+        return rows_features(inner, features, [self.index[v["key"]] for v in videos])
+
+
 def rope_position_ids(model, inputs: dict) -> torch.Tensor:
     """The 3-D RoPE position ids (3, B, L) the model computes for full rows, as its own forward would without
     ``position_ids``: ``get_rope_index`` on ``input_ids``, ``mm_token_type_ids``, ``attention_mask`` and the family's

@@ -259,14 +259,28 @@ def conversation_inputs(trajectories: list[Trajectory], pad_token_id: int, with_
     return out
 
 
-def hf_turns(model, processor, params, pad_token_id: int):
+def hf_turns(model, processor, params, pad_token_id: int, cache_vision: bool = True):
     """A ``generate`` for :func:`run_conversations`: one ``model.generate`` over the unfinished trajectories
     (:func:`conversation_inputs`, every video of each row), ``params`` a
-    :class:`grounding_rl.rollout.generation.SamplingParams` (its ``max_new_tokens`` is the per-turn budget)."""
+    :class:`grounding_rl.rollout.generation.SamplingParams` (its ``max_new_tokens`` is the per-turn budget).
+
+    With ``cache_vision`` each distinct clip or window goes through the vision tower once for the whole rollout (the
+    G rows of a group share their clip; a turn reuses the features of the videos earlier turns showed:
+    :class:`grounding_rl.models.vision.VideoFeatureCache`, passed as ``mm_encoder_outputs``); off, every turn
+    re-encodes every video of every row. The same sampled tokens either way (``tests/test_multiturn.py``). The text
+    of every turn is still prefilled in full (no KV cache is kept between turns). ``turns.vision`` is the cache."""
+    from grounding_rl.models.vision import VideoFeatureCache
     from grounding_rl.rollout.generation import generate
 
+    vision = VideoFeatureCache(model) if cache_vision else None
+
     def turns(trajectories: list[Trajectory]) -> list[list[int]]:
-        inputs = {k: v.to(model.device) for k, v in conversation_inputs(trajectories, pad_token_id).items()}
+        inputs = conversation_inputs(trajectories, pad_token_id)
+        if vision is not None:
+            inputs.pop(PIXELS)
+            inputs["mm_encoder_outputs"] = vision.encoder_outputs([v for t in trajectories for v in t.videos])
+        inputs = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
         return generate(model, inputs, params, pad_token_id=pad_token_id).tolist()
 
+    turns.vision = vision
     return turns

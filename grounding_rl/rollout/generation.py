@@ -83,7 +83,7 @@ def generate(model, inputs: dict, params: SamplingParams, pad_token_id: int | No
         (B, C) completion token ids, C ≤ ``params.max_new_tokens``; rows that stop early are padded (their mask comes
         from :func:`completion_mask`).
     """
-    kwargs = {k: inputs[k] for k in MODEL_INPUT_KEYS if k in inputs}
+    kwargs = {k: inputs[k] for k in MODEL_INPUT_KEYS + ("mm_encoder_outputs",) if k in inputs}
     prompt_length = kwargs["input_ids"].shape[1]
     decoding = params.generate_kwargs()
     if pad_token_id is not None:

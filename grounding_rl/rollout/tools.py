@@ -163,8 +163,11 @@ def offer_text(protocol: str, max_turns: int) -> str:
 
 def first_messages(instruction_text: str, video_first: bool, protocol: str, max_turns: int) -> list[dict]:
     """The first user turn: the template's instruction plus :func:`offer_text`, and the whole clip (before or after
-    the text, as the template puts it)."""
-    parts = [{"type": "text", "text": instruction_text + offer_text(protocol, max_turns)}, {"type": "video"}]
+    the text, as the template puts it). Text before the clip ends with a newline: Qwen3-VL's ``released`` layout
+    writes the first ``<t seconds>`` right after it, and the offer's final "." would tokenize with its "<" as one
+    token (".<"), which vLLM, expanding the video's tokens on their own, would not reproduce."""
+    offer = offer_text(protocol, max_turns) + ("" if video_first else "\n")
+    parts = [{"type": "text", "text": instruction_text + offer}, {"type": "video"}]
     return [{"role": "user", "content": parts[::-1] if video_first else parts}]
 
 

@@ -27,6 +27,7 @@ import os
 import torch
 
 from grounding_rl.family import family_of
+from grounding_rl.models.vision import PLACEHOLDER_KEYS
 from grounding_rl.prompts.preprocessing import CLIPS
 from grounding_rl.rollout.generation import SamplingParams
 
@@ -79,6 +80,79 @@ def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None
                 "mm_processor_kwargs": family.processor_kwargs()}
                for row, clip in zip(expanded, clips)]
     return prompts, expanded
+
+
+def conversation_prompt(trajectory, family, token_ids: dict, decode=None) -> tuple[dict, list[int]]:
+    """The vLLM prompt of a conversation's next model turn: its prompt + completion ids so far (model and tool turns,
+    :class:`grounding_rl.rollout.conversation.Trajectory`) with each video collapsed on its own — the first prompt's
+    clip, then each tool turn's window (one video per piece, :meth:`grounding_rl.family.base.Family.collapse_video`)
+    — and every video, in token order, with its exact frames and metadata (:func:`vllm_video`). vLLM expands each
+    placeholder again; its expansion must give back the ids the HF loop generates from (:func:`check_prompt_ids`).
+
+    Args:
+        trajectory: an unfinished trajectory (its ``videos`` are the clip then each window, as ``window_clips``).
+        family, token_ids, decode: as :func:`vllm_prompts`.
+
+    Returns:
+        ``(prompt, expanded)``: ``{"prompt_token_ids", "multi_modal_data": {"video": [(frames, metadata), …]},
+        "mm_processor_kwargs"}`` and the expanded ids (``prompt_ids + completion_ids``).
+    """
+    pieces, ids, mask = [trajectory.prompt_ids], trajectory.completion_ids, trajectory.tool_mask
+    begin = 0
+    for i in range(1, len(ids) + 1):  # model turns and tool turns: runs of tool_mask; a tool turn holds ≤ 1 video
+        if i == len(ids) or mask[i] != mask[begin]:
+            pieces.append(ids[begin:i])
+            begin = i
+    special = (token_ids["video_token_id"], token_ids["vision_start_token_id"], token_ids["vision_end_token_id"])
+    collapsed = [t for piece in pieces for t in family.collapse_video(list(piece), *special, decode=decode)]
+    clips = [trajectory.clip] + list(trajectory.window_clips)
+    prompt = {"prompt_token_ids": collapsed, "multi_modal_data": {"video": [vllm_video(c, family) for c in clips]},
+              "mm_processor_kwargs": family.processor_kwargs()}
+    return prompt, list(trajectory.prompt_ids) + list(trajectory.completion_ids)
+
+
+def vllm_turns(engine, params: SamplingParams):
+    """A ``generate`` for :func:`grounding_rl.rollout.conversation.run_conversations` on a :class:`VLLMEngine`:
+    every unfinished trajectory's next turn from :func:`conversation_prompt` (all its videos in one prompt; the
+    engine's ``max_videos`` must be ≥ K + 1), the expanded prompt checked against the HF loop's ids. The weights are
+    the engine's as they are (training syncs them once per rollout before the loop). ``turns.logps`` maps
+    ``id(trajectory)`` to vLLM's log-probs of each of its turns' sampled tokens (:func:`conversation_sampling_logps`)."""
+    def turns(trajectories) -> list[list[int]]:
+        tokenizer = engine.llm.get_tokenizer()
+        built = [conversation_prompt(t, engine.family, engine.token_ids,
+                                     decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+                 for t in trajectories]
+        tokens, logps = engine.sample([p for p, _ in built], [e for _, e in built], params)
+        for t, lp in zip(trajectories, logps):
+            turns.logps.setdefault(id(t), []).append(list(lp))
+        return tokens
+
+    turns.logps = {}
+    return turns
+
+
+def conversation_sampling_logps(trajectories, logps: dict, width: int) -> torch.Tensor:
+    """(B, width) float32: vLLM's log-probs of each trajectory's model tokens, NaN at tool tokens, padding and any
+    token without one (no importance-sampling correction there, :func:`grounding_rl.update.grpo.
+    engine_importance_weights`). Each model turn (a run of 1s in ``tool_mask``) is a prefix of what vLLM sampled for it
+    (cut after its end-of-turn token), so it takes the first log-probs of that turn.
+
+    Args:
+        trajectories: finished trajectories; logps: ``vllm_turns(...).logps``; width: the batch's completion width.
+    """
+    out = torch.full((len(trajectories), width), float("nan"), dtype=torch.float32)
+    for row, t in enumerate(trajectories):
+        turns = iter(logps.get(id(t), []))
+        mask = list(t.tool_mask) + [0]
+        begin = None
+        for i, m in enumerate(mask):
+            if m and begin is None:
+                begin = i
+            elif not m and begin is not None:
+                values = next(turns, [])[:i - begin]
+                out[row, begin:begin + len(values)] = torch.tensor(values, dtype=torch.float32)
+                begin = None
+    return out
 
 
 def sampling_kwargs(params: SamplingParams, max_tokens: int | None = None) -> dict:
@@ -199,12 +273,14 @@ class VLLMEngine:
         logps_need_correcting: True when the trainer applies the importance-sampling correction (π_old is then always
             computed).
         accelerator: the trainer's (for ZeRO-3 gathers, several processes, tensor-parallel groups); None in eval.
+        max_videos: videos one prompt may hold (vLLM's ``limit_mm_per_prompt``): 1, or K + 1 for conversations with
+            at most K crops (the clip and each window, :func:`vllm_turns`).
     """
 
     def __init__(self, model_path: str, eos_token_ids, pad_token_id: int, dtype: str = "auto",
                  max_model_len: int = 4096, gpu_memory_utilization: float = 0.3, tensor_parallel_size: int = 1,
                  enable_sleep_mode: bool = False, seed: int = 0, logps_need_correcting: bool = True,
-                 accelerator=None):
+                 accelerator=None, max_videos: int = 1):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays ours (infer --json)
@@ -245,10 +321,12 @@ class VLLMEngine:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
         self.llm = vllm.LLM(
             model=str(model_path), dtype=dtype, max_model_len=max_model_len, enforce_eager=not torch.cuda.is_available(),
-            limit_mm_per_prompt={"video": 1, "image": 0}, tensor_parallel_size=tensor_parallel_size, seed=seed,
+            limit_mm_per_prompt={"video": max_videos, "image": 0}, tensor_parallel_size=tensor_parallel_size, seed=seed,
             max_num_batched_tokens=max(4096, max_model_len), logprobs_mode="processed_logprobs", **kwargs)
         self._vllm = vllm
         self.family.patch_vllm_model(runner_model(self.llm))  # positions as in the transformers forward
+        self.placeholder_ids = sorted({int(getattr(config, key)) for key in PLACEHOLDER_KEYS
+                                       if getattr(config, key, None) is not None})
         self.sampling_logps: torch.Tensor | None = None
         self._weights_asleep = False
         if enable_sleep_mode and torch.cuda.is_available():
@@ -299,6 +377,29 @@ class VLLMEngine:
         tokenizer = self.llm.get_tokenizer()
         prompts, expanded = vllm_prompts(inputs, inputs[CLIPS], self.family, self.token_ids,
                                          decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+        tokens, logps = self.sample(prompts, expanded, params)
+        width = max(1, max(len(t) for t in tokens))
+        device = inputs["input_ids"].device
+        ids = torch.full((len(tokens), width), self.pad_token_id, dtype=torch.long)
+        self.sampling_logps = torch.zeros(len(tokens), width, dtype=torch.float32)
+        for row, (t, lp) in enumerate(zip(tokens, logps)):
+            ids[row, :len(t)] = torch.tensor(t, dtype=torch.long)
+            if lp:
+                self.sampling_logps[row, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
+        self.sampling_logps = self.sampling_logps.to(device)
+        return ids.to(device)
+
+    def sample(self, prompts: list[dict], expanded: list[list[int]], params: SamplingParams
+               ) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample one completion per vLLM prompt (:func:`vllm_prompts`, :func:`conversation_prompt`), each
+        request seeded from torch's RNG; a tensor-parallel group's engine samples every member's prompts.
+
+        Returns:
+            ``(tokens, logps)``: per prompt the sampled ids and vLLM's log-prob of each.
+
+        Raises:
+            RuntimeError: vLLM expanded a prompt into other ids than ``expanded`` (:func:`check_prompt_ids`).
+        """
         seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist() if params.do_sample else [None] * len(prompts)
         mine = slice(0, len(prompts))
         if self.tp_group is not None:  # the group's engine samples every member's prompts; each keeps its own
@@ -324,16 +425,7 @@ class VLLMEngine:
         tokens = [list(out.outputs[0].token_ids) for out in outputs]
         logps = [[step[token].logprob for step, token in zip(out.outputs[0].logprobs or [], ids)]
                  for out, ids in zip(outputs, tokens)]
-        width = max(1, max(len(t) for t in tokens))
-        device = inputs["input_ids"].device
-        ids = torch.full((len(tokens), width), self.pad_token_id, dtype=torch.long)
-        self.sampling_logps = torch.zeros(len(tokens), width, dtype=torch.float32)
-        for row, (t, lp) in enumerate(zip(tokens, logps)):
-            ids[row, :len(t)] = torch.tensor(t, dtype=torch.long)
-            if lp:
-                self.sampling_logps[row, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
-        self.sampling_logps = self.sampling_logps.to(device)
-        return ids.to(device)
+        return tokens, logps
 
 
 def check_prompt_ids(got: list[int], want: list[int], row: int = 0) -> None:

@@ -11,7 +11,8 @@ the per-row list ``conversation_videos[b]``; rows are selected and split like an
 The forward (:func:`conversation_logps`) is one pass over prompt + completion with every video of the row, the same
 token ids and video tensors that generated each turn (:func:`grounding_rl.rollout.conversation.conversation_inputs`),
 so π_θ, π_old and π_ref see the same multi-turn inputs; each distinct clip or window of the batch goes through the
-vision tower once per forward (:func:`distinct_videos`; generation encodes each row's videos at every turn).
+vision tower once per forward (:func:`distinct_videos`; generation, once per rollout:
+:class:`grounding_rl.models.vision.VideoFeatureCache`).
 """
 from __future__ import annotations
 

@@ -37,4 +37,5 @@ def vllm_engine_for_training(args, accelerator, model, processor):
                       max_model_len=length, gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                       tensor_parallel_size=args.vllm_tensor_parallel_size,
                       enable_sleep_mode=args.vllm_enable_sleep_mode, seed=args.seed,
-                      logps_need_correcting=args.vllm_importance_sampling_correction, accelerator=accelerator)
+                      logps_need_correcting=args.vllm_importance_sampling_correction, accelerator=accelerator,
+                      max_videos=(getattr(args, "max_tool_calling_iterations", 0) or 0) + 1)

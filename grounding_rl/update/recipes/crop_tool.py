@@ -11,8 +11,11 @@ the columns ``crop_windows`` and ``crop_calls`` (for the ``crop_window`` and ``c
 ``tools/failure_frequency`` (TRL's definitions), ``zoom/coverage``, ``tools/context_forced``; with
 ``log_completions`` each row's conversation record (turns, windows) is in ``extra.conversation``.
 
-Not combined (yet) with the vLLM engine, dynamic sampling, ground-truth injection, distillation or validation during
-training (``eval_file``: it would score single-turn answers) — refused.
+With ``use_vllm`` every turn is sampled by the vLLM engine (:func:`grounding_rl.rollout.vllm.vllm_turns`: one prompt
+with every video so far, weights synced once per rollout) and its log-probs of the model tokens feed the
+importance-sampling correction (NaN, no correction, at tool tokens); on one process only. Not combined (yet) with
+dynamic sampling, ground-truth injection, distillation or validation during training (``eval_file``: it would score
+single-turn answers) — refused.
 """
 from __future__ import annotations
 
@@ -55,13 +58,16 @@ class CropTool(Recipe):
         if args.crop_spend not in CROP_SPEND:
             out.append(f"crop_spend must be one of {', '.join(CROP_SPEND)} (got {args.crop_spend!r})")
         if (args.max_tool_calling_iterations or 0) > 0:
-            conflicts = [name for name, on in (("use_vllm", args.use_vllm), ("dynamic_sampling", args.dynamic_sampling),
+            conflicts = [name for name, on in (("dynamic_sampling", args.dynamic_sampling),
                                                ("use_gt_injection", args.use_gt_injection),
                                                ("teacher_model_name_or_path", args.teacher_model_name_or_path),
                                                ("eval_file", args.eval_file))
                          if on]
             if conflicts:
                 out.append(f"max_tool_calling_iterations > 0 does not run with {', '.join(conflicts)} yet")
+            if args.use_vllm and (args.world_size > 1 or args.vllm_tensor_parallel_size > 1):
+                out.append("max_tool_calling_iterations > 0 with use_vllm runs on one process (vLLM engines of "
+                           "several processes are not verified with conversations of different lengths)")
             if args.video_sampler != "exact":
                 out.append("max_tool_calling_iterations > 0 samples windows with the exact sampler (video_sampler "
                            f"is {args.video_sampler!r})")
@@ -72,7 +78,17 @@ class CropTool(Recipe):
 
     def setup(self, trainer) -> None:
         """One warning when ``share_prompt_prefix`` is on: a group's conversations diverge after the first turn, so
-        their forward runs per row (each distinct clip or window still encoded once)."""
+        their forward runs per row (each distinct clip or window still encoded once).
+
+        Raises:
+            ValueError: ZeRO-3 without ``ds3_gather_for_generation``: the ranks run different numbers of turns (each
+                rank's conversations end when they answer), and partitioned layers would leave them waiting on each
+                other's parameter gathers.
+        """
+        if (trainer.is_deepspeed_enabled and not self.args.ds3_gather_for_generation
+                and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3):
+            raise ValueError("max_tool_calling_iterations > 0 under ZeRO-3 needs ds3_gather_for_generation: true "
+                             "(each rank runs as many turns as its own conversations need)")
         if trainer.share_prompt:
             import logging
 
@@ -83,6 +99,8 @@ class CropTool(Recipe):
     def converse(self, trainer, items):
         """Run this process's conversations (rows in order) and return ``(batch, clean, texts, items)`` for
         :func:`grounding_rl.update.rollout.build_rollout`."""
+        import dataclasses
+
         import torch
         from trl.models import unwrap_model_for_generation
 
@@ -100,13 +118,26 @@ class CropTool(Recipe):
                                    args.video_layout, args.max_prompt_length,
                                    f"sample {it['index']} (qid {it['qid']}, {it['video']})") for it in items]
         environment = CropEnvironment(family.video_settings(args.video_settings), args.crop_spend)
-        with timed(trainer, "generate"), unwrap_model_for_generation(
-                trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
-                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
-            generate = conv.hf_turns(unwrapped, processor, trainer.sampling, trainer.pad_token_id)
-            conv.run_conversations(generate, trajectories, processor, family, environment, K,
-                                   end_ids=trainer.eos_token_ids, stop_ids=trainer.placeholder_ids,
-                                   max_prompt_length=args.max_prompt_length, layout=args.video_layout)
+        run = dict(end_ids=trainer.eos_token_ids, stop_ids=trainer.placeholder_ids,
+                   max_prompt_length=args.max_prompt_length, layout=args.video_layout)
+        engine, generate = trainer.rollout_engine, None
+        if hasattr(engine, "sync_weights"):  # vLLM: the policy's weights once per rollout, every turn on the engine
+            from grounding_rl.rollout import vllm
+
+            with timed(trainer, "sync_weights"):
+                engine.sync_weights(trainer.model_wrapped)
+            generate = vllm.vllm_turns(engine, trainer.sampling)
+            with timed(trainer, "generate"):
+                conv.run_conversations(generate, trajectories, processor, family, environment, K, **run)
+        else:
+            with timed(trainer, "generate"), unwrap_model_for_generation(
+                    trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
+                    gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
+                # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another
+                # rank's, and under ZeRO-3 the parameters are gathered for generation (setup)
+                sampling = dataclasses.replace(trainer.sampling, synced_gpus=False)
+                conv.run_conversations(conv.hf_turns(unwrapped, processor, sampling, trainer.pad_token_id),
+                                       trajectories, processor, family, environment, K, **run)
         device = trainer.accelerator.device
         batch = batching.to_device(conversation_batch(trajectories, trainer.pad_token_id), device)
         truncated = torch.tensor([t.truncated for t in trajectories], device=device)
@@ -117,6 +148,9 @@ class CropTool(Recipe):
                  "lengths": torch.tensor([len(t.completion_ids) for t in trajectories], device=device),
                  "truncated": truncated, "placeholder_cut": torch.zeros_like(truncated),
                  "is_gt": torch.zeros_like(truncated), "sampling_logps": None}
+        if generate is not None and engine.logps_need_correcting:  # vLLM's log-probs of the model tokens
+            clean["sampling_logps"] = vllm.conversation_sampling_logps(
+                trajectories, generate.logps, batch["completion_ids"].size(1)).to(device)
         sums = torch.tensor(metric_sums(trajectories, [(it["start"], it["end"]) for it in items]), device=device)
         sums = trainer.accelerator.gather(sums.unsqueeze(0)).sum(dim=0).tolist()  # all processes' trajectories
         for name, value in metrics_from_sums(sums).items():
