@@ -21,11 +21,13 @@ THINK = "look"
 # ------------------------------------------------------------------------------------------------ pure, no model
 def test_crop_target_window_values():
     # m = max(u · (e − s), 2 / f₁) per side: 2 / 0.32 = 6.25 s floor
-    assert crop_target_window(40, 45, 150, 0.32, (0.5, 2.0)) == (33.75, 55.0)  # left floor, right 2 × 5 s
-    assert crop_target_window(40, 45, 150, 0.32, (0.0, 0.0)) == (33.75, 51.25)  # both at the floor
+    # whole seconds, outwards: start rounded down, end up
+    assert crop_target_window(40, 45, 150, 0.32, (0.5, 2.0)) == (33.0, 55.0)  # left floor 33.75, right 2 × 5 s
+    assert crop_target_window(40, 45, 150, 0.32, (0.0, 0.0)) == (33.0, 52.0)  # both at the floor: 33.75, 51.25
     assert crop_target_window(2, 5, 30, 1.0, (1.0, 1.0)) == (0.0, 8.0)  # clipped at 0: 2 − 3
     assert crop_target_window(20, 28, 30, 1.0, (1.5, 0.1)) == (8.0, 30.0)  # 12 s to the left; clipped at 30
-    assert crop_target_window(1.234, 2.0, 30, 1.0, (0.0, 0.0)) == (0.0, 4.0)
+    assert crop_target_window(140, 145, 150.5, 0.32, (1.0, 1.0)) == (133.0, 150.5)  # the video's end, not 152
+    assert crop_target_window(1.234, 2.5, 30, 1.0, (0.0, 0.0)) == (0.0, 5.0)  # 4.5 up
 
 
 def test_crop_plan_is_seeded_per_sample():
@@ -41,8 +43,8 @@ def test_crop_plan_is_seeded_per_sample():
 
 
 def test_call_text_is_what_the_parser_reads():
-    text = tools.call_text((4, 9.5))
-    assert text == '<tool_call>{"name": "crop", "arguments": {"start": 4.0, "end": 9.5}}</tool_call>'
+    text = tools.call_text((4.0, 9.5))
+    assert text == '<tool_call>{"name": "crop", "arguments": {"start": 4, "end": 9.5}}</tool_call>'
     assert tools.parse_tool_call(text, 30.0) == tools.ToolRequest("call", (4.0, 9.5))
     assert tools.parse_tool_call(tools.call_text((1.234, 5.678)), 30.0).window == (1.23, 5.68)
 

@@ -24,6 +24,7 @@ keeps answering directly when no tool is offered and learns to crop when it is.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -136,7 +137,9 @@ def crop_target_window(start: float, end: float, duration: float, clip_fps: floa
     [s − m_l, e + m_r] ∩ [0, d] with m = max(u · (e − s), 2 / f₁) per side (u from :func:`crop_plan`): the rule of
     ``eval --zoom``'s window (:func:`grounding_rl.eval.zoom.zoom_window`, margin × length, never below one temporal
     patch = two frames of the whole clip at its sampled rate f₁) with its margin drawn per side, so the ground truth
-    is not always centred. Then rounded to two decimals, as the request writes it.
+    is not always centred. The window's ends are whole seconds (start rounded down, end up; the video's end when
+    that is nearer): a request needs no finer precision than its margin of ≥ 2 frames, and random hundredths would be
+    digits to learn that carry nothing (a tiny model copying them collapsed to empty windows).
 
     Args:
         start, end: the ground truth, seconds (start ≤ end); duration: the video's length, seconds.
@@ -144,12 +147,13 @@ def crop_target_window(start: float, end: float, duration: float, clip_fps: floa
         margins: (u_left, u_right) ≥ 0.
 
     Returns:
-        (start, end) seconds. E.g. gt (40, 45), d 150, f₁ 0.32, u (0.5, 2.0) → m = (6.25, 10) → (33.75, 55.0).
+        (start, end) seconds. E.g. gt (40, 45), d 150, f₁ 0.32, u (0.5, 2.0) → m = (6.25, 10) → (33, 55);
+        gt (140, 145), d 150.5, u (1, 1) → (133, 150.5).
     """
     floor = 2.0 / clip_fps
     length = end - start
     left, right = (max(u * length, floor) for u in margins)
-    return round(max(0.0, start - left), 2), round(min(float(duration), end + right), 2)
+    return float(max(0, math.floor(start - left))), round(min(float(duration), float(math.ceil(end + right))), 2)
 
 
 class SFTCollator:
