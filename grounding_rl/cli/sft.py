@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     model, processor = common.load_training_model(script_args, model_args, args)
     collator = SFTCollator(processor, dataset, args.prompt_template, args.video_settings, args.think_text,
                            args.max_prompt_length, frame_cache=common.frame_cache(script_args),
-                           video_layout=args.video_layout)
+                           video_layout=args.video_layout, crop_fraction=args.crop_trajectory_fraction,
+                           max_turns=args.max_tool_calling_iterations, seed=args.seed)
     trainer = GroundingSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
                                   processing_class=processor)
     trainer.fingerprint = fingerprint

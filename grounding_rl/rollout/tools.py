@@ -140,6 +140,16 @@ def parse_tool_call(text: str, duration: float) -> ToolRequest:
     return ToolRequest("call", (max(0.0, start), min(float(duration), end)))
 
 
+def call_text(window: tuple[float, float]) -> str:
+    """A model turn requesting ``window``, as :data:`TEXT_PROTOCOL` asks for it (both protocols; the inverse of
+    :func:`parse_tool_call`): ``'<tool_call>{"name": "crop", "arguments": {"start": 4.0, "end": 9.5}}</tool_call>'``
+    for ``(4.0, 9.5)``, the seconds rounded to two decimals (what the environment then samples) and whole seconds
+    written as integers (``"start": 4``)."""
+    arguments = {key: int(v) if v == int(v) else v
+                 for key, v in (("start", round(float(window[0]), 2)), ("end", round(float(window[1]), 2)))}
+    return f"{TOOL_CALL_OPEN}{json.dumps({'name': CROP, 'arguments': arguments})}{TOOL_CALL_CLOSE}"
+
+
 def error_text(request: ToolRequest, duration: float, final: bool = False) -> str:
     """The short error turn for a refused request: ``"Error: <reason>. Call crop with 0 <= start < end <= 30.00, or
     answer."``; with ``final`` (no call left) it ends with :data:`FINAL_NOTE` instead."""

@@ -156,7 +156,8 @@ FIELDS: dict[str, Honour] = {
     "video_sampler": _O, "video_total_tokens": _O, "video_min_tokens": _O, "video_budget_lowers_fps": _O,
     "video_cover_tail": _O,
     # --- GroundingSFTConfig
-    "think_text": Honour(None, OURS),
+    "think_text": Honour(None, OURS), "crop_trajectory_fraction": Honour(None, OURS),
+    "max_tool_calling_iterations": _O,  # GRPO: the crop tool's K; SFT: the K of the crop trajectories' offer
     # --- GroundingGRPOConfig: TRL 1.16's GRPO knobs and ours (grounding_rl/update/config.py)
     **{name: _grpo(OURS) for name in (
         "disable_dropout", "num_generations", "max_completion_length", "ds3_gather_for_generation", "shuffle_dataset",
@@ -172,7 +173,7 @@ FIELDS: dict[str, Honour] = {
         "difficulty_range", "online_difficulty_range", "difficulty_p_std", "difficulty_p_mean",
         "difficulty_mean_reward", "eval_file", "eval_max_samples", "teacher_model_name_or_path",
         "teacher_model_init_kwargs", "distillation_beta", "distillation_weight", "loss_top_k",
-        "max_tool_calling_iterations", "crop_spend")},
+        "crop_spend")},
     "vllm_mode": _grpo(REFUSED, "only 'colocate' is supported here (vLLM inside the training processes); TRL's "
                                 "'server' mode is not implemented"),
 }
