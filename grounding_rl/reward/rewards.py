@@ -135,8 +135,9 @@ def _columns(completions: Sequence, columns: dict) -> list[tuple[tuple[float, fl
 
 def shift_answer(pred: Sequence[float] | None, offset: float | None) -> tuple[float, float] | None:
     """A parsed answer in the video's seconds: ``(s + offset, e + offset)``; None or a 0/None offset leaves it as is.
-    The ``answer_offset`` column: a two-pass zoom's pass-2 row answers in its window's time (Qwen2.5-VL), offset = the
-    window's first frame time (:func:`grounding_rl.rollout.zoom.to_absolute`). E.g. (2, 5.5) with 30.25 → (32.25, 35.75)."""
+    The ``answer_offset`` column: a two-pass zoom's pass-2 row answers in its window's time (Qwen2.5-VL), offset =
+    the window's first frame time (:func:`grounding_rl.rollout.zoom.to_absolute`). E.g. (2, 5.5) with 30.25 →
+    (32.25, 35.75)."""
     if pred is None or not offset:
         return pred
     return (float(pred[0]) + float(offset), float(pred[1]) + float(offset))

@@ -40,7 +40,8 @@ class TwoPassZoomArguments:
     two_pass_zoom: bool = field(
         default=False,
         metadata={"help": "Fixed two-pass zoom training: each query also trains a pass-2 group on the window of its "
-                  "group's first sampled answer (eval --zoom's window and sampling), each group normalised on its own."})
+                  "group's first sampled answer (eval --zoom's window and sampling), each group normalised on its "
+                  "own."})
     zoom_margin: float = field(
         default=DEFAULT_MARGIN,
         metadata={"help": "two_pass_zoom: the window is the answer widened on each side by this fraction of its "
