@@ -75,7 +75,8 @@ def test_each_pass_is_its_own_group_and_pass_two_sees_the_window(tiny_model_dir,
     frames); pass 2 answers in window time and is scored from 3 s on."""
     from conftest import POOL, clip_dataset, grpo_config, make_grpo_trainer
 
-    config = grpo_config(tmp_path, two_pass_zoom=True, reward_funcs=["iou"], max_completion_length=32)
+    config = grpo_config(tmp_path, two_pass_zoom=True, reward_funcs=["iou"], max_completion_length=32,
+                         log_completions=True)
     trainer = make_grpo_trainer(tiny_model_dir, config, clip_dataset(videos_dir, names=(POOL,)),
                                 reward_funcs=["iou"])
     trainer.rollout_engine = engine = ScriptedEngine(trainer.processing_class.tokenizer)
@@ -99,6 +100,14 @@ def test_each_pass_is_its_own_group_and_pass_two_sees_the_window(tiny_model_dir,
     assert metrics["zoom/window_recall"] == [0.0] and metrics["zoom/fallbacks"] == [0.0]
     assert metrics["zoom/pass1_reward"] == [pytest.approx(7 / 12)]
     assert metrics["zoom/pass2_reward"] == [pytest.approx(11 / 48)]
+    assert trainer.completions["extra"]["zoom_window"] == [None] * 4 + [[3.0, 8.0]] * 4
+
+
+def test_only_qwen2_5_vl_window_time_shifts_the_answer():
+    from grounding_rl.rollout.zoom import answer_shift
+
+    assert answer_shift("qwen2_5_vl") and answer_shift("qwen2_5_vl", "window")
+    assert not answer_shift("qwen2_5_vl", "video") and not answer_shift("qwen3_vl")
 
 
 def test_two_pass_zoom_trains_two_steps_on_the_tiny_model(tiny_model_dir, videos_dir, tmp_path):

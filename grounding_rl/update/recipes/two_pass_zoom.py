@@ -20,8 +20,9 @@ which the test-time window does not, so pass 2 would learn on an easier distribu
 
 Logged: ``zoom/window_recall`` (share of pass-2 windows holding the whole ground truth), ``zoom/fallbacks`` (windows
 from an unparsed answer), ``zoom/window_errors`` (windows that could not be sampled: pass 2 then sees the whole clip,
-offset 0), ``zoom/pass1_reward`` and ``zoom/pass2_reward`` (mean weighted reward of each pass). A step trains on
-2 × the generation batch (both passes), so its cost is about two single-pass steps.
+offset 0), ``zoom/pass1_reward`` and ``zoom/pass2_reward`` (mean weighted reward of each pass); the ``rewards/*``
+metrics cover both passes' rows. With ``log_completions`` each row's ``extra.zoom_window`` is its window (None for
+pass 1). A step trains on 2 × the generation batch (both passes).
 
 Refused with the crop tool, dynamic sampling, ground-truth injection (its answer is in the video's time), a
 distillation teacher, the online difficulty filter (it would record pass-2 rewards as the clip's), the vLLM engine
@@ -99,6 +100,7 @@ class TwoPassZoom(Recipe):
         with timed(trainer, "zoom_window"):
             items = self.pass2_items(trainer, rollout.items, texts, acc.process_index * len(rollout))
         second = draw(items, args.generation_batch_size // G)
+        second.extra["zoom_window"] = [it["zoom_window"] for it in items]  # completions.jsonl: None = pass 1
         metrics = trainer._metrics
         for name, column in (("window_recall", "zoom_window_recall"), ("fallbacks", "zoom_fallback"),
                              ("window_errors", "zoom_window_error")):
