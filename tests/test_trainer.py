@@ -437,10 +437,10 @@ def test_trl_named_fields_keep_trl_defaults():
         "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "loss_top_k", "max_num_gen_batches",
         "max_prompt_length", "online_difficulty_range", "prompt_template",
         "reward_funcs", "reward_shaping", "reward_shaping_alpha", "reward_shaping_threshold", "share_prompt_prefix",
-        "share_video_encoding", "teacher_model_init_kwargs", "teacher_model_name_or_path", "use_gt_injection",
-        "video_budget_lowers_fps", "video_cover_tail", "video_fps", "video_layout", "video_max_frames",
-        "video_max_pixels", "video_min_frames", "video_min_pixels", "video_min_tokens", "video_sampler",
-        "video_total_pixels", "video_total_tokens"]
+        "share_video_encoding", "teacher_model_init_kwargs", "teacher_model_name_or_path", "two_pass_zoom",
+        "use_gt_injection", "video_budget_lowers_fps", "video_cover_tail", "video_fps", "video_layout",
+        "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels", "video_min_tokens",
+        "video_sampler", "video_total_pixels", "video_total_tokens", "zoom_margin", "zoom_spend"]
     for name in ("beta", "epsilon", "loss_type", "scale_rewards", "temperature", "num_iterations", "log_completions"):
         assert ours[name].metadata["help"].startswith(trl_fields[name].metadata["help"].split(".")[0])
 

@@ -43,11 +43,9 @@ from dataclasses import dataclass
 from grounding_rl.data.video import SampledVideo, VideoSettings, window_settings  # noqa: F401
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
-
-ZOOM_SPEND = ("fps", "resolution")
-ZOOM_TIME = ("video", "window")
-DEFAULT_MARGIN = 1.0
-FALLBACK_WINDOW = "the centre half [d/4, 3d/4]"
+# the window and time pieces, shared with training's two-pass zoom (grounding_rl.update.recipes.two_pass_zoom)
+from grounding_rl.rollout.zoom import (DEFAULT_MARGIN, FALLBACK_WINDOW, ZOOM_SPEND, ZOOM_TIME,  # noqa: F401
+                                       answer_shift, pass2_clip, to_absolute, window_origin, zoom_window)
 
 
 @dataclass(frozen=True)
@@ -111,46 +109,6 @@ class ZoomSettings:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def zoom_window(answer: tuple[float, float] | None, duration: float, margin: float, pass1_fps: float
-                ) -> tuple[tuple[float, float], bool]:
-    """The pass-2 window for pass 1's parsed answer.
-
-    [s − m, e + m] with m = max(margin · (e − s), 2 / pass1_fps), clipped to [0, duration] (s, e first clamped into
-    the clip and ordered). No answer (None), or one that lies wholly outside the clip, gives the fallback
-    [duration / 4, 3 · duration / 4].
-
-    Args:
-        answer: (start, end) seconds as parsed, or None.
-        duration: the video's length, seconds (> 0).
-        margin: ≥ 0, fraction of the answer's length added on each side.
-        pass1_fps: the rate pass 1 sampled at (frames per second, > 0): 2 / pass1_fps is one temporal patch.
-
-    Returns:
-        ((start, end) seconds, fallback). E.g. answer (40, 50), duration 150, margin 1, rate 0.25 →
-        ((30.0, 60.0), False) (m = max(10, 8)); answer (2, 3), same → ((0.0, 11.0), False) (m = 8); None →
-        ((37.5, 112.5), True).
-    """
-    if answer is not None:
-        s, e = sorted((min(max(float(answer[0]), 0.0), duration), min(max(float(answer[1]), 0.0), duration)))
-        if not (s == e and (s <= 0.0 or s >= duration)):
-            pad = max(margin * (e - s), 2.0 / pass1_fps)
-            return (max(0.0, s - pad), min(duration, e + pad)), False
-    return (duration / 4.0, 3.0 * duration / 4.0), True
-
-
-def window_origin(video: SampledVideo) -> float:
-    """Seconds at which pass 2's positional time starts: its first frame's presentation time."""
-    return float(video.timestamps[0])
-
-
-def to_absolute(answer: tuple[float, float] | None, origin: float, shift: bool) -> tuple[float, float] | None:
-    """Pass 2's parsed answer in the video's absolute time: ``(s + origin, e + origin)`` when ``shift`` (Qwen2.5-VL
-    with ``time="window"``), else unchanged; None stays None."""
-    if answer is None:
-        return None
-    return (answer[0] + origin, answer[1] + origin) if shift else (float(answer[0]), float(answer[1]))
 
 
 def position_offset(origin: float, tokens_per_second: float) -> int:
@@ -218,7 +176,7 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
     ``{"window", "fallback", "answer", "interval", "sampling", "error"}``; a window that cannot be sampled, or a pass
     that runs out of memory, gives ``error`` (the record keeps pass 1's answer). ``on_prompt(row_index, video)`` is
     called with each pass-2 clip before generation (``infer --print-prompt``)."""
-    from grounding_rl.data.video import VideoLoadError, WindowError, sample_window
+    from grounding_rl.data.video import VideoLoadError, WindowError
     from grounding_rl.reward.parsing import parse_answer
     from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
@@ -229,8 +187,7 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
         item = {"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
                 "interval": None, "sampling": None, "error": None}
         try:
-            clip = sample_window(path, window[0], window[1],
-                                 window_settings(settings, sampling, window, zoom.spend))
+            clip = pass2_clip(path, window, settings, sampling, zoom.spend)
         except (WindowError, VideoLoadError, ValueError) as err:
             item["error"] = f"zoom window: {err}"[:300]
         else:
@@ -243,7 +200,7 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
     if not ok:
         return out
     mode = zoom.time_for(family_name)
-    shift_answer = family_name == "qwen2_5_vl" and mode == "window"
+    shift_answer = answer_shift(family_name, mode)
     offsets = None
     if family_name == "qwen2_5_vl" and mode == "video":
         from grounding_rl.models.vision import unwrap

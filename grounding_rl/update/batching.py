@@ -27,7 +27,8 @@ from grounding_rl.prompts.preprocessing import (CLIPS, GRID, MODEL_INPUT_KEYS, P
 
 def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False,
                  video_layout: str = DEFAULT_VIDEO_LAYOUT) -> dict:
-    """Prompt tensors for items carrying a decoded ``"clip"``; each distinct ``index`` is processed once.
+    """Prompt tensors for items carrying a decoded ``"clip"``; each distinct clip (:func:`clip_key`: ``index`` and
+    window) is processed once.
 
     Rows of the same index (a group's G copies) get identical tensors — the same token ids (with Qwen3-VL's
     textual timestamps), pixels, grid, ``mm_token_type_ids`` (and Qwen2.5-VL's ``second_per_grid_ts``) — which is
@@ -46,10 +47,10 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
         family's per-row video tensors (CPU tensors), one row per item, left-padded; plus ``video_index`` when
         ``share_videos``.
     """
-    order = list(dict.fromkeys(item["index"] for item in items))
-    position = {index: i for i, index in enumerate(order)}
-    by_index = {item["index"]: item for item in items}
-    ordered = [by_index[index] for index in order]
+    order = list(dict.fromkeys(clip_key(item) for item in items))
+    position = {key: i for i, key in enumerate(order)}
+    by_key = {clip_key(item): item for item in items}
+    ordered = [by_key[key] for key in order]
     features = build_inputs(processor, [it["query"] for it in ordered], [it["clip"] for it in ordered],
                             [it.get("prompt_template") or template for it in ordered], video_layout=video_layout)
     batch = {
@@ -61,7 +62,14 @@ def prompt_batch(processor, items: list[dict], template: str, share_videos: bool
     }
     if share_videos:
         batch[VIDEO_INDEX] = torch.arange(len(ordered))
-    return select_rows(batch, [position[item["index"]] for item in items])
+    return select_rows(batch, [position[clip_key(item)] for item in items])
+
+
+def clip_key(item: dict) -> tuple:
+    """What makes two rows' prompts identical: the sample ``index`` and the part of its video the clip is (a two-pass
+    zoom's pass-2 row shares its index with pass 1 but sees a window; ``SampledVideo.window``, None for the whole)."""
+    window = getattr(item.get("clip"), "window", None)
+    return (item["index"], None if window is None else tuple(window))
 
 
 def clip_grid(batch: dict) -> torch.Tensor:

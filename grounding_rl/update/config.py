@@ -22,6 +22,7 @@ from grounding_rl.update.recipes.engine_correction import EngineCorrectionArgume
 from grounding_rl.update.recipes.gt_injection import GroundTruthInjectionArguments
 from grounding_rl.update.recipes.online_filter import OnlineFilterArguments
 from grounding_rl.update.recipes.tempsamp import RewardShapingArguments
+from grounding_rl.update.recipes.two_pass_zoom import TwoPassZoomArguments
 from grounding_rl.update.recipes.validation import EVAL_METRICS, ValidationArguments  # noqa: F401
 
 # the fields that change which samples a run trains on (in its run fingerprint: a resume must keep them)
@@ -35,7 +36,7 @@ DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "diffi
 class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineCorrectionArguments,
                           DynamicSamplingArguments, GroundTruthInjectionArguments, RewardShapingArguments,
                           DifficultyArguments, OnlineFilterArguments, DistillationArguments, ValidationArguments,
-                          CropToolArguments):
+                          CropToolArguments, TwoPassZoomArguments):
     """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
 
     The recipes' fields come from their modules' dataclasses (:mod:`grounding_rl.update.recipes`), with their

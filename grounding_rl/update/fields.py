@@ -173,7 +173,7 @@ FIELDS: dict[str, Honour] = {
         "difficulty_range", "online_difficulty_range", "difficulty_p_std", "difficulty_p_mean",
         "difficulty_mean_reward", "eval_file", "eval_max_samples", "teacher_model_name_or_path",
         "teacher_model_init_kwargs", "distillation_beta", "distillation_weight", "loss_top_k",
-        "crop_spend")},
+        "crop_spend", "two_pass_zoom", "zoom_margin", "zoom_spend")},
     "vllm_mode": _grpo(REFUSED, "only 'colocate' is supported here (vLLM inside the training processes); TRL's "
                                 "'server' mode is not implemented"),
 }

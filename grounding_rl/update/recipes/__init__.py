@@ -22,11 +22,12 @@ from grounding_rl.update.recipes.gt_injection import GroundTruthInjection
 from grounding_rl.update.recipes.online_filter import OnlineFilter
 from grounding_rl.update.recipes.sources import PerSourceSettings
 from grounding_rl.update.recipes.tempsamp import TempSampShaping
+from grounding_rl.update.recipes.two_pass_zoom import TwoPassZoom
 from grounding_rl.update.recipes.validation import Validation
 
 # order = the order the hooks run in
 RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, PerSourceSettings, OnlineFilter, CropTool,
-                                                        GroundTruthInjection, TempSampShaping, DynamicSampling,
+                                                        TwoPassZoom, GroundTruthInjection, TempSampShaping, DynamicSampling,
                                                         EngineCorrection, Distillation, Validation)}
 def recipe_problems(args) -> list[str]:
     """Every registered recipe's messages for ``args``."""

@@ -1,0 +1,152 @@
+"""Fixed two-pass zoom training: each query of a step contributes two groups of G, the **pass-1** group (G completions
+on the whole clip, the ordinary draw) and a **pass-2** group (G completions on a window of the clip sampled at a
+higher rate), each group's advantages normalised on its own (:func:`grounding_rl.update.grpo.group_advantages` over
+groups of G: the pass-2 draw has its own group ids).
+
+Pass 2 is ``eval --zoom``'s (:mod:`grounding_rl.eval.zoom`), with the same pieces (:mod:`grounding_rl.rollout.zoom`):
+the window is an answer widened by ``zoom_margin`` (:func:`zoom_window`: m = max(margin · length, one temporal patch
+of pass 1); an answer that does not parse gives the centre half), sampled under pass 1's budget spent per
+``zoom_spend`` (:func:`pass2_clip`), with the same prompt, and the family's time convention: Qwen2.5-VL answers in
+window time (positions from the window's first frame t₀, eval's default ``--zoom-time window``), Qwen3-VL reads the
+window's true timestamps. The pass-2 rows carry ``answer_offset`` (t₀ for Qwen2.5-VL, else 0), so the ``iou`` and
+``tiou`` rewards score the answer mapped back to the video's seconds (:func:`grounding_rl.reward.rewards.shift_answer`),
+and ``zoom_window`` [a, b] seconds.
+
+Where the window comes from during training: **the policy's own first sampled pass-1 completion of the group**,
+widened by the margin as at evaluation. So the windows trained on are the kind the policy will zoom into at test
+(its own answers, right or wrong), at no extra generation; evaluation uses the greedy answer, which a sampled one
+approximates. Not the ground truth widened by a random margin: that teacher-forced window always holds the moment,
+which the test-time window does not, so pass 2 would learn on an easier distribution than it is evaluated on.
+
+Logged: ``zoom/window_recall`` (share of pass-2 windows holding the whole ground truth), ``zoom/fallbacks`` (windows
+from an unparsed answer), ``zoom/window_errors`` (windows that could not be sampled: pass 2 then sees the whole clip,
+offset 0), ``zoom/pass1_reward`` and ``zoom/pass2_reward`` (mean weighted reward of each pass); the ``rewards/*``
+metrics cover both passes' rows. With ``log_completions`` each row's ``extra.zoom_window`` is its window (None for
+pass 1). A step trains on 2 × the generation batch (both passes).
+
+Refused with the crop tool, dynamic sampling, ground-truth injection (its answer is in the video's time), a
+distillation teacher, the online difficulty filter (it would record pass-2 rewards as the clip's), the vLLM engine
+(not tried), a video sampler other than ``exact`` and set templates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND
+from grounding_rl.update.recipes.base import Recipe
+
+
+@dataclass
+class TwoPassZoomArguments:
+    two_pass_zoom: bool = field(
+        default=False,
+        metadata={"help": "Fixed two-pass zoom training: each query also trains a pass-2 group on the window of its "
+                  "group's first sampled answer (eval --zoom's window and sampling), each group normalised on its "
+                  "own."})
+    zoom_margin: float = field(
+        default=DEFAULT_MARGIN,
+        metadata={"help": "two_pass_zoom: the window is the answer widened on each side by this fraction of its "
+                  "length, at least one temporal patch of pass 1 (eval --zoom-margin)."})
+    zoom_spend: str = field(
+        default="fps",
+        metadata={"help": "two_pass_zoom: what pass 2 spends pass 1's frame budget on, 'fps' or 'resolution' (eval "
+                  "--zoom-spend)."})
+
+
+class TwoPassZoom(Recipe):
+    name = "two_pass_zoom"
+    arguments = TwoPassZoomArguments
+
+    @staticmethod
+    def enabled(args) -> bool:
+        return bool(args.two_pass_zoom)
+
+    @staticmethod
+    def problems(args) -> list[str]:
+        from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
+
+        out = []
+        if not args.zoom_margin >= 0:
+            out.append(f"zoom_margin must be ≥ 0 (got {args.zoom_margin})")
+        if args.zoom_spend not in ZOOM_SPEND:
+            out.append(f"zoom_spend must be one of {', '.join(ZOOM_SPEND)} (got {args.zoom_spend!r})")
+        if args.two_pass_zoom:
+            conflicts = [name for name, on in (
+                ("max_tool_calling_iterations", args.max_tool_calling_iterations), ("use_vllm", args.use_vllm),
+                ("dynamic_sampling", args.dynamic_sampling), ("use_gt_injection", args.use_gt_injection),
+                ("teacher_model_name_or_path", args.teacher_model_name_or_path),
+                ("online_difficulty_range", args.online_difficulty_range is not None)) if on]
+            if conflicts:
+                out.append(f"two_pass_zoom does not run with {', '.join(conflicts)}")
+            if args.video_sampler != "exact":
+                out.append(f"two_pass_zoom samples windows with the exact sampler (video_sampler is "
+                           f"{args.video_sampler!r})")
+            if args.prompt_template in PROMPT_TEMPLATES and is_set_template(args.prompt_template):
+                out.append(f"two_pass_zoom: prompt_template {args.prompt_template!r} asks for a set of intervals; "
+                           "the zoom looks again at one")
+        return out
+
+    def resample(self, trainer, rollout, draw):
+        """Pass 1 (``rollout``) followed, on this process, by its pass-2 rows: ``draw(items, group_offset)``
+        (:func:`grounding_rl.update.rollout.build_rollout`) on :meth:`pass2_items`, group ids after pass 1's."""
+        import torch
+        from accelerate.utils import gather_object
+
+        from grounding_rl.update import batching
+        from grounding_rl.update.rollout import Rollout, timed
+
+        args, acc, G = self.args, trainer.accelerator, trainer.num_generations
+        texts = gather_object(list(rollout.texts))  # a group may be split between processes
+        with timed(trainer, "zoom_window"):
+            items = self.pass2_items(trainer, rollout.items, texts, acc.process_index * len(rollout))
+        second = draw(items, args.generation_batch_size // G)
+        second.extra["zoom_window"] = [it["zoom_window"] for it in items]  # completions.jsonl: None = pass 1
+        metrics = trainer._metrics
+        for name, column in (("window_recall", "zoom_window_recall"), ("fallbacks", "zoom_fallback"),
+                             ("window_errors", "zoom_window_error")):
+            values = torch.tensor([float(it[column]) for it in items], device=acc.device)
+            metrics[f"zoom/{name}"].append(acc.gather(values).mean().item())
+        metrics["zoom/pass1_reward"].append(torch.nanmean(acc.gather(rollout.rewards)).item())
+        metrics["zoom/pass2_reward"].append(torch.nanmean(acc.gather(second.rewards)).item())
+
+        def prompt_batch(rows):
+            return batching.to_device(batching.prompt_batch(
+                trainer.processing_class, rows, args.prompt_template, share_videos=args.share_video_encoding,
+                video_layout=args.video_layout), acc.device)
+
+        return Rollout.concat([rollout, second], prompt_batch, trainer.pad_token_id)
+
+    def pass2_items(self, trainer, items: list[dict], texts: list[str], start: int) -> list[dict]:
+        """The pass-2 items of this process's pass-1 ``items`` (global rows ``start`` …): each row's clip replaced by
+        the window of its group's first completion (``texts``: all processes' pass-1 completions, gather order),
+        sampled once per group, with the columns ``answer_offset`` (seconds), ``zoom_window`` [a, b],
+        ``zoom_fallback``, ``zoom_window_error`` and ``zoom_window_recall`` (the ground truth wholly inside)."""
+        from grounding_rl.data.video import VideoLoadError, WindowError
+        from grounding_rl.family import family_of
+        from grounding_rl.reward.parsing import parse_answer
+        from grounding_rl.rollout.zoom import answer_shift, pass2_clip, window_origin, zoom_window
+
+        G = trainer.num_generations
+        family = family_of(trainer.accelerator.unwrap_model(trainer.model))
+        settings, shift = family.video_settings(self.args.video_settings), answer_shift(family.name)
+        clips, out = {}, []
+        for row, item in enumerate(items):
+            group = (start + row) // G
+            clip = item["clip"]
+            window, fallback = zoom_window(parse_answer(texts[group * G]), clip.duration, self.args.zoom_margin,
+                                           float(clip.sampling()["fps"]))
+            key = (item["index"], window)
+            if key not in clips:
+                try:
+                    clips[key] = pass2_clip(clip.path, window, settings, clip.sampling(), self.args.zoom_spend)
+                except (WindowError, VideoLoadError, ValueError):
+                    clips[key] = None
+            window_clip = clips[key]
+            new = {k: v for k, v in item.items() if k != "substituted_from"}  # counted once, in pass 1
+            new.update(clip=window_clip if window_clip is not None else clip,
+                       answer_offset=window_origin(window_clip) if window_clip is not None and shift else 0.0,
+                       zoom_window=[round(window[0], 6), round(window[1], 6)], zoom_fallback=fallback,
+                       zoom_window_error=window_clip is None,
+                       zoom_window_recall=window[0] <= item["start"] and item["end"] <= window[1])
+            out.append(new)
+        return out
