@@ -65,8 +65,8 @@ EXPECTED = {
         max_completion_length=512, video_fps=2.0, video_total_pixels=TIMELENS2_PIXELS, video_min_pixels=32 * 32,
         prompt_template="timelens2", reward_funcs=["twass1", "set_iou", "parse_penalty"], loss_type="bnpo",
         freeze_vision_tower=True, use_peft=False, train_file="data/timelens2/train.jsonl", longest=16384),
-    # no ../shared/models/Qwen3-VL-4B-Instruct: its size is not checked; its prompts are sized with the 8B's
-    # processor (the Qwen3-VL family's one preprocessing)
+    # no ../shared/models/Qwen3-VL-4B-Instruct: its size is checked in tests/test_fits.py on its config.json (a
+    # fixture); its prompts are sized with the 8B's processor (the Qwen3-VL family's one preprocessing)
     "qwen3_vl_4b_timelens2.yaml": dict(
         size=None, processor="Qwen3-VL-8B-Instruct", num_generations=8, beta=0.04, epsilon=0.2, learning_rate=1e-6,
         max_completion_length=512, video_fps=2.0, video_total_pixels=TIMELENS2_PIXELS, video_min_pixels=32 * 32,
