@@ -9,7 +9,8 @@
 # Variants: plain, no_think (its own SFT too), dynamic_sampling, gt_injection, gt_injection_shaped, difficulty_timelens
 # (TimeLens's draw of 500 of the 1,000 clips on the SFT checkpoint's scores), range_offline (Time-R1's (0, 0.7] on
 # those scores), range_online (the same range on each epoch's rewards), set_rewards (TimeLens2's twass1 + set_iou +
-# parse_penalty in place of iou, format kept), set_rewards_length (that plus length_ratio_penalty).
+# parse_penalty in place of iou, format kept), set_rewards_length (that plus length_ratio_penalty), iou_length (iou +
+# length_ratio_penalty at weight 0.5 + format, without the set rewards).
 # Variables: DEMO_DIR (default data/demo), OUT (default outputs/demo, which holds sft/), ABL (default
 # outputs/ablation), SEED (GRPO seed, default 0), JOBS (variants run at once, default 1: one CPU thread each),
 # DEMO_FAMILY (qwen2_5_vl, default, or qwen3_vl: configs/demo_{sft,grpo}_qwen3_vl.yaml, as scripts/demo.sh).
@@ -43,9 +44,10 @@ declare -A ARGS=(
   [range_online]="--online_difficulty_range 0.0 0.7"
   [set_rewards]="--reward_funcs twass1 set_iou parse_penalty format --reward_weights 1.0 1.0 1.0 0.5"
   [set_rewards_length]="--reward_funcs twass1 set_iou parse_penalty length_ratio_penalty format --reward_weights 1.0 1.0 1.0 1.0 0.5"
+  [iou_length]="--reward_funcs iou length_ratio_penalty format --reward_weights 1.0 0.5 0.5"
 )
 ORDER=(plain no_think dynamic_sampling gt_injection gt_injection_shaped difficulty_timelens range_offline range_online
-       set_rewards set_rewards_length)
+       set_rewards set_rewards_length iou_length)
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=("${ORDER[@]}")
 for v in "${variants[@]}"; do
