@@ -158,7 +158,7 @@ def test_direct_rows_of_a_mixed_batch_are_the_single_turn_samples(demo_dir, demo
                         seed=3)(rows)
     single = SFTCollator(demo_processor, dataset, "default", settings, THINK)(rows)
     tok = demo_processor.tokenizer
-    grids, patches = [], []
+    grids = []
     for i, crops in enumerate(kinds):
         ids = mixed["input_ids"][i][mixed["attention_mask"][i].bool()]
         text = tok.decode(ids)
