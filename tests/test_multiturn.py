@@ -463,7 +463,9 @@ def test_crop_tool_settings_are_checked(tmp_path):
             ({"max_tool_calling_iterations": 1, "use_gt_injection": True},
              "max_tool_calling_iterations > 0 does not run with use_gt_injection yet"),
             ({"max_tool_calling_iterations": 1, "video_sampler": "qwen_vl_utils"}, "with the exact sampler"),
-            ({"max_tool_calling_iterations": 1, "prompt_template": "timelens2"}, "asks for a set of intervals")):
+            ({"max_tool_calling_iterations": 1, "prompt_template": "timelens2"}, "asks for a set of intervals"),
+            ({"max_tool_calling_iterations": 1, "use_vllm": True, "vllm_tensor_parallel_size": 2},
+             "runs with vllm_tensor_parallel_size 1")):
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             grpo_config(tmp_path, **overrides)
 

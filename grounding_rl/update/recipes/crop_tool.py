@@ -13,7 +13,8 @@ the columns ``crop_windows`` and ``crop_calls`` (for the ``crop_window`` and ``c
 
 With ``use_vllm`` every turn is sampled by the vLLM engine (:func:`grounding_rl.rollout.vllm.vllm_turns`: one prompt
 with every video so far, weights synced once per rollout) and its log-probs of the model tokens feed the
-importance-sampling correction (NaN, no correction, at tool tokens); on one process only. Not combined (yet) with
+importance-sampling correction (NaN, no correction, at tool tokens); on one process or several, each with its own
+engine (``vllm_tensor_parallel_size`` 1: ranks may run different numbers of turns). Not combined (yet) with
 dynamic sampling, ground-truth injection, distillation or validation during training (``eval_file``: it would score
 single-turn answers) — refused.
 """
@@ -65,9 +66,12 @@ class CropTool(Recipe):
                          if on]
             if conflicts:
                 out.append(f"max_tool_calling_iterations > 0 does not run with {', '.join(conflicts)} yet")
-            if args.use_vllm and (args.world_size > 1 or args.vllm_tensor_parallel_size > 1):
-                out.append("max_tool_calling_iterations > 0 with use_vllm runs on one process (vLLM engines of "
-                           "several processes are not verified with conversations of different lengths)")
+            if args.use_vllm and args.vllm_tensor_parallel_size > 1:
+                # each process's engine samples its own rows (no collective inside generate), so ranks may run
+                # different numbers of turns; a tensor-parallel group's ranks gather their prompts every call
+                out.append("max_tool_calling_iterations > 0 with use_vllm runs with vllm_tensor_parallel_size 1 (the "
+                           "ranks of a tensor-parallel group would wait on each other when their conversations run "
+                           f"different numbers of turns; got {args.vllm_tensor_parallel_size})")
             if args.video_sampler != "exact":
                 out.append("max_tool_calling_iterations > 0 samples windows with the exact sampler (video_sampler "
                            f"is {args.video_sampler!r})")
