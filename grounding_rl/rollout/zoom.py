@@ -73,3 +73,18 @@ def pass2_clip(path: str, window: tuple[float, float], settings: VideoSettings, 
     from grounding_rl.data.video import sample_window, window_settings
 
     return sample_window(path, window[0], window[1], window_settings(settings, first, window, spend))
+
+
+def window_problems(setting: str, video_sampler: str, prompt_template: str, why_one: str) -> list[str]:
+    """What stops ``setting`` (a training option that samples windows of a clip: the crop tool, two-pass zoom, crop
+    trajectories) from running with these settings, one message each: windows come from the ``exact`` sampler only
+    (:func:`grounding_rl.data.video.sample_window`), and a window looks again at one answer, not a set of intervals
+    (``why_one`` ends that message)."""
+    from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
+
+    out = []
+    if video_sampler != "exact":
+        out.append(f"{setting} samples windows with the exact sampler (video_sampler is {video_sampler!r})")
+    if prompt_template in PROMPT_TEMPLATES and is_set_template(prompt_template):
+        out.append(f"{setting}: prompt_template {prompt_template!r} asks for a set of intervals; {why_one}")
+    return out

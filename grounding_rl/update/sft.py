@@ -87,7 +87,7 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
 
     def crop_problems(self) -> list[str]:
         """Messages for invalid crop-trajectory settings (empty when all is well)."""
-        from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
+        from grounding_rl.rollout.zoom import window_problems
 
         f, k = self.crop_trajectory_fraction, self.max_tool_calling_iterations
         if not 0.0 <= f <= 1.0:
@@ -99,12 +99,8 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
         if k is None or k < 1:
             out.append(f"crop_trajectory_fraction {f} needs max_tool_calling_iterations ≥ 1 (got {k}): the K that "
                        "GRPO and eval --max-turns will offer")
-        if self.video_sampler != "exact":
-            out.append(f"crop_trajectory_fraction > 0 samples windows with the exact sampler (video_sampler is "
-                       f"{self.video_sampler!r})")
-        if self.prompt_template in PROMPT_TEMPLATES and is_set_template(self.prompt_template):
-            out.append(f"crop_trajectory_fraction > 0: prompt_template {self.prompt_template!r} asks for a set of "
-                       "intervals; the crop tool is for one")
+        out += window_problems("crop_trajectory_fraction > 0", self.video_sampler, self.prompt_template,
+                               "the crop tool is for one")
         return out
 
     def grounding_config(self) -> GroundingConfig:

@@ -51,7 +51,7 @@ class CropTool(Recipe):
 
     @staticmethod
     def problems(args) -> list[str]:
-        from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
+        from grounding_rl.rollout.zoom import window_problems
 
         out = []
         if (args.max_tool_calling_iterations or 0) < 0:
@@ -72,12 +72,8 @@ class CropTool(Recipe):
                 out.append("max_tool_calling_iterations > 0 with use_vllm runs with vllm_tensor_parallel_size 1 (the "
                            "ranks of a tensor-parallel group would wait on each other when their conversations run "
                            f"different numbers of turns; got {args.vllm_tensor_parallel_size})")
-            if args.video_sampler != "exact":
-                out.append("max_tool_calling_iterations > 0 samples windows with the exact sampler (video_sampler "
-                           f"is {args.video_sampler!r})")
-            if args.prompt_template in PROMPT_TEMPLATES and is_set_template(args.prompt_template):
-                out.append(f"max_tool_calling_iterations > 0: prompt_template {args.prompt_template!r} asks for a "
-                           "set of intervals; the crop tool is for one")
+            out += window_problems("max_tool_calling_iterations > 0", args.video_sampler, args.prompt_template,
+                                   "the crop tool is for one")
         return out
 
     def setup(self, trainer) -> None:

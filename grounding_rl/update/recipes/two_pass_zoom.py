@@ -63,7 +63,7 @@ class TwoPassZoom(Recipe):
 
     @staticmethod
     def problems(args) -> list[str]:
-        from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
+        from grounding_rl.rollout.zoom import window_problems
 
         out = []
         if not args.zoom_margin >= 0:
@@ -78,12 +78,8 @@ class TwoPassZoom(Recipe):
                 ("online_difficulty_range", args.online_difficulty_range is not None)) if on]
             if conflicts:
                 out.append(f"two_pass_zoom does not run with {', '.join(conflicts)}")
-            if args.video_sampler != "exact":
-                out.append(f"two_pass_zoom samples windows with the exact sampler (video_sampler is "
-                           f"{args.video_sampler!r})")
-            if args.prompt_template in PROMPT_TEMPLATES and is_set_template(args.prompt_template):
-                out.append(f"two_pass_zoom: prompt_template {args.prompt_template!r} asks for a set of intervals; "
-                           "the zoom looks again at one")
+            out += window_problems("two_pass_zoom", args.video_sampler, args.prompt_template,
+                                   "the zoom looks again at one")
         return out
 
     def resample(self, trainer, rollout, draw):
