@@ -6,13 +6,13 @@
 #
 #   bash scripts/demo_ablation.sh [variant ...]       (default: all; names below)
 #
-# Variants: demo (the family's GRPO config as it is), plain (rewards iou + format), iou_length (iou +
-# length_ratio_penalty at weight 0.5 + format, the Qwen2.5-VL demo's default), set_rewards (TimeLens2's twass1 +
-# set_iou + parse_penalty in place of iou, format kept), set_rewards_length (that plus length_ratio_penalty); and the
-# recipe options, each on top of the family's GRPO config as it is: no_think (its own SFT too), dynamic_sampling,
-# gt_injection, gt_injection_shaped, difficulty_timelens (TimeLens's draw of 500 of the 1,000 clips on the SFT
-# checkpoint's scores), range_offline (Time-R1's (0, 0.7] on those scores), range_online (the same range on each
-# epoch's rewards).
+# Variants: plain (rewards iou + format, the Qwen3-VL demo's), iou_length (iou + length_ratio_penalty at weight 0.5 +
+# format, the Qwen2.5-VL demo's), set_rewards (TimeLens2's twass1 + set_iou + parse_penalty in place of iou, format
+# kept), set_rewards_length (that plus length_ratio_penalty); and the recipe options, each on top of the family's GRPO
+# config as it is (so against iou_length on Qwen2.5-VL, plain on Qwen3-VL): no_think (its own SFT too),
+# dynamic_sampling, gt_injection, gt_injection_shaped, difficulty_timelens (TimeLens's draw of 500 of the 1,000 clips
+# on the SFT checkpoint's scores), range_offline (Time-R1's (0, 0.7] on those scores), range_online (the same range on
+# each epoch's rewards).
 # Variables: DEMO_DIR (default data/demo), OUT (default outputs/demo, which holds sft/), ABL (default
 # outputs/ablation), SEED (GRPO seed, default 0), JOBS (variants run at once, default 1: one CPU thread each),
 # DEMO_FAMILY (qwen2_5_vl, default, or qwen3_vl: configs/demo_{sft,grpo}_qwen3_vl.yaml, as scripts/demo.sh).
@@ -36,7 +36,6 @@ esac
 [ -d "$OUT/sft" ] || { echo "demo_ablation: $OUT/sft is missing; run scripts/demo.sh first" >&2; exit 2; }
 
 declare -A ARGS=(
-  [demo]=""
   [plain]="--reward_funcs iou format --reward_weights 1.0 0.5"
   [no_think]="--prompt_template default_no_think"
   [dynamic_sampling]="--dynamic_sampling true"
@@ -49,7 +48,7 @@ declare -A ARGS=(
   [set_rewards_length]="--reward_funcs twass1 set_iou parse_penalty length_ratio_penalty format --reward_weights 1.0 1.0 1.0 1.0 0.5"
   [iou_length]="--reward_funcs iou length_ratio_penalty format --reward_weights 1.0 0.5 0.5"
 )
-ORDER=(demo plain no_think dynamic_sampling gt_injection gt_injection_shaped difficulty_timelens range_offline range_online
+ORDER=(plain no_think dynamic_sampling gt_injection gt_injection_shaped difficulty_timelens range_offline range_online
        set_rewards set_rewards_length iou_length)
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=("${ORDER[@]}")
