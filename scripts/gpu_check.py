@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -346,8 +347,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         torch.set_num_threads(1)
     check = Check(out, args.dry_run, args.budget_s)
+    try:
+        failed = run_stages(check, args.stages)
+    finally:  # the tiny model and the GRPO step's checkpoints (≈ 50 MB on a dry run) are not results
+        shutil.rmtree(check.workdir, ignore_errors=True)
+    print(json.dumps({name: stage["status"] for name, stage in check.results["stages"].items()} |
+                     {"results": str(out), "elapsed_s": round(check.elapsed(), 1)}))
+    return 1 if failed else 0
+
+
+def run_stages(check: Check, stages: list[str]) -> int:
+    """Run ``stages`` in order, recording each in ``check.results`` and writing the JSON after each; returns how
+    many failed."""
     failed = 0
-    for name in args.stages:
+    for name in stages:
         if check.elapsed() > check.budget_s:
             check.results["stages"][name] = {"status": "skipped", "reason": f"past the {check.budget_s:.0f} s budget"}
             check.write()
@@ -364,9 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         result["seconds"] = round(time.perf_counter() - start, 1)
         check.results["stages"][name] = result
         check.write()
-    print(json.dumps({name: stage["status"] for name, stage in check.results["stages"].items()} |
-                     {"results": str(out), "elapsed_s": round(check.elapsed(), 1)}))
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

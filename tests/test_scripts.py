@@ -75,10 +75,13 @@ def test_gpu_check_dry_run_writes_every_stage(tmp_path, shared):
     """scripts/gpu_check.sh --dry-run: every stage of the GPU check runs on the CPU with tiny shapes and lands in the
     results JSON with the figures the GPU run reports; the folder of carried wheels is git-ignored."""
     out = tmp_path / "gpu_check.json"
-    env = {**os.environ, "PYTHON": sys.executable, "GROUNDING_RL_SHARED": str(shared)}
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHON": sys.executable, "GROUNDING_RL_SHARED": str(shared), "TMPDIR": str(scratch)}
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("gpu_check_")] == []  # its work folder is removed
     results = json.loads(out.read_text())
     stages = results["stages"]
     assert results["dry_run"] is True
