@@ -64,6 +64,8 @@ def files(tmp_path_factory, tiny_model_dir):
     (d / "pred_empty.jsonl").write_text("")
     (d / "a_file").write_text("x")
     (d / "folder").mkdir()
+    for step in (2, 10):  # a run stopped before its final save: checkpoints only
+        (d / "stopped" / f"checkpoint-{step}").mkdir(parents=True)
     return d
 
 
@@ -137,8 +139,8 @@ CASES = {
         lambda d: ["eval", "--model", str(d), "--data", str(d / "nope.jsonl"), "--out", str(d / "ev")],
         ["nope.jsonl: No such file"]),
     "eval: --out under a file (before the model loads)": (
-        lambda d: ["eval", "--model", str(d), "--data", shared("data", "videos", "annotations.jsonl"), "--out",
-                   str(d / "a_file" / "ev")], ["a_file"]),
+        lambda d: ["eval", "--model", str(d / "tiny"), "--data", shared("data", "videos", "annotations.jsonl"),
+                   "--out", str(d / "a_file" / "ev")], ["a_file"]),
     # numeric flags: one line before any model loads (the upper bound once the model's config.json is read)
     "eval: --max-new-tokens 0 (was run with 256)": (
         lambda d: [*EVAL(d), "--max-new-tokens", "0"], ["--max-new-tokens must be ≥ 1 (got 0)"]),
@@ -204,6 +206,19 @@ CASES = {
         lambda d: [*EVAL(d, "ckpt_shapes"), "--limit", "1"],
         ["ckpt_shapes/model.safetensors: the weights do not fit the shapes of its config.json", ".mlp.",
          "_proj.weight: ckpt: torch.Size(", "vs model:torch.Size("]),
+    # a --model that names no checkpoint: one line before any output or model load
+    "eval: --model does not exist": (lambda d: EVAL(d, "nope_ckpt"), ["nope_ckpt: no such checkpoint folder"]),
+    "infer: --model does not exist": (lambda d: INFER(d, "nope_ckpt"), ["nope_ckpt: no such checkpoint folder"]),
+    "eval: --model is a folder without config.json": (
+        lambda d: EVAL(d, "folder"), ["folder: not a checkpoint folder (no config.json or adapter_config.json)"]),
+    "infer: --model is a run stopped before its final save": (
+        lambda d: INFER(d, "stopped"), ["stopped: not a checkpoint folder", "its latest checkpoint is",
+                                        "stopped/checkpoint-10"]),
+    "infer: --model is a file": (lambda d: INFER(d, "a_file"), ["a_file: a file, not a checkpoint folder"]),
+    "train: model_name_or_path does not exist": (
+        lambda d: [*TRAIN, "--model_name_or_path", str(d / "nope_ckpt"), "--train_file",
+                   shared("data", "videos", "annotations.jsonl"), "--max_steps", "1", "--output_dir",
+                   str(d / "run_nope")], ["nope_ckpt: no such checkpoint folder"]),
     # the other entry points
     "compare: missing path": (lambda d: ["compare", f"a={d / 'nope.json'}"], ["nope.json: no metrics.json"]),
     "compare: not NAME=PATH": (lambda d: ["compare", str(d / "gt.jsonl")], ["expected NAME=PATH"]),
@@ -239,6 +254,20 @@ def test_a_user_mistake_is_one_line_and_exit_2(name, files, capsys):
     assert len(lines[0]) < 400
     if argv[0] == "eval" and "--model" in argv and "ckpt_" not in argv[argv.index("--model") + 1]:
         assert not (files / f"ev_{Path(argv[argv.index('--model') + 1]).name}" / "predictions.jsonl").exists()
+
+
+def test_a_hub_id_not_in_the_offline_cache_is_one_line(files, monkeypatch, capsys):
+    """``org/name`` that is no folder here: offline, it must be in the Hub cache (one line, not transformers'
+    traceback); the relative path a user mistyped has that form too."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(files)
+    assert cli(["infer", "--model", "outputs/typo-run", "--video", shared("data", "videos", "mmaction2_eye_makeup.avi"),
+                "--query", "someone"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("grounding-rl infer: error: outputs/typo-run: no such checkpoint folder, and no Hub model of that "
+                   "id in the local cache (HF_HUB_OFFLINE is set)")
 
 
 def test_debug_shows_the_traceback(files, monkeypatch):

@@ -58,7 +58,7 @@ from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOve
                                         describe_config, resolve_config)
 from grounding_rl.eval.zoom import ZoomSettings
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
-from grounding_rl.models.loading import check_model_folder
+from grounding_rl.models.loading import check_model_folder, check_model_source
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.prompts.templates import is_set_template
 from grounding_rl.reward.records import metrics_from_records, prediction_record
@@ -280,8 +280,8 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     """Read and check what :func:`run` needs, before any model loads or any output is written.
 
     Raises:
-        UserError: a number out of range (:meth:`EvalRequest.check`), a model folder holding full weights beside an
-            adapter, no queries, duplicate qids, too many missing videos, an unknown template or video setting,
+        UserError: a number out of range (:meth:`EvalRequest.check`), a model path that names no checkpoint, a model
+            folder holding full weights beside an adapter, no queries, duplicate qids, too many missing videos, an unknown template or video setting,
             ``max_new_tokens`` above the model's context.
         AnnotationError: a bad data file (names file and line).
     """
@@ -320,6 +320,7 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
         from grounding_rl.eval.benchmarks import dropped_annotations
 
         dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
+    check_model_source(request.model)  # a mistyped --model: one line before any output or model load
     try:
         config, source = resolve_config(
             request.model, request.overrides, fallback=bench.protocol if bench else None,

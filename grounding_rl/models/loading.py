@@ -104,6 +104,43 @@ def check_model_folder(path) -> None:
                         "--output_dir or --replace_output_dir true)")
 
 
+def check_model_source(path, revision: str | None = None) -> None:
+    """Refuse, in one line, a ``--model`` / ``model_name_or_path`` that cannot name a checkpoint, before anything loads.
+
+    A local path must be a folder holding ``config.json`` (full weights) or ``adapter_config.json`` (a LoRA output);
+    a folder of ``checkpoint-N`` folders alone (a run stopped before its final save) is named with its latest one. A
+    path that does not exist passes only when it has the form of a Hub id (``org/name``, as
+    ``huggingface_hub.utils.validate_repo_id`` checks) and, offline (``HF_HUB_OFFLINE``), is in the local Hub cache;
+    online, transformers fetches it and :func:`load_policy` turns its refusal into one line.
+
+    Raises:
+        UserError: ``"outputs/typo: no such checkpoint folder ..."`` and the like, naming the path.
+    """
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file():
+            return
+        checkpoints = sorted((p for p in folder.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()),
+                             key=lambda p: int(p.name[11:]))
+        hint = (f"; its latest checkpoint is {checkpoints[-1]}" if checkpoints else
+                "; give a run's output_dir or one of its checkpoint-N folders")
+        raise UserError(f"{path}: not a checkpoint folder (no config.json or adapter_config.json){hint}")
+    if folder.exists():
+        raise UserError(f"{path}: a file, not a checkpoint folder (a folder with config.json)")
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(str(path))
+    except HFValidationError:
+        raise UserError(f"{path}: no such checkpoint folder") from None
+    if constants.HF_HUB_OFFLINE and not any(
+            isinstance(try_to_load_from_cache(str(path), name, revision=revision), str)
+            for name in ("config.json", "adapter_config.json")):
+        raise UserError(f"{path}: no such checkpoint folder, and no Hub model of that id in the local cache "
+                        "(HF_HUB_OFFLINE is set)")
+
+
 def load_processor(path: str, revision: str | None = None):
     """``AutoProcessor.from_pretrained(path)`` with remote code disabled (:func:`check_model_folder` first).
 
@@ -112,6 +149,7 @@ def load_processor(path: str, revision: str | None = None):
     """
     from transformers import AutoProcessor
 
+    check_model_source(path, revision)
     check_model_folder(path)
     return AutoProcessor.from_pretrained(path, revision=revision, trust_remote_code=False)
 
@@ -135,10 +173,12 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
         device_map: ``from_pretrained``'s (k-bit loading: ``trl.get_kbit_device_map()``) or None.
 
     Raises:
-        UserError: a folder holding full weights and an adapter (:func:`check_model_folder`).
+        UserError: a path that names no checkpoint (:func:`check_model_source`; a Hub id the Hub refuses, from
+            transformers' error), a folder holding full weights and an adapter (:func:`check_model_folder`).
     """
     from transformers import AutoModelForImageTextToText
 
+    check_model_source(path, revision)
     check_model_folder(path)
     kwargs = {"trust_remote_code": False, "revision": revision}
     if quantization_config is not None:
@@ -151,6 +191,11 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
     with _load_report_held() as held:
         try:
             return AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+        except OSError as err:
+            if Path(path).expanduser().exists() or getattr(err, "filename", None) is not None:
+                raise
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{path}: no such checkpoint folder, and the Hub did not give it ({first})") from None
         except RuntimeError as err:
             broken = _broken_weights(path, str(err), held)
             if broken is None:
