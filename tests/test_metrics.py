@@ -138,3 +138,25 @@ def test_standard_negative_start_rule():
     assert compute_metrics([negative_pred], "clamped")["mIoU"] == 100.0
     as_text = {**r, "pred_start": None, "pred_end": None, "answer": T("-2 to 5")}
     assert compute_metrics([as_text], "standard")["parse_failure_rate"] == 100.0
+
+
+def test_histogram_ious_are_the_headline_standard_ones(tmp_path):
+    """``iou_hist.png`` draws the IoUs the headline averages: a prediction past the clip's end is 0.75 under the
+    standard scoring (6–10 against 6–9 as annotated) although the record's own clamped ``iou`` is 1.0; the title and
+    R1 labels take ``metrics.json``'s figures."""
+    from grounding_rl.data.samples import Sample
+    from grounding_rl.eval.report import plot_iou_hist
+    from grounding_rl.reward.records import metrics_from_records, prediction_record, standard_ious
+
+    past_end = prediction_record(Sample("v.mp4", "q", 6.0, 9.0, 9.0, "a", "t"), "<answer>6.00 to 10.00</answer>")
+    half = prediction_record(Sample("w.mp4", "q", 1.0, 3.0, 5.0, "b", "t"), "<answer>2.00 to 3.00</answer>")
+    unparsed = prediction_record(Sample("w.mp4", "q", 1.0, 2.0, 5.0, "c", "t"), "soon")
+    records = [past_end, half, unparsed]
+    assert [r["iou"] for r in records] == [1.0, 0.5, 0.0]  # the reward's clamped rule
+    ious = standard_ious(records)
+    assert ious == [0.75, 0.5, 0.0]
+    metrics = metrics_from_records(records)
+    assert metrics["mIoU"] == pytest.approx(100 * sum(ious) / 3) == pytest.approx(125 / 3)
+    assert metrics["by_scoring"]["clamped"]["mIoU"] == pytest.approx(50.0)  # what the picture showed before
+    png = plot_iou_hist(ious, tmp_path / "h.png", failures=1, metrics=metrics)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

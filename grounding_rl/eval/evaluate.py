@@ -61,7 +61,7 @@ from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_json
 from grounding_rl.models.loading import check_model_folder, check_model_source
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.prompts.templates import is_set_template
-from grounding_rl.reward.records import metrics_from_records, prediction_record
+from grounding_rl.reward.records import metrics_from_records, prediction_record, standard_ious
 from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
 from grounding_rl.run_record import write_record
 
@@ -546,7 +546,9 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
                     "queries_per_second": round(result.queries_run / wall, 4) if wall > 0 and result.queries_run
                     else None}}
     payload = files.write_metrics_json(outdir / METRICS, metrics, info)
-    files.plot_iou_hist([r["iou"] for r in records], outdir / HISTOGRAM, failures=metrics["missing_predictions"])
+    # the headline's IoUs (standard scoring; a dropped annotation counts as 0), not the records' clamped ``iou``
+    hist_ious = standard_ious(records) + [0.0] * metrics.get("dropped_annotations", 0)
+    files.plot_iou_hist(hist_ious, outdir / HISTOGRAM, failures=metrics["missing_predictions"], metrics=metrics)
     anchors_md = None
     if plan_.benchmark is not None and plan_.benchmark.anchors:
         from grounding_rl.eval.benchmarks import anchors_table

@@ -149,7 +149,8 @@ def _pyplot():
     return plt
 
 
-def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0, title: str | None = None) -> Path:
+def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0, title: str | None = None,
+                  metrics: Mapping | None = None) -> Path:
     """Histogram of per-query IoU in 20 bins over [0, 1], with the R1 thresholds marked.
 
     Args:
@@ -158,6 +159,9 @@ def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
         failures: how many of the IoU-0 queries had no usable prediction (unparsed answer or unreadable clip);
             drawn as a separate, hatched part of the first bar.
         title: figure title (default: n and mIoU).
+        metrics: the headline metrics the IoUs come from (``metrics.json``'s top level, with ``scoring``): the
+            R1@m labels and the title's mIoU are then its exact figures, so the picture and the report agree;
+            without it they are computed from ``ious``.
 
     Returns:
         the PNG path.
@@ -174,13 +178,22 @@ def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
                label=f"no prediction ({failures})")
     for m in THRESHOLDS:
         share = 100.0 * float((values >= m).mean()) if values.size else 0.0
+        if metrics is not None and metrics.get(f"R1@{m}") is not None:
+            share = float(metrics[f"R1@{m}"])
         ax.axvline(m, color="0.3", linestyle="--", linewidth=1)
         ax.text(m + 0.005, 0.97, f"R1@{m}\n{share:.1f}%", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
     ax.set_xlim(0, 1)
     ax.set_xlabel("temporal IoU (prediction vs ground truth)")
     ax.set_ylabel("queries")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of queries: no 1.25
     miou = 100.0 * float(values.mean()) if values.size else 0.0
-    ax.set_title(title or f"IoU distribution: n = {values.size}, mIoU = {miou:.2f}")
+    scoring = ""
+    if metrics is not None and metrics.get("mIoU") is not None:
+        miou = float(metrics["mIoU"])
+        scoring = f" ({metrics['scoring']} scoring)" if metrics.get("scoring") else ""
+    ax.set_title(title or f"IoU distribution{scoring}: n = {values.size}, mIoU = {miou:.2f}")
     ax.legend(loc="upper right", fontsize=8, bbox_to_anchor=(1.0, 0.8))
     fig.tight_layout()
     path = Path(path)

@@ -8,7 +8,7 @@ Pure functions of the sample and the decoded answer (:func:`prediction_record`: 
 from __future__ import annotations
 
 from grounding_rl.data.samples import Sample
-from grounding_rl.reward.metrics import metrics_by_scoring
+from grounding_rl.reward.metrics import compute_metrics, metrics_by_scoring
 from grounding_rl.reward.parsing import extract_think, parse_answer, parse_spans
 from grounding_rl.reward.rewards import query_iou
 from grounding_rl.reward.set_metrics import set_scores
@@ -72,6 +72,28 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
     return record
 
 
+def _metric_row(r: dict) -> dict:
+    """A prediction record as :func:`grounding_rl.reward.metrics.compute_metrics` reads it."""
+    row = {"qid": r["qid"], "video": r.get("video"), "query": r.get("query"), "start": r["gt_start"],
+           "end": r["gt_end"], "duration": r["duration"],
+           "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
+           "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")}
+    if r.get("gt_spans") is not None:
+        row.update(spans=r["gt_spans"], pred_spans=r.get("pred_spans"))
+    if r.get("gt_spans_all") is not None:
+        row["spans_all"] = r["gt_spans_all"]
+    return row
+
+
+def standard_ious(records: list[dict]) -> list[float]:
+    """Each prediction record's IoU (0–1) under the ``standard`` scoring, the one ``metrics.json``'s top level and
+    ``report.md``'s headline average, in the records' order: the prediction as parsed against the annotation as
+    written (a set-scored record: set IoU). The records' own ``iou`` is the training reward's clamped rule and can be
+    higher (a prediction past the clip's end). Each is ``compute_metrics`` over that record alone, so their mean is
+    the headline mIoU / 100."""
+    return [compute_metrics([_metric_row(r)], "standard")["mIoU"] / 100.0 for r in records]
+
+
 def metrics_from_records(records: list[dict], prompt_template: str = "default", dropped_annotations: int = 0,
                          scorings=()) -> dict:
     """Both scorings (``metrics_by_scoring``: ``standard`` at the top level, ``by_scoring`` with ``standard`` and
@@ -80,17 +102,6 @@ def metrics_from_records(records: list[dict], prompt_template: str = "default", 
     ``dropped_annotations``: lines of the data file that the validation policy dropped (``standard`` counts them).
     ``scorings``: further scorings by name (or ``all``; :func:`grounding_rl.reward.metrics.scoring_names`).
     Set-scored records (``gt_spans``) are scored by set IoU. Raises ValueError when ``records`` is empty."""
-    rows = []
-    for r in records:
-        row = {"qid": r["qid"], "video": r.get("video"), "query": r.get("query"), "start": r["gt_start"],
-               "end": r["gt_end"], "duration": r["duration"],
-               "raw_start": r.get("gt_raw_start"), "raw_end": r.get("gt_raw_end"),
-               "pred_start": r.get("start"), "pred_end": r.get("end"), "answer": r.get("answer")}
-        if r.get("gt_spans") is not None:
-            row.update(spans=r["gt_spans"], pred_spans=r.get("pred_spans"))
-        if r.get("gt_spans_all") is not None:
-            row["spans_all"] = r["gt_spans_all"]
-        rows.append(row)
-    metrics = metrics_by_scoring(rows, prompt_template, dropped_annotations, scorings)
+    metrics = metrics_by_scoring([_metric_row(r) for r in records], prompt_template, dropped_annotations, scorings)
     metrics["video_load_failures"] = sum(1 for r in records if r.get("error"))
     return metrics
