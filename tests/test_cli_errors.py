@@ -166,6 +166,10 @@ CASES = {
     "infer: --max-frames 0": (lambda d: [*INFER(d), "--max-frames", "0"], ["--video-max-frames must be > 0"]),
     "infer: empty --query": (lambda d: ["infer", "--model", str(d), "--video", str(d / "a_file"), "--query", ""],
                              ["--query 1 of 1 is empty"]),
+    "infer: --gt without --plot (drawn nowhere)": (
+        lambda d: [*INFER(d), "--gt", "1", "2"], ["--gt is drawn on the --plot picture only"]),
+    "infer: reversed --gt": (lambda d: [*INFER(d), "--gt", "5", "3", "--plot", str(d / "p.png")],
+                             ["--gt 1 of 1 (5 3) must be START END in seconds with 0 ≤ START ≤ END"]),
     "infer: whitespace --query": (
         lambda d: [*INFER(d), "--query", " \t"], ["--query 2 of 2 is only whitespace"]),
     "train: per_device_train_batch_size 0": (

@@ -6,7 +6,8 @@
 
 For each query it prints the start and end in seconds (clamped to the video), the answer text and the reasoning. With
 ``--json`` stdout is exactly one JSON list with an object per query, ``{"query", "start", "end", "answer",
-"reasoning"}`` (start/end null when the answer cannot be parsed); everything else goes to stderr. ``--plot`` writes a
+"reasoning", "sampling"}`` (start/end null when the answer cannot be parsed; ``sampling``: the clip's ``fps``,
+``frames``, ``height``, ``width``); everything else goes to stderr. ``--plot`` writes a
 timeline picture (frames with timestamps, predicted intervals, and the ground truth given by one ``--gt S E`` per
 query, in order). ``--print-prompt`` first prints, per query, the exact prompt the model is given (special tokens
 and Qwen3-VL's textual timestamps shown, video tokens collapsed to a count; on stderr with ``--json``). A missing or
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -67,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--video", required=True, help="video file")
     parser.add_argument("--query", action="append", required=True, help="event to find (repeat for several)")
     parser.add_argument("--gt", nargs=2, type=float, action="append", metavar=("S", "E"), default=None,
-                        help="ground truth in seconds for the plot, one per --query in order")
+                        help="ground truth in seconds for the --plot picture (needs --plot), one per --query in order")
     parser.add_argument("--plot", default=None, help="write a timeline PNG here")
     parser.add_argument("--json", action="store_true", help="print one JSON list on stdout, nothing else")
     parser.add_argument("--print-prompt", action="store_true",
@@ -91,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2 missing/unreadable
-    video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), ``--batch-size`` or
+    video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), a ``--gt`` without ``--plot`` or
+    not ``0 ≤ S ≤ E``, ``--batch-size`` or
     ``--max-new-tokens`` below 1, ``--max-new-tokens`` above the model's context, a frame-sampling override ≤ 0 (a
     :class:`grounding_rl.errors.UserError`, one line, before the model loads)."""
     from grounding_rl.data.video import VideoLoadError, sample_frames
@@ -103,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.gt is not None and len(args.gt) != len(args.query):
         parser.error(f"--gt was given {len(args.gt)} time(s) for {len(args.query)} --query; give one per query")
+    if args.gt is not None and args.plot is None:
+        raise UserError("--gt is drawn on the --plot picture only; give --plot OUT.png too (or drop --gt)")
+    for number, (gt_start, gt_end) in enumerate(args.gt or (), 1):
+        if not (math.isfinite(gt_start) and math.isfinite(gt_end) and 0 <= gt_start <= gt_end):
+            raise UserError(f"--gt {number} of {len(args.gt)} ({gt_start:g} {gt_end:g}) must be START END in seconds "
+                            "with 0 ≤ START ≤ END")
     for number, query in enumerate(args.query, 1):
         if not query.strip():
             raise UserError(f"--query {number} of {len(args.query)} is {'empty' if not query else 'only whitespace'}"
