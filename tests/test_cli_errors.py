@@ -170,6 +170,16 @@ CASES = {
         lambda d: [*INFER(d), "--gt", "1", "2"], ["--gt is drawn on the --plot picture only"]),
     "infer: reversed --gt": (lambda d: [*INFER(d), "--gt", "5", "3", "--plot", str(d / "p.png")],
                              ["--gt 1 of 1 (5 3) must be START END in seconds with 0 ≤ START ≤ END"]),
+    # argparse's own refusals: one line naming the flag, not the usage block
+    "infer: --gt not a number": (lambda d: [*INFER(d), "--gt", "abc", "3"],
+                                 ["argument --gt: invalid float value: 'abc'", "grounding-rl infer --help"]),
+    "infer: --gt once for two queries": (
+        lambda d: [*INFER(d), "--query", "b", "--gt", "1", "2", "--plot", str(d / "p.png")],
+        ["--gt was given 1 time(s) for 2 --query"]),
+    "eval: --data left out": (lambda d: ["eval", "--model", str(d / "tiny"), "--out", str(d / "ev")],
+                              ["the following arguments are required: --data"]),
+    "train: a value of the wrong type": (lambda d: [*TRAIN, "--video_fps", "abc"],
+                                         ["argument --video_fps/--video-fps: invalid float value: 'abc'"]),
     "infer: whitespace --query": (
         lambda d: [*INFER(d), "--query", " \t"], ["--query 2 of 2 is only whitespace"]),
     "train: per_device_train_batch_size 0": (

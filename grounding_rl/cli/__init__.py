@@ -9,6 +9,8 @@ missing or not writable, a file that is not UTF-8) is printed as one line on std
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib
 import sys
 
@@ -41,6 +43,26 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def _one_line_usage_errors():
+    """While a subcommand runs, an argument its parser refuses (an unknown choice, ``--gt abc``, a required flag
+    left out; ``argparse.ArgumentParser.error``, also TRL's parser and a subcommand's own ``parser.error``) raises a
+    :class:`grounding_rl.errors.UserError` naming the flag, printed as the one error line, instead of argparse's usage
+    block and error (20 lines for ``infer``); ``SUBCOMMAND --help`` still prints the usage."""
+    from grounding_rl.errors import UserError
+
+    original = argparse.ArgumentParser.error
+
+    def error(parser, message):
+        raise UserError(f"{message} ({parser.prog} --help lists the options)")
+
+    argparse.ArgumentParser.error = error
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``grounding-rl SUBCOMMAND …``; ``--debug`` (anywhere, or ``GROUNDING_RL_DEBUG=1``) lets user errors raise
     with their traceback. Returns the exit status: the subcommand's, or 2 for a user error
@@ -64,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         module = importlib.import_module(SUBCOMMANDS[name][0])
-        return int(module.main(rest) or 0)
+        with _one_line_usage_errors():
+            return int(module.main(rest) or 0)
     except Exception as err:  # noqa: BLE001 - only user errors are caught; the rest re-raise below
         message = user_message(err)
         if message is None or debug:
