@@ -58,7 +58,7 @@ from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOve
                                         describe_config, resolve_config)
 from grounding_rl.eval.zoom import ZoomSettings
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
-from grounding_rl.models.loading import check_model_folder, check_model_source
+from grounding_rl.models.loading import check_model_folder
 from grounding_rl.reward.metrics import format_metrics_table
 from grounding_rl.prompts.templates import is_set_template
 from grounding_rl.reward.records import metrics_from_records, prediction_record, standard_ious
@@ -291,7 +291,6 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
         from grounding_rl.eval.benchmarks import load_benchmark
 
         bench = load_benchmark(request.benchmark, data_root_dir=request.data_root)
-    check_model_folder(request.model)  # before any output: full weights beside an adapter are refused
     counts: dict[str, int] = {}
     samples = load_samples(request.data, video_root=request.video_root, counts=counts)
     total_in_file = len(samples)
@@ -320,7 +319,7 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
         from grounding_rl.eval.benchmarks import dropped_annotations
 
         dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
-    check_model_source(request.model)  # a mistyped --model: one line before any output or model load
+    check_model_folder(request.model)  # before any output: a mistyped --model, full weights beside an adapter
     try:
         config, source = resolve_config(
             request.model, request.overrides, fallback=bench.protocol if bench else None,

@@ -80,18 +80,16 @@ def _dtype(name):
     return _DTYPES[name]
 
 
-def check_model_folder(path) -> None:
-    """Refuse a folder holding both full weights (``model*.safetensors``, ``pytorch_model*.bin``) and a LoRA adapter
+def check_model_folder(path, revision: str | None = None) -> None:
+    """Refuse, before anything loads, a model path that names no checkpoint (:func:`check_model_source`) and a folder
+    holding both full weights (``model*.safetensors``, ``pytorch_model*.bin``) and a LoRA adapter
     (``adapter_config.json``, ``adapter_model.*``): ``from_pretrained`` would load the full weights and inject the
-    adapter on top, a model no run trained (e.g. two runs written into one folder). A hub id or a file passes.
+    adapter on top, a model no run trained (e.g. two runs written into one folder).
 
     Raises:
-        UserError: names the folder and one file of each kind.
+        UserError: names the path (and, for the second, one file of each kind).
     """
-    from pathlib import Path
-
-    from grounding_rl.errors import UserError
-
+    check_model_source(path, revision)
     folder = Path(path)
     if not folder.is_dir():
         return
@@ -145,12 +143,11 @@ def load_processor(path: str, revision: str | None = None):
     """``AutoProcessor.from_pretrained(path)`` with remote code disabled (:func:`check_model_folder` first).
 
     Raises:
-        UserError: a folder holding full weights and an adapter.
+        UserError: a path that names no checkpoint, a folder holding full weights and an adapter.
     """
     from transformers import AutoProcessor
 
-    check_model_source(path, revision)
-    check_model_folder(path)
+    check_model_folder(path, revision)
     return AutoProcessor.from_pretrained(path, revision=revision, trust_remote_code=False)
 
 
@@ -173,13 +170,12 @@ def load_policy(path: str, dtype: str | None = None, attn_implementation: str | 
         device_map: ``from_pretrained``'s (k-bit loading: ``trl.get_kbit_device_map()``) or None.
 
     Raises:
-        UserError: a path that names no checkpoint (:func:`check_model_source`; a Hub id the Hub refuses, from
-            transformers' error), a folder holding full weights and an adapter (:func:`check_model_folder`).
+        UserError: a path that names no checkpoint or a folder holding full weights and an adapter
+            (:func:`check_model_folder`); a Hub id the Hub refuses (from transformers' error).
     """
     from transformers import AutoModelForImageTextToText
 
-    check_model_source(path, revision)
-    check_model_folder(path)
+    check_model_folder(path, revision)
     kwargs = {"trust_remote_code": False, "revision": revision}
     if quantization_config is not None:
         kwargs.update(quantization_config=quantization_config, device_map=device_map)
