@@ -2,7 +2,7 @@
 # The main job, offline on a CPU: demo data → tiny model → SFT warm start → GRPO → evaluation of
 # the SFT and GRPO checkpoints and a trivial baseline on the demo test split, one table, then a last line of JSON
 #   {"baseline_mIoU": a, "sft_mIoU": b, "grpo_mIoU": c, "grpo_format_rate": d,
-#    "baseline_R1@0.7": e, "sft_R1@0.7": f, "grpo_R1@0.7": g}
+#    "baseline_R1@0.7": e, "sft_R1@0.7": f, "grpo_R1@0.7": g, "grpo_length_ratio": h}
 # (R1@0.7 beside mIoU: a policy that hedges with wide intervals gains mIoU and R1@0.3 while R1@0.7 falls)
 #
 #   bash scripts/demo.sh [--key value ...]      (extra arguments go to the GRPO stage, e.g. --max_steps 40)
@@ -11,6 +11,9 @@
 # (qwen2_5_vl, default, or qwen3_vl: a tiny Qwen3-VL with configs/demo_{sft,grpo}_qwen3_vl.yaml), DEMO_TEMPLATE
 # (a prompt template passed as --prompt_template to both SFT and GRPO, which must share it; e.g. default_no_think for
 # thinking-free training; unset = the configs' own, default). Evaluation reads it from the checkpoints.
+# DEMO_RESULTS: where the table, its settings and the lock's SHA-256 are recorded (grounding_rl/dev/demo_results.py;
+# default docs/demo_results.json, the file the README's demo tables must equal, for the demo as documented: no extra
+# arguments and no DEMO_TEMPLATE; otherwise $OUT/demo_results.json).
 # Runs scripts/setup.sh first when .venv is missing. Everything is rebuilt from scratch in OUT on each run.
 # DEMO_DIR and OUT are relative to the working directory (the README runs it from the repository root); the configs,
 # the package and .venv are found beside the script.
@@ -23,9 +26,18 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # One BLAS/OpenMP thread per process: the tiny model's matrices gain little from a second thread, a second thread on
 # a busy core slows torch down many times, and a fixed thread count keeps the run reproducible.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
+# The same floating-point code path on every x86-64 CPU with AVX2: torch's vectorised kernels, MKL's BLAS (strict
+# conditional numerical reproducibility) and oneDNN capped at AVX2. Left to choose, an AVX-512 CPU sums in another
+# order, the tiny model's weights part after a few steps, and a 1,200-step SFT can end localising or not.
+export ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2,STRICT ONEDNN_MAX_CPU_ISA=AVX2
 DEMO_DIR="${DEMO_DIR:-data/demo}"
 OUT="${OUT:-outputs/demo}"
 SEED="${SEED:-0}"
+if [ $# -eq 0 ] && [ -z "${DEMO_TEMPLATE:-}" ]; then
+  DEMO_RESULTS="${DEMO_RESULTS:-$ROOT/docs/demo_results.json}"
+else
+  DEMO_RESULTS="${DEMO_RESULTS:-$OUT/demo_results.json}"
+fi
 case "${DEMO_FAMILY:-qwen2_5_vl}" in
   qwen2_5_vl) SFT_CONFIG=$ROOT/configs/demo_sft.yaml GRPO_CONFIG=$ROOT/configs/demo_grpo.yaml ;;
   qwen3_vl) SFT_CONFIG=$ROOT/configs/demo_sft_qwen3_vl.yaml GRPO_CONFIG=$ROOT/configs/demo_grpo_qwen3_vl.yaml ;;
@@ -63,4 +75,11 @@ done
 stage "6/6 results (R1@m, mIoU and format rate in percent; $(( $(date +%s) - start )) s in all)"
 "${GRL[@]}" compare baseline="$OUT/eval/baseline" sft="$OUT/eval/sft" grpo="$OUT/eval/grpo" \
   --json-key baseline:mIoU --json-key sft:mIoU --json-key grpo:mIoU --json-key grpo:format_rate \
-  --json-key baseline:R1@0.7 --json-key sft:R1@0.7 --json-key grpo:R1@0.7
+  --json-key baseline:R1@0.7 --json-key sft:R1@0.7 --json-key grpo:R1@0.7 --json-key grpo:length_ratio \
+  > "$OUT/eval/table.txt"
+"$PY" -m grounding_rl.dev.demo_results --out "$DEMO_RESULTS" --family "${DEMO_FAMILY:-qwen2_5_vl}" --seed "$SEED" \
+  --lock "$ROOT/scripts/locks/venv.txt" --setting "sft_config=${SFT_CONFIG#$ROOT/}" \
+  --setting "grpo_config=${GRPO_CONFIG#$ROOT/}" --setting "prompt_template=${DEMO_TEMPLATE:-}" \
+  --setting "grpo_extra_args=$*" --digest "data=$DEMO_DIR" --digest "sft=$OUT/sft/model.safetensors" \
+  --digest "grpo=$OUT/grpo/model.safetensors" baseline="$OUT/eval/baseline" sft="$OUT/eval/sft" grpo="$OUT/eval/grpo"
+cat "$OUT/eval/table.txt"

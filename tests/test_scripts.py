@@ -115,14 +115,16 @@ def test_demo_closing_json_line_has_r1_at_0_7_of_every_run(tmp_path, capsys):
     script = (REPO_ROOT / "scripts" / "demo.sh").read_text().replace("\\\n", " ")
     line = next(row for row in script.splitlines() if '"${GRL[@]}" compare' in row)
     argv = shlex.split(line.replace('"${GRL[@]}" compare', "").replace("$OUT", str(tmp_path)))
+    argv = argv[:argv.index(">")] if ">" in argv else argv  # the table also goes to a file
     figures = {"baseline": (35.5, 15.5, None), "sft": (34.25, 12.0, 100.0), "grpo": (43.75, 16.5, 99.5)}
     for run, (miou, r07, fmt) in figures.items():
         (tmp_path / "eval" / run).mkdir(parents=True)
-        metrics = {"n": 200, "R1@0.3": 50.0, "R1@0.5": 30.0, "R1@0.7": r07, "mIoU": miou}
+        metrics = {"n": 200, "R1@0.3": 50.0, "R1@0.5": 30.0, "R1@0.7": r07, "mIoU": miou,
+                   "length_ratio": 1 + r07 / 100}
         if fmt is not None:
             metrics["format_rate"] = fmt
         (tmp_path / "eval" / run / "metrics.json").write_text(json.dumps(metrics))
     assert compare_main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary == {"baseline_mIoU": 35.5, "sft_mIoU": 34.25, "grpo_mIoU": 43.75, "grpo_format_rate": 99.5,
-                       "baseline_R1@0.7": 15.5, "sft_R1@0.7": 12.0, "grpo_R1@0.7": 16.5}
+                       "baseline_R1@0.7": 15.5, "sft_R1@0.7": 12.0, "grpo_R1@0.7": 16.5, "grpo_length_ratio": 1.165}

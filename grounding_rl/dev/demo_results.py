@@ -1,0 +1,125 @@
+"""The CPU demo's results file, ``docs/demo_results.json``: one entry per (family, seed) that ``scripts/demo.sh`` ran,
+its rows (``baseline``, ``sft``, ``grpo``), the settings it ran with and the SHA-256 of the lock of its environment.
+The README's demo tables are these entries as ``grounding-rl compare`` prints them (tests/test_demo_results.py).
+
+    python -m grounding_rl.dev.demo_results --out docs/demo_results.json --family qwen2_5_vl --seed 0 \\
+        --lock scripts/locks/venv.txt [--setting KEY=VALUE ...] [--digest NAME=PATH ...] baseline=DIR sft=DIR grpo=DIR
+
+File layout::
+
+    {"entries": [{"family": "qwen2_5_vl", "seed": 0, "lock_sha256": "…", "settings": {…},
+                  "sha256": {"data": "…", "sft": "…", "grpo": "…"},
+                  "rows": {"baseline": {"R1@0.3": 55.0, …, "n": 200}, "sft": {…}, "grpo": {…}}}, …]}
+
+``sha256`` holds digests of the stages' outputs (:func:`tree_sha256`: the demo clips and splits, the SFT and GRPO
+weights), so a run that parts from a recorded one can be traced to the first stage that differs.
+
+sorted by (family, seed); writing an entry replaces the one of the same family and seed.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+ROW_KEYS = ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU", "format_rate", "length_ratio", "n")
+VERSIONS = ("torch", "transformers", "accelerate", "trl", "av", "numpy")
+
+
+def row_of(metrics: dict) -> dict:
+    """The README columns of one run's ``metrics.json`` (top level: the ``standard`` scoring); a column the run lacks
+    (the baseline's format rate) is left out."""
+    return {key: metrics[key] for key in ROW_KEYS if metrics.get(key) is not None}
+
+
+def tree_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, or of a folder: each file's path relative to it (sorted, ``/``-separated) and its
+    bytes' SHA-256, one ``path\tdigest\n`` line each, hashed in turn.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    path = Path(path)
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    lines = "".join(f"{f.relative_to(path).as_posix()}\t{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
+                    for f in sorted(p for p in path.rglob("*") if p.is_file()))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def cpu_name() -> str:
+    """The CPU's model name as ``/proc/cpuinfo`` gives it (``platform.processor()`` where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """The entries of a results file; ``[]`` when it does not exist.
+
+    Raises:
+        ValueError: the file is not a results file (names the path).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["entries"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a demo results file ({err})") from None
+
+
+def record(path: str | Path, entry: dict) -> list[dict]:
+    """Write ``entry`` into the results file at ``path`` (created if missing), replacing the entry of the same
+    ``family`` and ``seed``; returns the entries written. Entries sorted, keys in the order given (rows as the demo
+    ran them), two-space indent, one trailing newline: a re-run with the same figures leaves the file byte-identical."""
+    entries = [e for e in read_results(path) if (e["family"], e["seed"]) != (entry["family"], entry["seed"])]
+    entries = sorted([*entries, entry], key=lambda e: (e["family"], e["seed"]))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"entries": entries}, indent=2) + "\n", encoding="utf-8")
+    return entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grounding_rl.dev.demo_results",
+                                     description="Record one demo run's table in the demo results file.")
+    parser.add_argument("runs", nargs="+", help="NAME=PATH (an evaluation folder or its metrics.json)")
+    parser.add_argument("--out", required=True, help="the results file (docs/demo_results.json)")
+    parser.add_argument("--family", required=True)
+    parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--lock", required=True, help="the lock file of the environment the demo ran in")
+    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the run (configs, template, extra arguments); repeatable")
+    parser.add_argument("--digest", action="append", default=[], metavar="NAME=PATH",
+                        help="record the SHA-256 of a stage's output file or folder (tree_sha256); repeatable")
+    args = parser.parse_args(argv)
+    rows = {}
+    for spec in args.runs:
+        name, _, path = spec.partition("=")
+        path = Path(path) / "metrics.json" if Path(path).is_dir() else Path(path)
+        rows[name] = row_of(json.loads(path.read_text(encoding="utf-8")))
+    settings = dict(s.partition("=")[::2] for s in args.setting)
+    settings["versions"] = {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_name(),
+                            **{name: version(name) for name in VERSIONS}}
+    import torch  # the vectorised kernels torch ran (ATEN_CPU_CAPABILITY caps them; scripts/demo.sh)
+    settings["versions"]["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    digests = {name: tree_sha256(path) for name, _, path in (d.partition("=") for d in args.digest)}
+    entry = {"family": args.family, "seed": args.seed, "rows": rows, "settings": settings, "sha256": digests,
+             "lock_sha256": tree_sha256(args.lock)}
+    record(args.out, entry)
+    print(f"demo results: {args.out} ({args.family}, seed {args.seed})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
