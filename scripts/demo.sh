@@ -11,7 +11,7 @@
 # (qwen2_5_vl, default, or qwen3_vl: a tiny Qwen3-VL with configs/demo_{sft,grpo}_qwen3_vl.yaml), DEMO_TEMPLATE
 # (a prompt template passed as --prompt_template to both SFT and GRPO, which must share it; e.g. default_no_think for
 # thinking-free training; unset = the configs' own, default). Evaluation reads it from the checkpoints.
-# DEMO_RESULTS: where the table, its settings and the lock's SHA-256 are recorded (grounding_rl/dev/demo_results.py;
+# DEMO_RESULTS: where the table, its settings and the lock's SHA-256 are recorded (grounding-rl demo-results;
 # default docs/demo_results.json, the file the README's demo tables must equal, for the demo as documented: no extra
 # arguments and no DEMO_TEMPLATE; otherwise $OUT/demo_results.json).
 # Runs scripts/setup.sh first when .venv is missing. Everything is rebuilt from scratch in OUT on each run.
@@ -77,7 +77,7 @@ stage "6/6 results (R1@m, mIoU and format rate in percent; $(( $(date +%s) - sta
   --json-key baseline:mIoU --json-key sft:mIoU --json-key grpo:mIoU --json-key grpo:format_rate \
   --json-key baseline:R1@0.7 --json-key sft:R1@0.7 --json-key grpo:R1@0.7 --json-key grpo:length_ratio \
   > "$OUT/eval/table.txt"
-"$PY" -m grounding_rl.dev.demo_results --out "$DEMO_RESULTS" --family "${DEMO_FAMILY:-qwen2_5_vl}" --seed "$SEED" \
+"${GRL[@]}" demo-results --out "$DEMO_RESULTS" --family "${DEMO_FAMILY:-qwen2_5_vl}" --seed "$SEED" \
   --lock "$ROOT/scripts/locks/venv.txt" --setting "sft_config=${SFT_CONFIG#$ROOT/}" \
   --setting "grpo_config=${GRPO_CONFIG#$ROOT/}" --setting "prompt_template=${DEMO_TEMPLATE:-}" \
   --setting "grpo_extra_args=$*" --digest "data=$DEMO_DIR" --digest "sft=$OUT/sft/model.safetensors" \

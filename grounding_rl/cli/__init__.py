@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tiny-model": ("grounding_rl.cli.tiny_model",
                    "build a random-weight tiny Qwen-VL model (--like FOLDER) for tests and the demo"),
     "demo-data": ("grounding_rl.cli.demo_data", "write procedural demo clips and splits"),
+    "demo-results": ("grounding_rl.cli.demo_results", "record a demo run's table in docs/demo_results.json"),
 }
 
 

@@ -2,7 +2,7 @@
 its rows (``baseline``, ``sft``, ``grpo``), the settings it ran with and the SHA-256 of the lock of its environment.
 The README's demo tables are these entries as ``grounding-rl compare`` prints them (tests/test_demo_results.py).
 
-    python -m grounding_rl.dev.demo_results --out docs/demo_results.json --family qwen2_5_vl --seed 0 \\
+    grounding-rl demo-results --out docs/demo_results.json --family qwen2_5_vl --seed 0 \\
         --lock scripts/locks/venv.txt [--setting KEY=VALUE ...] [--digest NAME=PATH ...] baseline=DIR sft=DIR grpo=DIR
 
 File layout::
@@ -11,18 +11,14 @@ File layout::
                   "sha256": {"data": "…", "sft": "…", "grpo": "…"},
                   "rows": {"baseline": {"R1@0.3": 55.0, …, "n": 200}, "sft": {…}, "grpo": {…}}}, …]}
 
-``sha256`` holds digests of the stages' outputs (:func:`tree_sha256`: the demo clips and splits, the SFT and GRPO
+sorted by (family, seed); writing an entry replaces the one of the same family and seed. ``sha256`` holds digests of the stages' outputs (:func:`tree_sha256`: the demo clips and splits, the SFT and GRPO
 weights), so a run that parts from a recorded one can be traced to the first stage that differs.
-
-sorted by (family, seed); writing an entry replaces the one of the same family and seed.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import platform
-import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -51,6 +47,16 @@ def tree_sha256(path: str | Path) -> str:
     lines = "".join(f"{f.relative_to(path).as_posix()}\t{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
                     for f in sorted(p for p in path.rglob("*") if p.is_file()))
     return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def run_versions() -> dict:
+    """What the figures may depend on beyond the lock: Python, the CPU (its model name and the vectorised kernels torch
+    runs, which ``ATEN_CPU_CAPABILITY`` caps) and the versions of :data:`VERSIONS`."""
+    import torch
+
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_name(),
+            **{name: version(name) for name in VERSIONS},
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def cpu_name() -> str:
@@ -88,38 +94,3 @@ def record(path: str | Path, entry: dict) -> list[dict]:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"entries": entries}, indent=2) + "\n", encoding="utf-8")
     return entries
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grounding_rl.dev.demo_results",
-                                     description="Record one demo run's table in the demo results file.")
-    parser.add_argument("runs", nargs="+", help="NAME=PATH (an evaluation folder or its metrics.json)")
-    parser.add_argument("--out", required=True, help="the results file (docs/demo_results.json)")
-    parser.add_argument("--family", required=True)
-    parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--lock", required=True, help="the lock file of the environment the demo ran in")
-    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
-                        help="a setting of the run (configs, template, extra arguments); repeatable")
-    parser.add_argument("--digest", action="append", default=[], metavar="NAME=PATH",
-                        help="record the SHA-256 of a stage's output file or folder (tree_sha256); repeatable")
-    args = parser.parse_args(argv)
-    rows = {}
-    for spec in args.runs:
-        name, _, path = spec.partition("=")
-        path = Path(path) / "metrics.json" if Path(path).is_dir() else Path(path)
-        rows[name] = row_of(json.loads(path.read_text(encoding="utf-8")))
-    settings = dict(s.partition("=")[::2] for s in args.setting)
-    settings["versions"] = {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_name(),
-                            **{name: version(name) for name in VERSIONS}}
-    import torch  # the vectorised kernels torch ran (ATEN_CPU_CAPABILITY caps them; scripts/demo.sh)
-    settings["versions"]["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    digests = {name: tree_sha256(path) for name, _, path in (d.partition("=") for d in args.digest)}
-    entry = {"family": args.family, "seed": args.seed, "rows": rows, "settings": settings, "sha256": digests,
-             "lock_sha256": tree_sha256(args.lock)}
-    record(args.out, entry)
-    print(f"demo results: {args.out} ({args.family}, seed {args.seed})", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
