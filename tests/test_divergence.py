@@ -191,6 +191,9 @@ def test_distill_term_on_a_bf16_model_equals_trls_chunked_divergence(bpe_tiny_mo
     for handle in handles:
         handle.remove()
     assert student_logits.dtype == torch.float32 and logps.dtype == torch.bfloat16
+    with torch.no_grad():  # the GRPO log-probs of that forward are those of a plain one (π_old, π_ref)
+        plain = completion_logps(student, batch, temperature)
+    assert torch.equal(logps.detach(), plain)
     per_token = per_token_divergence(student_logits, teacher_logits, completion_ids, vocab, beta, 0, temperature)
     loss = (per_token * completion_mask).sum() / completion_mask.sum()
     loss.backward()

@@ -171,37 +171,36 @@ def to_device(batch: dict, device) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def completion_outputs(logits: torch.Tensor, completion_ids: torch.Tensor, temperature: float, return_logits: bool,
-                       dtype: torch.dtype):
+OWN_LOGITS_DTYPE = "own_logits_dtype"  # set on the LM head by grounding_rl.update.logprobs.float32_head
+
+
+def completion_outputs(model, logits: torch.Tensor, completion_ids: torch.Tensor, temperature: float,
+                       return_logits: bool):
     """The log-probs (and logits) a completion forward returns, from its (B, C, V) completion logits.
 
     Args:
-        logits: (B, C, V) logits, position t predicting completion token t: the model's own (``dtype``), or float32
-            ones from a head projected with a float32 result (:func:`grounding_rl.update.logprobs.float32_head`).
+        model: the model the forward ran (possibly wrapped).
+        logits: (B, C, V) logits, position t predicting completion token t: the model's own, or, with
+            ``return_logits``, float32 ones from its head under :func:`grounding_rl.update.logprobs.float32_head`.
         completion_ids: (B, C) token ids.
         temperature: the log-probs' logits are divided by it, as in sampling.
         return_logits: also return ``logits`` as given: float32 and *not* divided by the temperature (the divergences
-            of :mod:`grounding_rl.update.divergence` apply it in float32).
-        dtype: the dtype the model's own head returns; the log-probs come from the logits rounded to it, so that a
-            forward with float32 logits gives the log-probs of one without (π_old, π_ref) up to summation order.
+            of :mod:`grounding_rl.update.divergence` apply it in float32). The log-probs then come from the logits
+            rounded to the dtype the model's own head would have returned in that forward (recorded by
+            ``float32_head``: autocast's dtype, else the weights'), so they equal those of a forward without
+            ``return_logits`` (π_old, π_ref) up to the order of the float32 sums.
 
     Returns:
         (B, C) log-probs (TRL's ``selective_log_softmax``), or ``(logps, logits)`` with ``return_logits``.
     """
     from trl.trainer.utils import selective_log_softmax
 
-    rounded = logits.to(dtype)
+    rounded = logits
+    if return_logits:
+        from grounding_rl.models.vision import unwrap
+
+        rounded = logits.to(getattr(unwrap(model).get_output_embeddings(), OWN_LOGITS_DTYPE))
     if temperature != 1.0:
         rounded = rounded / temperature
     logps = selective_log_softmax(rounded, completion_ids)
     return (logps, logits) if return_logits else logps
-
-
-def logits_dtype(model) -> torch.dtype:
-    """The dtype of the logits ``model``'s own LM head returns: autocast's dtype while autocast is on for the head's
-    device, else the head weight's dtype."""
-    from grounding_rl.models.vision import unwrap
-
-    weight = unwrap(model).get_output_embeddings().weight
-    device = weight.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype

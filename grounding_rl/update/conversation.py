@@ -21,7 +21,7 @@ import torch
 from grounding_rl.prompts.preprocessing import GRID, PIXELS
 from grounding_rl.reward.window import window_coverage
 from grounding_rl.rollout.conversation import Trajectory
-from grounding_rl.update.batching import completion_outputs, logits_dtype
+from grounding_rl.update.batching import completion_outputs
 
 CONVERSATION = "conversation_videos"  # the key that marks a conversation batch: per row, its videos in token order
 ATTENTION = "conversation_attention"  # (B, C): 1 at every real completion token, model or tool
@@ -116,8 +116,7 @@ def conversation_logps(model, batch: dict, temperature: float = 1.0, return_logi
             model, torch.cat([v[PIXELS] for v in distinct]).to(device),
             torch.stack([torch.as_tensor(v[GRID]) for v in distinct]).to(device), index)
     outputs = model(**inputs, logits_to_keep=length + 1, use_cache=False)
-    return completion_outputs(outputs.logits[:, :-1, :], batch["completion_ids"], temperature, return_logits,
-                              logits_dtype(model))
+    return completion_outputs(model, outputs.logits[:, :-1, :], batch["completion_ids"], temperature, return_logits)
 
 
 METRIC_SUMS = ("trajectories", "turns", "calls", "failures", "coverage_sum", "windows", "context_forced")

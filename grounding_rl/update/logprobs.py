@@ -13,7 +13,7 @@ import torch
 
 from grounding_rl.models.vision import encode_videos, unwrap
 from grounding_rl.prompts.preprocessing import PIXELS, VIDEO_INDEX
-from grounding_rl.update.batching import clip_grid, completion_outputs, forward_inputs, logits_dtype
+from grounding_rl.update.batching import OWN_LOGITS_DTYPE, clip_grid, completion_outputs, forward_inputs
 from grounding_rl.update.divergence import float32_logits
 from grounding_rl.update.prefix import packed_completion_logps
 
@@ -61,8 +61,7 @@ def _completion_logps(model, batch: dict, temperature: float, share_prompt: bool
         inputs["mm_encoder_outputs"] = encode_videos(model, inputs.pop(PIXELS), clip_grid(batch), video_index)
     outputs = model(**inputs, logits_to_keep=length + 1, use_cache=False)
     # position P−1+t predicts completion token t
-    return completion_outputs(outputs.logits[:, :-1, :], completion_ids, temperature, return_logits,
-                              logits_dtype(model))
+    return completion_outputs(model, outputs.logits[:, :-1, :], completion_ids, temperature, return_logits)
 
 
 def _head(model) -> torch.nn.Linear:
@@ -78,17 +77,30 @@ def float32_head(model):
     """Within the block, ``model``'s LM head returns float32 logits: :func:`grounding_rl.update.divergence.
     float32_logits` of its input and weight, TRL 1.16's ``trl/kernels/chunked_divergence.py`` ``_project`` (a float32
     projection result "avoids rounding logits before computing the divergence"). The head module itself is called as
-    before (its hooks run: a ZeRO-3 head is gathered as usual), only its ``forward`` is replaced, and restored on exit.
+    before (its hooks run: a ZeRO-3 head is gathered as usual), only its ``forward`` is replaced, and restored on exit;
+    each call records on the head (``OWN_LOGITS_DTYPE``) the dtype its own forward would have returned there
+    (autocast's dtype while autocast is on, else the promotion of the input's and the weight's), which
+    :func:`grounding_rl.update.batching.completion_outputs` rounds the log-probs' logits to.
 
     Raises:
         ValueError: the head is not a plain ``torch.nn.Linear`` (e.g. a LoRA-wrapped head).
     """
     head = _head(model)
-    head.forward = lambda hidden: float32_logits(hidden, head.weight, head.bias)
+
+    def forward(hidden):
+        device = hidden.device.type
+        own = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else \
+            torch.promote_types(hidden.dtype, head.weight.dtype)
+        setattr(head, OWN_LOGITS_DTYPE, own)
+        return float32_logits(hidden, head.weight, head.bias)
+
+    head.forward = forward
     try:
         yield head
     finally:
         del head.forward
+        if hasattr(head, OWN_LOGITS_DTYPE):
+            delattr(head, OWN_LOGITS_DTYPE)
 
 
 def reference_model(trainer, ref_model=None):

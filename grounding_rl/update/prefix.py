@@ -24,7 +24,7 @@ import torch
 
 from grounding_rl.models.vision import encode_videos, rope_position_ids, unwrap
 from grounding_rl.prompts.preprocessing import PIXELS, VIDEO_INDEX
-from grounding_rl.update.batching import clip_grid, completion_outputs, forward_inputs, logits_dtype
+from grounding_rl.update.batching import clip_grid, completion_outputs, forward_inputs
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -140,4 +140,4 @@ def packed_completion_logps(model, batch: dict, temperature: float = 1.0, return
     u_index = torch.tensor([slot_of[r][0] for r in range(len(slot_of))], device=logits.device)
     g_index = torch.tensor([slot_of[r][1] for r in range(len(slot_of))], device=logits.device)
     logits = logits[u_index, g_index]  # (B, C, V) in row order
-    return completion_outputs(logits, completion_ids, temperature, return_logits, logits_dtype(model))
+    return completion_outputs(model, logits, completion_ids, temperature, return_logits)
