@@ -230,7 +230,8 @@ def test_distill_term_on_a_bf16_model_equals_trls_chunked_divergence(bpe_tiny_mo
 # ------------------------------------------------------------------------------------------------ top-1 against TRL
 def _trl_top1(student_logits, teacher_logits, ids, temperature):
     """TRL 1.16's ``ServerDistillationTrainer._compute_sparse_top_1_divergence_loss`` (β = 1, ``loss_add_tail``;
-    ``trl/experimental/server_distillation/server_distillation_trainer.py``) on full-vocabulary log-probs, token mean."""
+    ``trl/experimental/server_distillation/server_distillation_trainer.py``) on full-vocabulary log-probs, token
+    mean."""
     from types import SimpleNamespace
 
     from trl.experimental.server_distillation.server_distillation_trainer import ServerDistillationTrainer as T

@@ -65,7 +65,8 @@ def _qwen_vl_utils_video(video: str, factor: int, tokens: int) -> tuple:
 
 @pytest.fixture(scope="module")
 def encoded_clips(tmp_path_factory):
-    """30-fps h264 files of 3 s and 30 s at 640×360 and 1280×720 (one grey frame repeated: cheap to encode and decode)."""
+    """30-fps h264 files of 3 s and 30 s at 640×360 and 1280×720 (one grey frame repeated: cheap to encode and
+    decode)."""
     import av
 
     folder, paths = tmp_path_factory.mktemp("budget_clips"), {}

@@ -83,7 +83,7 @@ def test_grpo_config_translates_spec_and_refuses_tiou_with_timelens2(tmp_path):
     ("0 - 3.5, 10 - 12 seconds", [(0.0, 3.5), (10.0, 12.0)]),
     ("<answer>12.54 to 17.83</answer>", [(12.54, 17.83)]),        # today's single-span forms
     ("between 3 and 7", [(3.0, 7.0)]),
-    ("[[1, 2], [1, 2]]", [(1.0, 2.0), (1.0, 2.0)]),  # repeats kept: the set rewards merge them, qvhighlights counts them
+    ("[[1, 2], [1, 2]]", [(1.0, 2.0), (1.0, 2.0)]),               # repeats kept (qvhighlights counts them)
     ("<answer>[[5, 3]]</answer>", [(5.0, 3.0)]),                  # as written: the reward policy scores it 0
     ("[[1,2]] and [[3,4]]", None),                                # two arrays: ambiguous
     ("[[1,2], [3,4]] 5", None),                                   # a number beside the array
