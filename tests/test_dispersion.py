@@ -252,3 +252,34 @@ def test_a_sampled_pass_made_with_one_seed_per_shard_is_not_resumed(tmp_path):
     _check_run(tmp_path, run)
     with pytest.raises(UserError, match="seed: 0 → 7"):
         _check_run(tmp_path, {**run, "seed": 7})
+
+
+def test_dispersion_weights_equal_timelens2s_with_unclamped_rollouts_and_annotated_windows():
+    """TimeLens2's build_sample_weights on rollouts past the video's end and overlapping ground truth (its own code,
+    tests/fixtures/timelens2_rewards_edges.json): the recipe scores them with the annotated windows (``raw_spans``)
+    and the rollouts as written."""
+    import json
+    from pathlib import Path
+
+    from grounding_rl.data.samples import validate_spans
+    from grounding_rl.reward.rewards import get_reward_funcs
+    from grounding_rl.update.recipes.difficulty import DifficultyArguments, DifficultySelection
+
+    case = json.loads((Path(__file__).parent / "fixtures" / "timelens2_rewards_edges.json").read_text())["dispersion"]
+    rows = []
+    for k, anno in enumerate(case["annos"]):
+        spans = [list(s) for s in validate_spans(tuple(map(tuple, anno["span"])), anno["duration"])]
+        rows.append({"video": "v.mp4", "query": "q", "start": spans[0][0], "end": spans[-1][1],
+                     "duration": anno["duration"], "qid": str(k), "spans": spans, "raw_spans": anno["span"],
+                     "difficulty": {"rollout_intervals": anno["rollout_intervals"]}})
+    args = SimpleNamespace(**vars(DifficultyArguments()), seed=0, data_seed=None, prompt_template="timelens2",
+                           online_difficulty_range=None, generation_batch_size=4, num_iterations=1,
+                           steps_per_generation=1)
+    args.difficulty_sampling, args.difficulty_mean_reward = "dispersion", "set_iou"
+    args.difficulty_p_std, args.difficulty_p_mean = case["std_power"], case["mean_power"]
+    names = ["twass1", "set_iou"]  # TimeLens2's "twass1,tiou"
+    trainer = SimpleNamespace(reward_funcs=get_reward_funcs(names), reward_func_names=names,
+                              reward_weights=torch.ones(2), num_generations=2)
+    recipe = DifficultySelection(args)
+    recipe.prepare_data(trainer, GroundingDataset(rows))
+    assert recipe.weights.tolist() == pytest.approx(case["weights"], rel=1e-6)

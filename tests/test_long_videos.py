@@ -45,6 +45,102 @@ def test_token_budget_is_timelens2s_pixel_rule():
     assert (qwen25.budget_pixels, qwen25.floor_pixels) == (16384 * 784, 784)
 
 
+# The token budget against qwen-vl-utils 0.0.14's own code: process_vision_info given the budget in pixels, the floor,
+# fps and max_frames, and no max_pixels (as TimeLens2's grpo/timelens/data/video.py calls it): its per-frame cap is then
+# VIDEO_MAX_TOKEN_NUM · factor² (786,432 for Qwen3-VL's 32; 602,112 for Qwen2.5-VL's 28).
+def _token_settings(factor: int, tokens: int) -> VideoSettings:
+    return VideoSettings(fps=2.0, max_frames=512, total_tokens=tokens, min_tokens=1, pixel_factor=factor)
+
+
+def _qwen_vl_utils_video(video: str, factor: int, tokens: int) -> tuple:
+    """(T, H, W) from ``process_vision_info`` for one video element."""
+    from qwen_vl_utils import process_vision_info
+
+    element = {"type": "video", "video": video, "fps": 2.0, "max_frames": 512, "total_pixels": tokens * factor ** 2,
+               "min_pixels": factor ** 2}
+    _, videos = process_vision_info([{"role": "user", "content": [element]}], image_patch_size=factor // 2)
+    frames = videos[0]
+    return frames.shape[0], frames.shape[2], frames.shape[3]
+
+
+@pytest.fixture(scope="module")
+def encoded_clips(tmp_path_factory):
+    """30-fps h264 files of 3 s and 30 s at 640×360 and 1280×720 (one grey frame repeated: cheap to encode and
+    decode)."""
+    import av
+
+    folder, paths = tmp_path_factory.mktemp("budget_clips"), {}
+    for seconds in (3, 30):
+        for width, height in ((640, 360), (1280, 720)):
+            path = folder / f"{seconds}s_{width}x{height}.mp4"
+            with av.open(str(path), "w") as container:
+                stream = container.add_stream("libx264", rate=30)
+                stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+                stream.options = {"preset": "ultrafast"}
+                frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 128, np.uint8), format="rgb24")
+                frame = frame.reformat(format="yuv420p")
+                for i in range(30 * seconds):
+                    frame.pts = i
+                    for packet in stream.encode(frame):
+                        container.mux(packet)
+                for packet in stream.encode():
+                    container.mux(packet)
+            paths[(seconds, width, height)] = path
+    return paths
+
+
+def test_token_budget_frames_equal_process_vision_infos_on_encoded_files(encoded_clips):
+    """Qwen3-VL at 16,384 tokens: every frame count and size equals qwen-vl-utils'; e.g. 3 s of 1280×720: 6 frames of
+    640×1152 (2,160 merged tokens), where the cap of Qwen2.5-VL's default max_pixels gave 576×1024. (Qwen2.5-VL's
+    cap is the default itself: the described clips below cover it without decoding twice.)"""
+    factor = 32
+    settings = _token_settings(factor, 16384)
+    for (seconds, width, height), path in encoded_clips.items():
+        ours = sample_frames(path, settings)
+        assert (ours.num_frames, *ours.frames.shape[1:3]) == _qwen_vl_utils_video(str(path), factor, 16384), (
+            seconds, width, height)
+        if (factor, seconds, width) == (32, 3, 1280):
+            assert (ours.num_frames, *ours.frames.shape[1:3]) == (6, 640, 1152)
+
+
+@pytest.mark.parametrize("factor", [32, 28])
+@pytest.mark.parametrize("tokens", [16384, 65536])
+def test_token_budget_plan_equals_qwen_vl_utils_for_described_clips(monkeypatch, factor, tokens):
+    """180 s to 2.5 h of 30-fps 1280×720 and 640×360, described rather than encoded: qwen-vl-utils' ``fetch_video``
+    runs as it is, its reader replaced by one that reports the clip's frame count through its own ``smart_nframes``
+    and its resize by a shape-only one; our :func:`sampling_plan` and :func:`frame_size` give the same T, H, W."""
+    import torch
+    from qwen_vl_utils import vision_process
+
+    described = {}
+
+    def reader(element):
+        seconds, height, width = described[element["video"]]
+        total = seconds * 30
+        frames = vision_process.smart_nframes(element, total_frames=total, video_fps=30.0)
+        video = torch.empty(frames, 3, height, width, dtype=torch.uint8, device="meta")
+        return video, {"fps": 30.0, "frames_indices": [], "total_num_frames": total}, frames / total * 30.0
+
+    monkeypatch.setitem(vision_process.VIDEO_READER_BACKENDS, "described", reader)
+    monkeypatch.setattr(vision_process, "get_video_reader_backend", lambda: "described")
+    monkeypatch.setattr(vision_process.transforms.functional, "resize",
+                        lambda video, size, **_: torch.empty(video.shape[0], 3, *size, device="meta"))
+    settings = _token_settings(factor, tokens)
+    for seconds in (3, 30, 180, 600, 1800, 3600, 9000):
+        for height, width in ((720, 1280), (360, 640)):
+            described[f"clip_{seconds}_{width}"] = (seconds, height, width)
+            frames, _ = sampling_plan(settings, float(seconds))
+            ours = (frames, *frame_size(height, width, frames, settings))
+            assert ours == _qwen_vl_utils_video(f"clip_{seconds}_{width}", factor, tokens), (seconds, width)
+
+
+def test_a_max_pixels_of_its_own_still_caps_a_token_budget():
+    capped = replace(_token_settings(32, 16384), max_pixels=640 * 640)
+    assert capped.ceiling_pixels == 409600 and _token_settings(32, 16384).ceiling_pixels == 786432
+    assert _token_settings(28, 16384).ceiling_pixels == 602112  # Qwen2.5-VL: the default, unchanged
+    assert VideoSettings(pixel_factor=32).ceiling_pixels == 602112  # no token budget: max_pixels as given
+
+
 def test_budget_lowers_fps_once_frames_reach_the_floor():
     # min_tokens 64 (TimeLens2's config default): floor 65,536 px; 2 · 16,777,216 / ⌊1.05 · 65,536⌋ = 487.6 → 486
     rule = VideoSettings(fps=2.0, max_frames=512, total_tokens=16384, min_tokens=64, max_pixels=768 * 32 * 32,

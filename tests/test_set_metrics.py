@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from grounding_rl.data.samples import validate_spans
 from grounding_rl.reward.set_metrics import detection_ap, qvhighlights_metrics, set_metrics
 
 QVH = json.loads((Path(__file__).parent / "fixtures" / "qvhighlights_moment_detr.json").read_text())
@@ -153,3 +154,54 @@ def test_eval_on_interval_sets_writes_sets_and_set_scores(tiny_model_dir, videos
     assert {"precision", "recall"} <= set(metrics) and set(metrics["by_scoring"]) == {"standard", "clamped", "set"}
     report = (out / "report.md").read_text()
     assert "Interval sets" in report and f"| {records[0]['qid']} | " in report and "## Interval sets (first" in report
+
+
+EDGES = json.loads((Path(__file__).parent / "fixtures" / "qvhighlights_moment_detr_edges.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EDGES["cases"]))
+def test_qvhighlights_equals_moment_detr_at_the_edges(name):
+    """Out-of-video windows (not clamped), repeated windows of a text answer (each a false positive), touching GT
+    windows (separate instances: the record's raw_spans), an empty window against an empty GT window, and scored
+    windows ranked by score: moment_detr's own numbers (fixture: its code, 2-decimal rounding)."""
+    case = EDGES["cases"][name]
+    gt, pred = case["ground_truth"], case["pred_relevant_windows"]
+    raw = gt["relevant_windows"]
+    merged = [list(span) for span in validate_spans(tuple(map(tuple, raw)), gt["duration"])] or raw
+    record = {"qid": 0, "duration": gt["duration"], "start": raw[0][0], "end": raw[-1][1], "spans": merged,
+              "raw_spans": raw}
+    if name == "scored_out_of_order":
+        record["pred_spans"] = pred  # [start, end, score]: ranked by the score
+    else:  # a text answer, ranked in written order
+        record["answer"] = "<answer>" + json.dumps([w[:2] for w in pred]) + "</answer>"
+    got = qvhighlights_metrics([record])
+    for key, expected in case["expected"].items():
+        assert got[key] == pytest.approx(expected, abs=0.005 + 1e-9), key
+
+
+def test_the_two_cases_of_the_issue_and_the_raw_spans_of_prepare(tmp_path):
+    """gt [[140, 150]] of 150 s, pred [[141, 160]]: (R1@0.5, mAP) = (0, 0), not clamped to [141, 150]; gt [[0, 10],
+    [20, 30]], answer [[40, 50], [40, 50], [20, 30]]: mAP 16.67. Touching windows: validation merges ``spans`` and
+    keeps ``raw_spans`` in the canonical line, and they reach the scoring through predictions.jsonl's records."""
+    from grounding_rl.data.samples import Sample, iter_samples, validate_sample, write_samples
+    from grounding_rl.reward.records import _metric_row, prediction_record
+
+    out = qvhighlights_metrics([{"duration": 150.0, "start": 140.0, "end": 150.0, "spans": [[140.0, 150.0]],
+                                 "pred_spans": [[141.0, 160.0]]}])
+    assert (out["R1@0.5"], out["mAP"]) == (0.0, 0.0)
+    out = qvhighlights_metrics([{"duration": 60.0, "start": 0.0, "end": 30.0, "spans": [[0.0, 10.0], [20.0, 30.0]],
+                                 "answer": "<answer>[[40, 50], [40, 50], [20, 30]]</answer>"}])
+    assert out["mAP"] == pytest.approx(16.67, abs=0.005)
+
+    sample, status = validate_sample(Sample("v.mp4", "q", 0.0, 20.0, 60.0, "t", "qvhighlights",
+                                            spans=((0.0, 10.0), (10.0, 20.0))))
+    assert sample.spans == ((0.0, 20.0),) and sample.raw_spans == ((0.0, 10.0), (10.0, 20.0))
+    assert validate_sample(sample)[0] == sample  # stable under itself
+    write_samples(tmp_path / "c.jsonl", [sample])
+    line = json.loads((tmp_path / "c.jsonl").read_text())
+    assert line["spans"] == [[0.0, 20.0]] and line["raw_spans"] == [[0.0, 10.0], [10.0, 20.0]]
+    (read,) = iter_samples(tmp_path / "c.jsonl")
+    assert read.raw_spans == sample.raw_spans
+    row = _metric_row(prediction_record(read, "<answer>[[0, 10], [10, 20]]</answer>", set_answers=True))
+    assert row["raw_spans"] == [[0.0, 10.0], [10.0, 20.0]]
+    assert qvhighlights_metrics([row])["mAP"] == 100.0  # against the merged [0, 20] alone: 10.0

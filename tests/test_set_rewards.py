@@ -1,5 +1,8 @@
 """The interval-set rewards as registered GRPO reward functions, the format reward of the set templates, and
 TimeLens2's reward spec strings in the GRPO config."""
+import json
+from pathlib import Path
+
 import pytest
 
 from grounding_rl.reward.rewards import format_reward, get_reward_funcs, iou_reward, reward_name
@@ -33,11 +36,15 @@ def test_registered_rewards_agree_with_timelens2_on_the_fixture():
         assert max(abs(g - c["expected"][spec]) for g, c in zip(got, cases)) < 1e-6, spec
 
 
-def test_single_span_set_iou_equals_iou_exactly():
+def test_single_span_set_iou_equals_iou_exactly_inside_the_video():
     completions = ["<answer>15.30 to 18.50</answer>", "<answer>-3 to 18</answer>", "<answer>14 to 99</answer>",
                    "<answer>10.00 to 12.00</answer>", "no answer", "<answer>19 to 18</answer>"]
     columns = dict(start=[15.0] * 6, end=[18.0] * 6, duration=[30.0] * 6)
-    assert _reward("set_iou")(completions, **columns) == iou_reward(completions, **columns)
+    ours, single = _reward("set_iou")(completions, **columns), iou_reward(completions, **columns)
+    inside = [0, 1, 3, 4, 5]  # "-3 to 18" reads as nothing (no negative times): 0 in both
+    assert [ours[i] for i in inside] == [single[i] for i in inside]
+    # past the video, set_iou scores the answer as written (TimeLens2), iou clamps it into [0, 30] first
+    assert ours[2] == pytest.approx(3 / 85) and single[2] == pytest.approx(3 / 16)
 
 
 def test_format_reward_is_strict_per_set_template():
@@ -76,7 +83,7 @@ def test_grpo_config_translates_spec_and_refuses_tiou_with_timelens2(tmp_path):
     ("0 - 3.5, 10 - 12 seconds", [(0.0, 3.5), (10.0, 12.0)]),
     ("<answer>12.54 to 17.83</answer>", [(12.54, 17.83)]),        # today's single-span forms
     ("between 3 and 7", [(3.0, 7.0)]),
-    ("[[1, 2], [1, 2]]", [(1.0, 2.0)]),
+    ("[[1, 2], [1, 2]]", [(1.0, 2.0), (1.0, 2.0)]),               # repeats kept (qvhighlights counts them)
     ("<answer>[[5, 3]]</answer>", [(5.0, 3.0)]),                  # as written: the reward policy scores it 0
     ("[[1,2]] and [[3,4]]", None),                                # two arrays: ambiguous
     ("[[1,2], [3,4]] 5", None),                                   # a number beside the array
@@ -132,3 +139,23 @@ def test_grpo_scores_set_rewards_against_the_spans_column(tmp_path, tiny_model_d
     assert seen["spans"] == [[[1.0, 2.0], [3.0, 4.0]]] * 4
     penalty = trainer._metrics["rewards/parse_penalty/mean"][0]
     assert -1.0 <= penalty <= 0.0 and 0.0 <= trainer._metrics["rewards/set_iou/mean"][0] <= 1.0
+
+
+EDGES = json.loads((Path(__file__).parent / "fixtures" / "timelens2_rewards_edges.json").read_text())
+
+
+@pytest.mark.parametrize("spec", EDGES["specs"])
+def test_rewards_equal_timelens2s_with_unclamped_predictions_and_the_annotated_windows(spec):
+    """TimeLens2's values (its own code, fixture) where ours used to differ: predictions past the video's end (not
+    clamped), overlapping and touching ground truth (the annotated windows, ``raw_spans``, beside the merged
+    ``spans`` the dataset carries), repeated predicted windows."""
+    from grounding_rl.data.samples import validate_spans
+
+    name = "set_iou" if spec == "tiou" else spec
+    cases = EDGES["cases"]
+    texts = ["<answer>" + json.dumps(c["pred"]) + "</answer>" for c in cases]
+    merged = [[list(s) for s in validate_spans(tuple(map(tuple, c["gt"])), c["duration"])] for c in cases]
+    got = _reward(name)(texts, start=[m[0][0] for m in merged], end=[m[-1][1] for m in merged],
+                        duration=[c["duration"] for c in cases], spans=merged, raw_spans=[c["gt"] for c in cases])
+    for g, c in zip(got, cases):
+        assert g == pytest.approx(c["expected"][spec], abs=1e-9), (spec, c["why"])

@@ -83,3 +83,20 @@ def test_training_warns_when_a_single_span_reward_meets_several_spans():
     assert "1 of 2 training samples have several spans; reward(s) iou" in warn_single_span_rewards(
         dataset, ["iou", "format"])
     assert warn_single_span_rewards(dataset, ["set_iou", "format"]) is None
+
+
+def test_prepare_keeps_qvhighlights_touching_windows_as_raw_spans(tmp_path):
+    """Touching windows are merged into ``spans`` (training and ``set`` read those) and kept as annotated in
+    ``raw_spans`` (``qvhighlights`` scores those, as moment_detr does); a line whose windows are unchanged has none."""
+    from grounding_rl.data.prepare import prepare
+
+    path = _write(tmp_path / "highlight_val_release.jsonl", [
+        {"qid": 1, "query": "q", "duration": 150, "vid": "a", "relevant_windows": [[0, 10], [10, 20], [40, 42]]},
+        {"qid": 2, "query": "q", "duration": 150, "vid": "b", "relevant_windows": [[0, 10], [30, 40]]}])
+    prepare("qvhighlights", str(path), str(tmp_path / "out.jsonl"), progress=False)
+    first, second = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert first["spans"] == [[0.0, 20.0], [40.0, 42.0]]
+    assert first["raw_spans"] == [[0.0, 10.0], [10.0, 20.0], [40.0, 42.0]]
+    assert second["spans"] == [[0.0, 10.0], [30.0, 40.0]] and "raw_spans" not in second
+    (sample, _) = iter_samples(tmp_path / "out.jsonl")
+    assert GroundingDataset([sample.to_dict()])[0]["raw_spans"] == first["raw_spans"]

@@ -23,6 +23,7 @@ class GroundingDataset(Dataset):
     """Canonical samples as training items.
 
     Item ``i`` is ``{"index": i, "video": path, "query", "start", "end", "duration" (seconds), "qid", "spans",
+    "raw_spans" (the annotated windows when validation merged or clamped them, else None),
     "prompt_template"}``; ``spans`` is the interval set ``[[s, e], …]`` of multi-span data (what the set rewards score
     against), else None; ``prompt_template`` the row's own template (a training set mixing sources), else None (the
     run's).
@@ -69,6 +70,7 @@ class GroundingDataset(Dataset):
             "duration": float(s["duration"]),
             "qid": str(s.get("qid", index)),
             "spans": None if s.get("spans") is None else [[float(a), float(b)] for a, b in s["spans"]],
+            "raw_spans": None if s.get("raw_spans") is None else [[float(a), float(b)] for a, b in s["raw_spans"]],
             "prompt_template": s.get("prompt_template"),
         }
 

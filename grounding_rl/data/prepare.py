@@ -37,7 +37,7 @@ def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
     if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
         return sample
     return Sample(rel, sample.query, sample.start, sample.end, sample.duration, sample.qid, sample.source,
-                  spans=sample.spans, spans_all=sample.spans_all)
+                  spans=sample.spans, spans_all=sample.spans_all, raw_spans=sample.raw_spans)
 
 
 def _unique_qids(samples, annotations: str):

@@ -2,7 +2,8 @@
 inference.
 
 A canonical JSONL line is ``{"video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end"}``
-plus, for interval sets, ``"spans"`` and ``"spans_all"`` (lists of ``[start, end]``; see :class:`Sample`):
+plus, for interval sets, ``"spans"``, ``"spans_all"`` and ``"raw_spans"`` (lists of ``[start, end]``; see
+:class:`Sample`):
 ``video`` is a path, times are seconds as floats, ``start``/``end`` clamped into [0, duration] and
 ``raw_start``/``raw_end`` the annotation as written (optional when reading). :func:`load_samples` is what training
 and evaluation call: it reads such a file, resolves relative video paths, fills missing durations by probing the
@@ -27,7 +28,8 @@ logger = logging.getLogger(__name__)
 # Extensions recognised as videos (lower case), in order of preference after ".mp4".
 VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".3gp", ".ts")
 
-FIELDS = ("video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end", "spans", "spans_all")
+FIELDS = ("video", "query", "start", "end", "duration", "qid", "source", "raw_start", "raw_end", "spans", "spans_all",
+          "raw_spans")
 
 Spans = tuple[tuple[float, float], ...]
 
@@ -59,6 +61,9 @@ class Sample:
         spans_all: every span a TimeLens-Bench entry lists when it lists several: ``spans`` keeps the first, as
             TimeLens, lmms-eval and TimeLens2's evaluator score it; the ``set`` scoring scores against this. None
             otherwise.
+        raw_spans: the reader's ``spans`` as written, when validation changed them (:func:`validate_spans` clamps,
+            drops and merges; QVHighlights' touching windows become one): the ``qvhighlights`` scoring scores these,
+            as moment_detr keeps each annotated window an instance. None when ``spans`` are as written.
     """
 
     video: str
@@ -72,15 +77,16 @@ class Sample:
     raw_end: float | None = None
     spans: Spans | None = None
     spans_all: Spans | None = None
+    raw_spans: Spans | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical JSON object (keys in :data:`FIELDS` order; ``raw_start``/``raw_end``, ``spans`` and
-        ``spans_all`` only when known, the spans as lists of ``[start, end]``)."""
+        """The canonical JSON object (keys in :data:`FIELDS` order; ``raw_start``/``raw_end``, ``spans``,
+        ``spans_all`` and ``raw_spans`` only when known, the spans as lists of ``[start, end]``)."""
         data = asdict(self)
-        for key in ("raw_start", "raw_end", "spans", "spans_all"):
+        for key in ("raw_start", "raw_end", "spans", "spans_all", "raw_spans"):
             if data[key] is None:
                 del data[key]
-            elif key in ("spans", "spans_all"):
+            elif key in ("spans", "spans_all", "raw_spans"):
                 data[key] = [list(span) for span in data[key]]
         return data
 
@@ -126,6 +132,8 @@ def _validate_set(sample: Sample, query: str, training: bool, counts: dict[str, 
     if not all(math.isfinite(x) for x in values + [duration]) or duration <= 0:
         return None, f"dropped: non-finite time or duration ≤ 0 (spans={sample.spans}, duration={duration})"
     spans = validate_spans(sample.spans, duration, counts)
+    raw_spans = sample.raw_spans if sample.raw_spans is not None else sample.spans
+    raw_spans = None if raw_spans == spans else raw_spans
     spans_all = None if sample.spans_all is None else validate_spans(sample.spans_all, duration, counts) or None
     if not spans:
         if training:
@@ -134,12 +142,14 @@ def _validate_set(sample: Sample, query: str, training: bool, counts: dict[str, 
         hull = replace(sample, start=min(s for s, _ in sample.spans), end=max(e for _, e in sample.spans), spans=None,
                        spans_all=None)
         single, status = validate_sample(hull, training=False)
-        return (None, status) if single is None else (replace(single, spans=((single.start, single.end),),
-                                                              spans_all=spans_all), status)
+        if single is None:
+            return None, status
+        return replace(single, spans=((single.start, single.end),), spans_all=spans_all,
+                       raw_spans=sample.raw_spans or sample.spans), status
     raw_start = min(s for s, _ in sample.spans) if sample.raw_start is None else sample.raw_start
     raw_end = max(e for _, e in sample.spans) if sample.raw_end is None else sample.raw_end
     new = replace(sample, query=query, start=spans[0][0], end=spans[-1][1], spans=spans, spans_all=spans_all,
-                  raw_start=float(raw_start), raw_end=float(raw_end))
+                  raw_start=float(raw_start), raw_end=float(raw_end), raw_spans=raw_spans)
     status = "kept" if (spans, spans_all) == (sample.spans, sample.spans_all) else "clamped"
     return (sample if new == sample else new), status
 
@@ -390,6 +400,7 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
                 raise AnnotationError(f"{where}: no duration, and the video {video} to probe it from is missing")
         spans = None if row.get("spans") is None else as_spans(row["spans"], "spans", where)
         spans_all = None if row.get("spans_all") is None else as_spans(row["spans_all"], "spans_all", where)
+        raw_spans = None if row.get("raw_spans") is None else as_spans(row["raw_spans"], "raw_spans", where)
         start = spans[0][0] if spans is not None and "start" not in row else as_seconds(row["start"], "start", where)
         end = spans[-1][1] if spans is not None and "end" not in row else as_seconds(row["end"], "end", where)
         yield Sample(video=video, query=row["query"], start=start, end=end, duration=duration,
@@ -398,7 +409,7 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
                      raw_start=None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start",
                                                                                     where),
                      raw_end=None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where),
-                     spans=spans, spans_all=spans_all)
+                     spans=spans, spans_all=spans_all, raw_spans=raw_spans)
 
 
 def write_samples(path: str | os.PathLike, samples: Iterable[Sample]) -> int:

@@ -74,7 +74,8 @@ class VideoSettings:
         max_frames: upper bound on T (rounded down to an even number); when it caps T, the time scale stretches to
             T / duration frames per second so the whole clip is covered.
         min_pixels: minimum H·W per frame.
-        max_pixels: maximum H·W per frame.
+        max_pixels: maximum H·W per frame. With a token budget (``total_tokens``) and ``max_pixels`` at its default,
+            the cap is qwen-vl-utils' own for the family instead (:attr:`ceiling_pixels`).
         total_pixels: budget for T·H·W over the whole clip (TimeZero: 3584·28·28); None = qwen-vl-utils' default
             (MODEL_SEQ_LEN·factor²·0.9, effectively off).
         pixel_factor: H and W are multiples of this, the vision tower's patch size × spatial merge size (28 for
@@ -125,8 +126,8 @@ class VideoSettings:
             problems.append(f"give total_tokens ({self.total_tokens}) or total_pixels ({self.total_pixels}), not both")
         if self.min_tokens is not None and self.min_pixels != DEFAULT_MIN_PIXELS:
             problems.append(f"give min_tokens ({self.min_tokens}) or min_pixels ({self.min_pixels}), not both")
-        if not problems and not 0 < self.floor_pixels <= self.max_pixels:
-            problems.append(f"need 0 < min_pixels ≤ max_pixels (got {self.floor_pixels}, {self.max_pixels})")
+        if not problems and not 0 < self.floor_pixels <= self.ceiling_pixels:
+            problems.append(f"need 0 < min_pixels ≤ max_pixels (got {self.floor_pixels}, {self.ceiling_pixels})")
         if self.budget_lowers_fps and self.total_pixels is None and self.total_tokens is None:
             problems.append("budget_lowers_fps needs a budget (total_tokens or total_pixels)")
         if self.cover_tail and self.sampler != "exact":
@@ -142,6 +143,18 @@ class VideoSettings:
         if self.total_tokens is not None:
             return self.total_tokens * self.pixel_factor ** 2
         return self.total_pixels
+
+    @property
+    def ceiling_pixels(self) -> int:
+        """The per-frame cap H·W: ``max_pixels``; with a token budget (``total_tokens``) and ``max_pixels`` at its
+        default, qwen-vl-utils' own cap ``VIDEO_MAX_TOKEN_NUM · pixel_factor²`` (768 merged tokens: 602,112 for
+        Qwen2.5-VL's 28, the default itself; 786,432 for Qwen3-VL's 32), the cap ``process_vision_info`` applies when
+        given a budget and no ``max_pixels`` (qwen-vl-utils 0.0.14 ``vision_process.py`` ``fetch_video``, lines
+        446-449), as TimeLens2 calls it (``grpo/timelens/data/video.py``): one token budget then gives the family's
+        own frames. A ``max_pixels`` of its own still caps."""
+        if self.total_tokens is not None and self.max_pixels == DEFAULT_MAX_PIXELS:
+            return VIDEO_MAX_TOKEN_NUM * self.pixel_factor ** 2
+        return self.max_pixels
 
     @property
     def floor_pixels(self) -> int:
@@ -289,7 +302,7 @@ def frame_size(height: int, width: int, num_frames: int, settings: VideoSettings
     Reproduces qwen-vl-utils 0.0.14 ``vision_process.py`` ``fetch_video`` (lines 405-455) with ``image_patch_size =
     pixel_factor / 2``: the per-frame maximum is ``max(min(VIDEO_FRAME_MAX_PIXELS, total_pixels / nframes *
     FRAME_FACTOR), int(min_pixels * 1.05))`` (``VIDEO_FRAME_MAX_PIXELS = 768·factor²``), then capped by the requested
-    ``max_pixels``, then ``smart_resize`` to multiples of the factor.
+    ``max_pixels`` (:attr:`VideoSettings.ceiling_pixels`), then ``smart_resize`` to multiples of the factor.
     """
     factor = settings.pixel_factor
     min_pixels = settings.floor_pixels
@@ -298,7 +311,7 @@ def frame_size(height: int, width: int, num_frames: int, settings: VideoSettings
         total_pixels = MODEL_SEQ_LEN * factor * factor * 0.9
     frame_max = VIDEO_MAX_TOKEN_NUM * factor * factor
     max_pixels = max(min(frame_max, total_pixels / num_frames * FRAME_FACTOR), int(min_pixels * 1.05))
-    max_pixels = min(settings.max_pixels, max_pixels)
+    max_pixels = min(settings.ceiling_pixels, max_pixels)
     return smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
 
 
@@ -602,7 +615,7 @@ def _sample_qwen_vl_utils(path: str, settings: VideoSettings) -> SampledVideo:
 
     element = {"video": path, "fps": settings.fps, "min_frames": settings.min_frames,
                "max_frames": _max_frames(settings), "min_pixels": settings.floor_pixels,
-               "max_pixels": settings.max_pixels}
+               "max_pixels": settings.ceiling_pixels}
     if settings.budget_pixels is not None:
         element["total_pixels"] = settings.budget_pixels
     try:
@@ -679,7 +692,7 @@ def window_settings(settings: VideoSettings, first: dict, window: tuple[float, f
         spent = frames1 * int(first["height"]) * int(first["width"])
         frames2 = max(settings.min_frames, math.floor(rate1 * length / FRAME_FACTOR) * FRAME_FACTOR, FRAME_FACTOR)
         cap = VIDEO_MAX_TOKEN_NUM * settings.pixel_factor ** 2
-        max_pixels = max(settings.max_pixels, min(cap, spent // frames2))
+        max_pixels = max(settings.ceiling_pixels, min(cap, spent // frames2))
         return replace(settings, fps=rate1, max_frames=max(frames1, settings.min_frames),
                                    total_tokens=None, total_pixels=spent // FRAME_FACTOR, max_pixels=max_pixels,
                                    budget_lowers_fps=False)

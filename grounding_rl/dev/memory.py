@@ -21,7 +21,8 @@ no attention matrix), after Korthikanti et al. 2022, "Reducing Activation Recomp
 only its input (b·h per token) and one layer at a time is recomputed, twice its activations counting their
 gradients. The completion-only logits (``logits_to_keep``) of the micro-batch and their gradient are ``rows · C · V``
 values each in the dtype, plus one row's fp32 log-softmax and its gradient (TRL's ``selective_log_softmax`` works
-row by row). Generation holds the KV cache ``2 · layers · kv · b`` bytes per token of every row it samples at once.
+row by row); with a distillation teacher, both heads' float32 logits (the student's with its gradient) come on top.
+Generation holds the KV cache ``2 · layers · kv · b`` bytes per token of every row it samples at once.
 The peak is the model states plus the larger of training and generation, plus a fixed :data:`CUDA_OVERHEAD` for the
 CUDA context and allocator fragmentation (an assumption, typically 1-3 GiB).
 """
@@ -283,8 +284,10 @@ def activation_bytes(shape: ModelShape, work: Workload) -> tuple[int, int]:
         vision = shape.vision_depth * patches * shape.vision_hidden * b + 2 * patches * vision_layer
     else:
         vision = shape.vision_depth * patches * vision_layer
-    if work.teacher_params:  # the teacher's completion logits (no graph) and the divergence's fp32 terms (saved)
-        logits += work.rows * work.completion_tokens * (work.teacher_vocab * b + 3 * shape.vocab * 4)
+    if work.teacher_params:  # float32 logits of both heads (the student's with its gradient; the teacher's without
+        # a graph) beside the student's rounded copy counted above, and the divergence's fp32 terms (saved)
+        logits += work.rows * work.completion_tokens * (work.teacher_vocab * 4 + 2 * shape.vocab * 4
+                                                        + 3 * shape.vocab * 4)
     training = text + logits + vision
     kv_cache = work.generation_rows * work.sequence_tokens * 2 * shape.layers * shape.kv_width * b
     prefill_rows = math.ceil(work.generation_rows / work.num_generations) if work.share_video_encoding else \

@@ -115,7 +115,8 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
                          if "set" in extra else "")
                       + (" `qvhighlights`: moment_detr's metric — R1@m of the first predicted window against the "
                          "ground-truth window it overlaps most; mAP@0.5, mAP@0.75 and mAP (IoU 0.5:0.05:0.95) of up "
-                         "to 10 windows ranked in written order." if "qvhighlights" in extra else "")]
+                         "to 10 windows ranked by their score, else in written order (windows as annotated and as "
+                         "written: not merged, not clamped)." if "qvhighlights" in extra else "")]
     lines += ["",
              "## Run", "",
              f"- model: `{info.get('model')}`",

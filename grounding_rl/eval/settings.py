@@ -157,7 +157,7 @@ def describe_config(config: GroundingConfig) -> str:
     """One line: template and video settings, for logs and reports."""
     v = config.video
     return (f"prompt_template={config.prompt_template} video_layout={config.video_layout} fps={v.fps} "
-            f"min_pixels={v.floor_pixels} max_pixels={v.max_pixels} total_pixels={v.budget_pixels} "
+            f"min_pixels={v.floor_pixels} max_pixels={v.ceiling_pixels} total_pixels={v.budget_pixels} "
             + (f"(tokens {v.min_tokens}..{v.total_tokens}) " if v.min_tokens or v.total_tokens else "")
             + f"frames=[{v.min_frames}, {v.max_frames}] sampler={v.sampler} pixel_factor={v.pixel_factor}"
             + (" budget_lowers_fps" if v.budget_lowers_fps else "") + (" cover_tail" if v.cover_tail else ""))

@@ -70,24 +70,26 @@ def intersection_length(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
 
 
 def set_iou(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]]) -> float:
-    """Temporal IoU of two span sets: |P ∩ G| / |P ∪ G| with P = merge(pred), G = merge(gt), in [0, 1].
+    """Temporal IoU of two span sets, TimeLens2's ``iou_overlap_ratio`` (MCG-NJU/TimeLens2 @a5ce450
+    ``grpo/timelens/rewards/metrics.py``): P = merge(pred), the GT spans as given (not merged: spans that overlap each
+    other count twice), inter = Σ over pairs |p ∩ g|, IoU = inter / (|P| + Σ|g| − inter), in [0, 1]. On a merged
+    (disjoint) GT this is |P ∩ G| / |P ∪ G|; TimeLens2 adds 1e-16 to the denominator (agreement to 1e-12).
 
     For one span each it is computed with the same operations as :func:`grounding_rl.reward.iou.temporal_iou`, so the
-    two agree bit for bit. Zero union: 1.0 when the merged sets are identical (the same points), else 0.0. An empty
-    ``pred`` gives 0.0. TimeLens2's ``iou_overlap_ratio`` does not merge the GT (overlapping GT spans count twice) and
-    adds 1e-16 to the denominator; on non-overlapping GT the two agree to 1e-12.
-    Example: pred [(0, 2), (4, 6)], gt [(1, 5)] → 2 / 6 = 0.3333.
+    two agree bit for bit. Zero union: 1.0 when P equals the merged GT (the same points), else 0.0. An empty ``pred``
+    gives 0.0. Examples: pred [(0, 2), (4, 6)], gt [(1, 5)] → 2 / 6 = 0.3333; pred [(10, 20)], gt [(0, 10), (5, 15)]
+    → 5 / (10 + 20 − 5) = 0.2 (merged GT: 0.25).
     """
-    p, g = merge_spans(pred), merge_spans(gt)
+    p, g = merge_spans(pred), _spans(gt, "gt")
     if not p:
         return 0.0
-    inter = intersection_length(p, g)
+    inter = sum(max(0.0, min(a[1], b[1]) - max(a[0], b[0])) for a in p for b in g)
     union = total_length(p) + total_length(g) - inter
     if len(p) == 1 and len(g) == 1:
         (ps, pe), (gs, ge) = p[0], g[0]
         union = (pe - ps) + (ge - gs) - inter
     if union <= 0.0:
-        return 1.0 if p == g else 0.0
+        return 1.0 if p == merge_spans(g) else 0.0
     return min(1.0, inter / union)
 
 

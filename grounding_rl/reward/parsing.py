@@ -294,12 +294,12 @@ def _read_many(tokens: list[tuple[int, object]]) -> list[tuple[float, float]] | 
             return None
         pairs += [(times[k], times[k + 1]) for k in range(0, len(times) - 1, 2)]
         i = j
-    unique = list(dict.fromkeys(pairs))
-    return unique or None
+    return pairs or None
 
 
 def parse_spans(text: str | None) -> list[tuple[float, float]] | None:
-    """Parse a completion into a set of ``(start, end)`` intervals in seconds, in written order (duplicates dropped;
+    """Parse a completion into a set of ``(start, end)`` intervals in seconds, in written order, as written (a repeated
+    interval stays repeated: the set rewards merge it away, the ``qvhighlights`` scoring counts it as moment_detr does;
     reversed pairs kept as written: the reward policy scores them).
 
     Read in the answer region of :func:`parse_answer`: (1) a single interval under the module grammar, exactly as
@@ -322,5 +322,5 @@ def parse_spans(text: str | None) -> list[tuple[float, float]] | None:
         rest = _JSON_SPANS_RE.sub(" ", region)
         if spans is None or any(kind == _TIME for kind, _ in _tokens(rest)):
             return None
-        return list(dict.fromkeys(spans))
+        return spans
     return _read_many(_tokens(region))

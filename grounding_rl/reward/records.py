@@ -41,7 +41,8 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
         A set-scored query (:func:`is_set_scored`; ``set_answers``: the template asks for a set) also has
         ``gt_spans`` and ``pred_spans`` (:func:`grounding_rl.reward.parsing.parse_spans`, None when unparseable);
         its ``start``/``end`` are the predicted set's hull and ``iou`` is the set IoU (clamped prediction, merged
-        sets). ``gt_spans_all`` is written when the sample has ``spans_all`` (TimeLens-Bench several-span entries).
+        sets). ``gt_spans_all`` is written when the sample has ``spans_all`` (TimeLens-Bench several-span entries),
+        ``gt_raw_spans`` when it has ``raw_spans`` (the windows as annotated, before validation merged them).
     """
     if is_set_scored(sample, set_answers):
         pred = parse_spans(answer) if answer is not None else None
@@ -65,6 +66,8 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
     }
     if sample.spans_all is not None:
         record["gt_spans_all"] = [list(span) for span in sample.spans_all]
+    if sample.raw_spans is not None:
+        record["gt_raw_spans"] = [list(span) for span in sample.raw_spans]
     if error is not None:
         record["error"] = error
     if sampling is not None:
@@ -82,6 +85,8 @@ def _metric_row(r: dict) -> dict:
         row.update(spans=r["gt_spans"], pred_spans=r.get("pred_spans"))
     if r.get("gt_spans_all") is not None:
         row["spans_all"] = r["gt_spans_all"]
+    if r.get("gt_raw_spans") is not None:
+        row["raw_spans"] = r["gt_raw_spans"]
     return row
 
 

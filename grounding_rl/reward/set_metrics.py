@@ -29,7 +29,7 @@ def record_spans(record: Mapping) -> list[tuple[float, float]] | None:
         spans = [(record["pred_start"], record["pred_end"])]
     if spans is None:
         return parse_spans(record.get("answer"))
-    spans = [(float(s), float(e)) for s, e in spans]
+    spans = [(float(span[0]), float(span[1])) for span in spans]  # a third number (a score) is the ranking's
     return spans if spans and all(math.isfinite(t) for span in spans for t in span) else None
 
 
@@ -91,9 +91,11 @@ def _interpolated_ap(precision: list[float], recall: list[float]) -> float:
 def detection_ap(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]],
                  thresholds: Sequence[float] = QVHIGHLIGHTS_AP_THRESHOLDS) -> list[float]:
     """Average precision of one query's ranked predicted windows (best first) against its GT windows, per IoU
-    threshold in [0, 1]: greedy matching of each prediction to the unmatched GT window of highest IoU ≥ threshold,
-    interpolated AP (moment_detr ``compute_average_precision_detection``; predictions in the given order stand for
-    descending scores). No prediction → zeros."""
+    threshold in [0, 1], as moment_detr's ``standalone_eval/utils.py`` ``compute_average_precision_detection``
+    (@b7e553a): each prediction tries the GT windows in descending IoU (ties: the later window first, numpy's
+    ``argsort()[::-1]``; a NaN IoU, 0/0 between two empty windows, first), takes the first unmatched one unless its
+    IoU is below the threshold (NaN is not below: an empty window matches an empty GT window), else is a false
+    positive; then interpolated AP. No prediction → zeros."""
     if not pred:
         return [0.0] * len(thresholds)
     out = []
@@ -102,8 +104,10 @@ def detection_ap(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]],
         tp = []
         for window in pred:
             ious = [_cross_iou(window, g) for g in gt]
+            ascending = sorted(range(len(gt)), key=lambda k: (math.isnan(ious[k]), 0.0 if math.isnan(ious[k])
+                                                              else ious[k]))
             hit = 0
-            for j in sorted(range(len(gt)), key=lambda k: ious[k], reverse=True):
+            for j in reversed(ascending):
                 if ious[j] < threshold:
                     break
                 if j in locked:
@@ -122,35 +126,82 @@ def detection_ap(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]],
 
 
 def _cross_iou(a: Sequence[float], b: Sequence[float]) -> float:
-    """IoU with the true union (moment_detr ``compute_temporal_iou_batch_cross``); NaN-free: 0 for an empty union."""
+    """IoU with the true union (moment_detr ``compute_temporal_iou_batch_cross``): NaN for 0 / 0 (two empty
+    windows), as numpy gives it there."""
     inter = max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
     union = (a[1] - a[0]) + (b[1] - b[0]) - inter
-    return inter / union if union > 0 else 0.0
+    return inter / union if union != 0 else math.nan
+
+
+def _first_argmax(values: list[float]) -> int:
+    """numpy's ``argmax``: the first NaN if any, else the first maximum."""
+    for k, v in enumerate(values):
+        if math.isnan(v):
+            return k
+    return max(range(len(values)), key=lambda k: (values[k], -k))
+
+
+def _ranked_prediction(record: Mapping) -> tuple[list[tuple[float, float]], list[float] | None] | None:
+    """The predicted windows in written order, unclamped, and their scores (moment_detr's third number of each
+    ``pred_spans`` window; None for windows without one: text answers, ``pred_start``/``pred_end``); None when there
+    is no usable prediction (none, a non-finite time, a reversed pair).
+
+    Raises:
+        ValueError: some ``pred_spans`` windows carry a score and others do not.
+    """
+    raw = record.get("pred_spans")
+    scores = None
+    if raw is not None and any(len(w) > 2 for w in raw):
+        if not all(len(w) > 2 for w in raw):
+            raise ValueError(f"qid {record.get('qid')}: pred_spans has a score on some windows only: {list(raw)}")
+        scores = [float(w[2]) for w in raw]
+    spans = record_spans(record)
+    if not spans or any(s > e for s, e in spans):
+        return None
+    return spans, scores
 
 
 def qvhighlights_metrics(records: Iterable[Mapping]) -> dict:
-    """QVHighlights' moment-retrieval metric (Lei et al., NeurIPS 2021; jayleicn/moment_detr
-    ``standalone_eval/eval.py``, the "full" length range): ``R1@0.5``/``R1@0.7`` — the first predicted window against
-    the GT window it overlaps most, IoU ≥ m — and ``mAP@0.5``, ``mAP@0.75``, ``mAP`` (the mean over IoU 0.5:0.05:0.95)
-    of the first 10 predicted windows ranked in written order; percentages over all ``n`` queries (a query without a
-    prediction scores 0; moment_detr requires one per query). Predictions are clamped into the video; a reversed pair
-    makes the answer unusable. Differences from moment_detr: no rounding to 2 decimals, written order instead of
-    scores. Raises ValueError for no records."""
+    """QVHighlights' moment-retrieval metric (Lei et al., NeurIPS 2021; jayleicn/moment_detr @b7e553a
+    ``standalone_eval/eval.py`` ``eval_moment_retrieval``, the "full" length range: ``compute_mr_r1`` and
+    ``compute_mr_ap`` with ``max_pred_windows=10``), rule for rule:
+
+    - ``R1@0.5``/``R1@0.7``: the first *written* predicted window against the GT window of highest IoU (numpy
+      ``argmax``), by the hull IoU of ``compute_temporal_iou_batch_paired`` (0 for an empty hull: an empty window
+      against an empty GT window is no hit), ≥ m;
+    - ``mAP@0.5``, ``mAP@0.75``, ``mAP`` (mean over IoU 0.5:0.05:0.95): the first 10 written windows ranked by their
+      score (the third number of a ``pred_spans`` window, as in moment_detr's ``pred_relevant_windows``; stable sort),
+      or in written order when they have none (a text answer), :func:`detection_ap`;
+    - the GT windows as annotated: ``raw_spans`` when the record has them (``prepare`` merges touching windows into
+      ``spans``; moment_detr keeps each an instance), else ``spans``, else ``(start, end)``;
+    - predicted windows as given: not clamped into the video, repeats kept (each repeat a false positive once its GT
+      window is taken).
+
+    Percentages over all ``n`` queries, not rounded (moment_detr rounds to 2 decimals); a query without a usable
+    prediction (none, a reversed pair) scores 0 (moment_detr requires one per query).
+
+    Raises:
+        ValueError: no records; ``pred_spans`` with a score on some windows only.
+    """
     r1 = {m: 0 for m in QVHIGHLIGHTS_R1_THRESHOLDS}
     ap_sum = [0.0] * len(QVHIGHLIGHTS_AP_THRESHOLDS)
     n = 0
     for record in records:
         n += 1
-        gt = gt_set(record)
-        pred = usable_spans(record_spans(record), float(record["duration"]))
-        if not pred:
+        gt = gt_set(record, "raw_spans")
+        prediction = _ranked_prediction(record)
+        if prediction is None:
             continue
+        pred, scores = prediction
         first = pred[0]
-        best = max(gt, key=lambda g: _cross_iou(first, g))
+        best = gt[_first_argmax([_cross_iou(first, g) for g in gt])]
         iou = _window_iou(first, best)
         for m in r1:
             r1[m] += iou >= m
-        for k, ap in enumerate(detection_ap(pred[:QVHIGHLIGHTS_MAX_PRED_WINDOWS], gt)):
+        ranked = list(range(min(len(pred), QVHIGHLIGHTS_MAX_PRED_WINDOWS)))
+        if scores is not None:
+            ranked.sort(key=lambda k: -scores[k])
+        for k, ap in enumerate(detection_ap([pred[i] for i in ranked], gt)):
             ap_sum[k] += ap
     if n == 0:
         raise ValueError("qvhighlights_metrics: no records")

@@ -2,13 +2,16 @@
 :data:`grounding_rl.reward.rewards.REWARD_FUNCS`.
 
 Each has TRL's reward signature ``fn(completions, **columns) -> list[float]``. The ground truth of completion ``i`` is
-``columns["spans"][i]`` (a list of ``[start, end]`` seconds) when the dataset has a ``spans`` column, else the one
-span ``(start[i], end[i])``; ``duration`` (seconds) clamps the prediction into the video, as ``iou`` does. The
-prediction is :func:`grounding_rl.reward.parsing.parse_spans` of the completion.
+TimeLens2's ``anno["span"]``, the windows as annotated: ``columns["raw_spans"][i]`` when validation merged or
+clamped them (:class:`grounding_rl.data.samples.Sample`), else ``columns["spans"][i]`` (a list of ``[start, end]``
+seconds), else the one span ``(start[i], end[i])``. The prediction is
+:func:`grounding_rl.reward.parsing.parse_spans` of the completion, as written: not clamped into the video (TimeLens2
+clamps nothing; our single-span ``iou`` reward does). Both as TimeLens2 @a5ce450 ``grpo/timelens/rewards/funcs.py``
+``score_completion`` computes them (tests/test_set_rewards.py, tests/fixtures/timelens2_rewards*.json).
 
-Policy (ours, shared by every set reward): an answer is *usable* when it parses and no pair is reversed; usable spans
-are clamped into [0, duration]. An unusable answer scores 0.0 in every interval reward (TimeLens2 gives 0 when
-nothing parses; it swaps a reversed pair where we, as ``iou`` does, score it 0), and −1.0 in ``parse_penalty``.
+Policy (shared by every set reward): an answer is *usable* when it parses and no pair is reversed. An unusable answer
+scores 0.0 in every interval reward (TimeLens2 gives 0 when nothing parses; it swaps a reversed pair where we, as
+``iou`` does, score it 0), and −1.0 in ``parse_penalty``.
 
 Names: ``set_iou``; ``twass`` (β 3) and ``twass<β>`` as TimeLens2 spells it (``twass1``, ``twass0.5``); ``r2twass``
 and ``r2twass<β>``; ``ngiou``; ``length_ratio_penalty``; ``parse_penalty``. TimeLens2's own ``tiou`` is ``set_iou``
@@ -29,11 +32,12 @@ _BETA_NAME = re.compile(r"^(twass|r2twass)(\d+(?:\.\d+)?)?$")
 
 
 def gt_spans(columns: dict, i: int) -> list[tuple[float, float]]:
-    """The ground-truth spans of completion ``i``: the ``spans`` column's entry when there is one, else
-    ``[(start, end)]``. Raises ValueError when neither is there."""
-    spans = columns.get("spans")
-    if spans is not None and spans[i] is not None:
-        return [(float(s), float(e)) for s, e in spans[i]]
+    """The ground-truth spans of completion ``i`` as annotated: the ``raw_spans`` column's entry when there is one,
+    else the ``spans`` column's, else ``[(start, end)]``. Raises ValueError when none is there."""
+    for name in ("raw_spans", "spans"):
+        spans = columns.get(name)
+        if spans is not None and spans[i] is not None:
+            return [(float(s), float(e)) for s, e in spans[i]]
     for key in ("start", "end"):
         if key not in columns:
             raise ValueError(f"reward needs a 'spans' or a {key!r} column (seconds), got columns {sorted(columns)}")
@@ -48,12 +52,12 @@ def usable_spans(pred: Sequence[Sequence[float]] | None, duration: float) -> lis
 
 
 def _per_completion(completions, columns, score: Callable, unusable: float = 0.0) -> list[float]:
-    if "duration" not in columns:
-        raise ValueError(f"reward needs a 'duration' column (seconds), got columns {sorted(columns)}")
     out = []
     for i, completion in enumerate(completions):
         try:
-            pred = usable_spans(parse_spans(completion_text(completion)), float(columns["duration"][i]))
+            pred = parse_spans(completion_text(completion))
+            if pred is not None and any(not (math.isfinite(s) and math.isfinite(e)) or s > e for s, e in pred):
+                pred = None
             out.append(unusable if pred is None else float(score(pred, gt_spans(columns, i))))
         except (ValueError, TypeError) as err:
             raise ValueError(f"reward: sample {i}: {err}") from err
@@ -61,8 +65,9 @@ def _per_completion(completions, columns, score: Callable, unusable: float = 0.0
 
 
 def set_iou_reward(completions, **columns) -> list[float]:
-    """IoU of the merged predicted set with the merged GT set, in [0, 1] (:func:`intervals.set_iou`); on one span
-    each it equals the ``iou`` reward exactly. TimeLens2 calls this ``tiou``."""
+    """IoU of the merged predicted set with the GT windows as annotated, in [0, 1] (:func:`intervals.set_iou`,
+    TimeLens2's ``iou_overlap_ratio``); on one span each inside the video it equals the ``iou`` reward exactly.
+    TimeLens2 calls this ``tiou``."""
     return _per_completion(completions, columns, intervals.set_iou)
 
 

@@ -169,3 +169,38 @@ def forward_inputs(batch: dict) -> dict:
 def to_device(batch: dict, device) -> dict:
     """Move tensors to ``device`` (other values unchanged)."""
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+OWN_LOGITS_DTYPE = "own_logits_dtype"  # set on the LM head by grounding_rl.update.logprobs.float32_head
+
+
+def completion_outputs(model, logits: torch.Tensor, completion_ids: torch.Tensor, temperature: float,
+                       return_logits: bool):
+    """The log-probs (and logits) a completion forward returns, from its (B, C, V) completion logits.
+
+    Args:
+        model: the model the forward ran (possibly wrapped).
+        logits: (B, C, V) logits, position t predicting completion token t: the model's own, or, with
+            ``return_logits``, float32 ones from its head under :func:`grounding_rl.update.logprobs.float32_head`.
+        completion_ids: (B, C) token ids.
+        temperature: the log-probs' logits are divided by it, as in sampling.
+        return_logits: also return ``logits`` as given: float32 and *not* divided by the temperature (the divergences
+            of :mod:`grounding_rl.update.divergence` apply it in float32). The log-probs then come from the logits
+            rounded to the dtype the model's own head would have returned in that forward (recorded by
+            ``float32_head``: autocast's dtype, else the weights'), so they equal those of a forward without
+            ``return_logits`` (π_old, π_ref) up to the order of the float32 sums.
+
+    Returns:
+        (B, C) log-probs (TRL's ``selective_log_softmax``), or ``(logps, logits)`` with ``return_logits``.
+    """
+    from trl.trainer.utils import selective_log_softmax
+
+    rounded = logits
+    if return_logits:
+        from grounding_rl.models.vision import unwrap
+
+        rounded = logits.to(getattr(unwrap(model).get_output_embeddings(), OWN_LOGITS_DTYPE))
+    if temperature != 1.0:
+        rounded = rounded / temperature
+    logps = selective_log_softmax(rounded, completion_ids)
+    return (logps, logits) if return_logits else logps

@@ -17,11 +17,11 @@ vision tower once per forward (:func:`distinct_videos`; generation, once per rol
 from __future__ import annotations
 
 import torch
-from trl.trainer.utils import selective_log_softmax
 
 from grounding_rl.prompts.preprocessing import GRID, PIXELS
 from grounding_rl.reward.window import window_coverage
 from grounding_rl.rollout.conversation import Trajectory
+from grounding_rl.update.batching import completion_outputs
 
 CONVERSATION = "conversation_videos"  # the key that marks a conversation batch: per row, its videos in token order
 ATTENTION = "conversation_attention"  # (B, C): 1 at every real completion token, model or tool
@@ -101,10 +101,11 @@ def conversation_logps(model, batch: dict, temperature: float = 1.0, return_logi
 
     Returns:
         (B, C) float; meaningful where ``completion_mask`` is 1 (model tokens) — tool and padding positions are
-        masked by the caller. With ``return_logits``: ``(logps, logits (B, C, V))``.
+        masked by the caller. With ``return_logits``: ``(logps, logits (B, C, V))`` as
+        :func:`grounding_rl.update.batching.completion_outputs` returns them (float32 under
+        :func:`grounding_rl.update.logprobs.float32_head`, not divided by the temperature).
     """
     from grounding_rl.models.vision import encode_videos
-
     length = batch["completion_ids"].size(1)
     inputs = forward_inputs(batch)
     distinct, index = distinct_videos(batch)
@@ -115,11 +116,7 @@ def conversation_logps(model, batch: dict, temperature: float = 1.0, return_logi
             model, torch.cat([v[PIXELS] for v in distinct]).to(device),
             torch.stack([torch.as_tensor(v[GRID]) for v in distinct]).to(device), index)
     outputs = model(**inputs, logits_to_keep=length + 1, use_cache=False)
-    logits = outputs.logits[:, :-1, :]
-    if temperature != 1.0:
-        logits = logits / temperature
-    logps = selective_log_softmax(logits, batch["completion_ids"])
-    return (logps, logits) if return_logits else logps
+    return completion_outputs(model, outputs.logits[:, :-1, :], batch["completion_ids"], temperature, return_logits)
 
 
 METRIC_SUMS = ("trajectories", "turns", "calls", "failures", "coverage_sum", "windows", "context_forced")

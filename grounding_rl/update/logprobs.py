@@ -7,11 +7,14 @@ distinct clip and every row gets its clip's features through ``mm_encoder_output
 """
 from __future__ import annotations
 
-from trl.trainer.utils import selective_log_softmax
+from contextlib import contextmanager
 
-from grounding_rl.models.vision import encode_videos
+import torch
+
+from grounding_rl.models.vision import encode_videos, unwrap
 from grounding_rl.prompts.preprocessing import PIXELS, VIDEO_INDEX
-from grounding_rl.update.batching import clip_grid, forward_inputs
+from grounding_rl.update.batching import OWN_LOGITS_DTYPE, clip_grid, completion_outputs, forward_inputs
+from grounding_rl.update.divergence import float32_logits
 from grounding_rl.update.prefix import packed_completion_logps
 
 
@@ -28,13 +31,22 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
         share_prompt: with a shared-video batch, run each group's prompt once
             (:func:`grounding_rl.update.prefix.packed_completion_logps`; the caller checks the model supports it).
 
-        return_logits: also return the (B, C, V) completion logits (divided by ``temperature``; a distillation
-            teacher term needs the whole distribution).
+        return_logits: also return the (B, C, V) completion logits, float32 (the LM head runs under
+            :func:`float32_head`) and *not* divided by ``temperature`` (a distillation term needs the whole
+            distribution; :mod:`grounding_rl.update.divergence` applies the temperature in float32). The log-probs
+            are unchanged: they come from the logits rounded to the model's own logits dtype.
 
     Returns:
         (B, C) float tensor; values at masked positions are meaningless (the caller masks them). With
         ``return_logits``: ``(logps, logits)``.
     """
+    if return_logits:
+        with float32_head(model):
+            return _completion_logps(model, batch, temperature, share_prompt, True)
+    return _completion_logps(model, batch, temperature, share_prompt, False)
+
+
+def _completion_logps(model, batch: dict, temperature: float, share_prompt: bool, return_logits: bool):
     from grounding_rl.update.conversation import CONVERSATION, conversation_logps
 
     if CONVERSATION in batch:  # multi-turn: every video of a row, one forward (grounding_rl.update.conversation)
@@ -48,11 +60,47 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
         video_index = inputs.pop(VIDEO_INDEX)
         inputs["mm_encoder_outputs"] = encode_videos(model, inputs.pop(PIXELS), clip_grid(batch), video_index)
     outputs = model(**inputs, logits_to_keep=length + 1, use_cache=False)
-    logits = outputs.logits[:, :-1, :]  # position P−1+t predicts completion token t
-    if temperature != 1.0:
-        logits = logits / temperature
-    logps = selective_log_softmax(logits, completion_ids)
-    return (logps, logits) if return_logits else logps
+    # position P−1+t predicts completion token t
+    return completion_outputs(model, outputs.logits[:, :-1, :], completion_ids, temperature, return_logits)
+
+
+def _head(model) -> torch.nn.Linear:
+    head = unwrap(model).get_output_embeddings()
+    if type(head) is not torch.nn.Linear:
+        raise ValueError(f"the LM head is a {type(head).__name__}, not a plain Linear: float32 distillation logits "
+                         "need the head's weight (leave lm_head out of the adapter's target modules)")
+    return head
+
+
+@contextmanager
+def float32_head(model):
+    """Within the block, ``model``'s LM head returns float32 logits: :func:`grounding_rl.update.divergence.
+    float32_logits` of its input and weight, TRL 1.16's ``trl/kernels/chunked_divergence.py`` ``_project`` (a float32
+    projection result "avoids rounding logits before computing the divergence"). The head module itself is called as
+    before (its hooks run: a ZeRO-3 head is gathered as usual), only its ``forward`` is replaced, and restored on exit;
+    each call records on the head (``OWN_LOGITS_DTYPE``) the dtype its own forward would have returned there
+    (autocast's dtype while autocast is on, else the promotion of the input's and the weight's), which
+    :func:`grounding_rl.update.batching.completion_outputs` rounds the log-probs' logits to.
+
+    Raises:
+        ValueError: the head is not a plain ``torch.nn.Linear`` (e.g. a LoRA-wrapped head).
+    """
+    head = _head(model)
+
+    def forward(hidden):
+        device = hidden.device.type
+        own = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else \
+            torch.promote_types(hidden.dtype, head.weight.dtype)
+        setattr(head, OWN_LOGITS_DTYPE, own)
+        return float32_logits(hidden, head.weight, head.bias)
+
+    head.forward = forward
+    try:
+        yield head
+    finally:
+        del head.forward
+        if hasattr(head, OWN_LOGITS_DTYPE):
+            delattr(head, OWN_LOGITS_DTYPE)
 
 
 def reference_model(trainer, ref_model=None):

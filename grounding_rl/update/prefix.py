@@ -24,7 +24,7 @@ import torch
 
 from grounding_rl.models.vision import encode_videos, rope_position_ids, unwrap
 from grounding_rl.prompts.preprocessing import PIXELS, VIDEO_INDEX
-from grounding_rl.update.batching import clip_grid, forward_inputs
+from grounding_rl.update.batching import clip_grid, completion_outputs, forward_inputs
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -93,7 +93,8 @@ def packed_completion_logps(model, batch: dict, temperature: float = 1.0, return
         batch: a shared-video batch (``video_index``; :mod:`grounding_rl.update.batching`) whose rows of one clip share
             the whole prompt, with ``completion_ids`` / ``completion_mask`` (B, C).
         temperature: logits are divided by it, as in sampling.
-        return_logits: also return the (B, C, V) logits in row order (``(logps, logits)``).
+        return_logits: also return the (B, C, V) logits in row order (``(logps, logits)``;
+            :func:`grounding_rl.update.batching.completion_outputs`).
 
     Returns:
         (B, C) float tensor in the batch's row order, equal to
@@ -103,8 +104,6 @@ def packed_completion_logps(model, batch: dict, temperature: float = 1.0, return
     Raises:
         KeyError: the batch has no ``video_index``.
     """
-    from trl.trainer.utils import selective_log_softmax
-
     completion_ids, completion_mask = batch["completion_ids"], batch["completion_mask"]
     prompt_ids, prompt_mask = batch["prompt_ids"], batch["prompt_mask"]
     groups = group_rows(batch[VIDEO_INDEX])
@@ -141,7 +140,4 @@ def packed_completion_logps(model, batch: dict, temperature: float = 1.0, return
     u_index = torch.tensor([slot_of[r][0] for r in range(len(slot_of))], device=logits.device)
     g_index = torch.tensor([slot_of[r][1] for r in range(len(slot_of))], device=logits.device)
     logits = logits[u_index, g_index]  # (B, C, V) in row order
-    if temperature != 1.0:
-        logits = logits / temperature
-    logps = selective_log_softmax(logits, completion_ids)
-    return (logps, logits) if return_logits else logps
+    return completion_outputs(model, logits, completion_ids, temperature, return_logits)

@@ -14,4 +14,5 @@ from grounding_rl.reward.set_metrics import qvhighlights_metrics, set_metrics
 register(Scoring("set", "grounding_rl.reward.set_metrics.set_metrics (set IoU against TimeLens-Bench's every span, "
                  "spans_all; MCG-NJU/TimeLens2 reward/intervals semantics)", set_metrics))
 register(Scoring("qvhighlights", "jayleicn/moment_detr standalone_eval/eval.py (R1@0.5/0.7 full range, mAP "
-                 "0.5:0.05:0.95), ranked in written order", qvhighlights_metrics))
+                 "0.5:0.05:0.95): annotated windows, unclamped predictions, ranked by score, else written order",
+                 qvhighlights_metrics))

@@ -62,7 +62,8 @@ class Recipe:
 
     def loss_term(self, trainer, inputs, logits, num_items):
         """None, or a scalar added to the micro-batch's loss (before gradient-accumulation scaling); ``logits``:
-        (B, C, V) completion logits when :attr:`needs_logits`, else None."""
+        (B, C, V) float32 completion logits, not divided by the temperature, when :attr:`needs_logits`
+        (:func:`grounding_rl.update.logprobs.completion_logps` with ``return_logits``), else None."""
         return None
 
     def save(self, trainer, folder: str) -> None:

@@ -169,6 +169,7 @@ class DifficultySelection(Recipe):
             k = len(sets)
             columns = {"start": [sample["start"]] * k, "end": [sample["end"]] * k,
                        "duration": [sample["duration"]] * k, "spans": [sample.get("spans")] * k,
+                       "raw_spans": [sample.get("raw_spans")] * k,
                        "query": [sample["query"]] * k, "qid": [sample.get("qid")] * k,
                        "prompt_template": [sample.get("prompt_template") or args.prompt_template] * k}
             totals = np.zeros(k)

@@ -153,7 +153,8 @@ class Distillation(Recipe):
         ``distillation/divergence`` (token mean, all processes) and ``distillation/weight``.
 
         Args:
-            student_logits: (B, C, V_s) the policy's completion logits at the sampling temperature.
+            student_logits: (B, C, V_s) the policy's float32 completion logits, not divided by the temperature
+                (:func:`grounding_rl.update.logprobs.completion_logps` with ``return_logits``).
             num_items: the ``dapo`` normaliser (:func:`grpo.dapo_normaliser`) or None.
         """
         from grounding_rl.update import batching
@@ -165,17 +166,37 @@ class Distillation(Recipe):
         teacher_batch.update(completion_ids=inputs["completion_ids"], completion_mask=inputs["completion_mask"])
         with torch.no_grad():
             _, teacher_logits = completion_logps(self.teacher, teacher_batch, args.temperature, return_logits=True)
-        student, teacher = student_logits[..., :self.vocab], teacher_logits[..., :self.vocab].detach()
-        if args.loss_top_k == 1:
-            ids = inputs["completion_ids"].clamp(max=self.vocab - 1)
-            per_token = divergence.top1_reverse_kl(student, teacher, ids)
-        else:
-            per_token = divergence.generalized_jsd(student, teacher, args.teacher_divergence_beta)
+        per_token = per_token_divergence(student_logits, teacher_logits, inputs["completion_ids"], self.vocab,
+                                         args.teacher_divergence_beta, args.loss_top_k, args.temperature)
         mask = inputs["completion_mask"]
         loss = grpo.aggregate_loss(per_token, mask, args.loss_type, args.max_completion_length, num_items)
         total = trainer.accelerator.reduce(grpo.masked_sum_count(per_token, mask), reduction="sum")
         trainer._metrics["distillation/divergence"].append((total[0] / total[1].clamp(min=1.0)).item())
         return args.teacher_weight * loss
+
+
+def per_token_divergence(student_logits: torch.Tensor, teacher_logits: torch.Tensor, completion_ids: torch.Tensor,
+                         vocab: int, beta: float, loss_top_k: int, temperature: float) -> torch.Tensor:
+    """The teacher term per completion token: both logits cut to the shared vocabulary, the teacher's detached, then
+    :func:`divergence.top1_reverse_kl` (``loss_top_k`` 1; ids past the shared vocabulary clamped into it) or
+    :func:`divergence.generalized_jsd` (``loss_top_k`` 0) at ``temperature``, in float32.
+
+    Args:
+        student_logits: (B, C, V_s) float32 logits (differentiable), not divided by the temperature.
+        teacher_logits: (B, C, V_t) float32 logits, not divided by the temperature.
+        completion_ids: (B, C) sampled ids.
+        vocab: the shared vocabulary size (:func:`divergence.shared_vocab_size`), ≤ V_s, V_t.
+        beta, loss_top_k, temperature: TRL's ``beta``, ``loss_top_k`` (0 or 1) and ``temperature``.
+
+    Returns:
+        (B, C) float32 divergence in nats (the caller masks and aggregates it). With a float32 projection of the
+        same hidden states and LM heads, its masked token mean equals TRL 1.16's ``_chunked_divergence_loss``
+        (``trl/trainer/distillation_trainer.py``; ``tests/test_divergence.py``).
+    """
+    student, teacher = student_logits[..., :vocab], teacher_logits[..., :vocab].detach()
+    if loss_top_k == 1:
+        return divergence.top1_reverse_kl(student, teacher, completion_ids.clamp(max=vocab - 1), temperature)
+    return divergence.generalized_jsd(student, teacher, beta, temperature)
 
 
 def check_pair(student_tokenizer, teacher_tokenizer, template: str, teacher_path: str) -> None:
