@@ -56,7 +56,7 @@ def test_train_sh_builds_tiny_model_and_runs_two_grpo_steps(tmp_path, shared, fa
 
 def test_scripts_keep_the_callers_folder(tmp_path):
     """A relative config means the caller's folder (a name that exists only under the repository root is refused,
-    exit 2); only the scripts that work on the checkout itself (setup, tests, wheels) change folder."""
+    exit 2); only the scripts that work on the checkout itself (setup, tests, wheels, locks) change folder."""
     env = {**os.environ, "PYTHON": sys.executable}
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "train.sh"), "configs/demo_grpo.yaml"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
@@ -64,7 +64,7 @@ def test_scripts_keep_the_callers_folder(tmp_path):
     assert f"relative paths start in {tmp_path}" in proc.stderr
     for script in sorted((REPO_ROOT / "scripts").glob("*.sh")):
         lines = [line for line in script.read_text().splitlines() if line.lstrip().startswith("cd ")]
-        if script.name in ("setup.sh", "test.sh", "setup_vllm_cpu.sh", "fetch_gpu_wheels.sh"):  # work on the checkout
+        if script.name in ("setup.sh", "test.sh", "setup_vllm_cpu.sh", "fetch_gpu_wheels.sh", "lock.sh"):  # the checkout
             assert lines and "repository root" in lines[0], script.name
         else:
             assert not lines, f"{script.name} changes folder: {lines}"
