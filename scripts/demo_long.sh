@@ -15,7 +15,8 @@ PY="$ROOT/.venv/bin/python"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
-export ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2,STRICT ONEDNN_MAX_CPU_ISA=AVX2  # one code path on x86-64 CPUs (scripts/demo.sh)
+# one floating-point code path on x86-64 CPUs, as in scripts/demo.sh
+export ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2,STRICT ONEDNN_MAX_CPU_ISA=AVX2
 DEMO_DIR="${DEMO_DIR:-data/demo_long}"
 OUT="${OUT:-outputs/demo_long}"
 SEED="${SEED:-0}"

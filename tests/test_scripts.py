@@ -64,7 +64,7 @@ def test_scripts_keep_the_callers_folder(tmp_path):
     assert f"relative paths start in {tmp_path}" in proc.stderr
     for script in sorted((REPO_ROOT / "scripts").glob("*.sh")):
         lines = [line for line in script.read_text().splitlines() if line.lstrip().startswith("cd ")]
-        if script.name in ("setup.sh", "test.sh", "setup_vllm_cpu.sh", "fetch_gpu_wheels.sh", "lock.sh"):  # the checkout
+        if script.name in ("setup.sh", "test.sh", "setup_vllm_cpu.sh", "fetch_gpu_wheels.sh", "lock.sh"):  # checkout
             assert lines and "repository root" in lines[0], script.name
         else:
             assert not lines, f"{script.name} changes folder: {lines}"

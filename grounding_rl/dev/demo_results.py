@@ -11,8 +11,9 @@ File layout::
                   "sha256": {"data": "…", "sft": "…", "grpo": "…"},
                   "rows": {"baseline": {"R1@0.3": 55.0, …, "n": 200}, "sft": {…}, "grpo": {…}}}, …]}
 
-sorted by (family, seed); writing an entry replaces the one of the same family and seed. ``sha256`` holds digests of the stages' outputs (:func:`tree_sha256`: the demo clips and splits, the SFT and GRPO
-weights), so a run that parts from a recorded one can be traced to the first stage that differs.
+sorted by (family, seed); writing an entry replaces the one of the same family and seed. ``sha256`` holds digests
+of the stages' outputs (:func:`tree_sha256`: the demo clips and splits, the SFT and GRPO weights), so a run that
+parts from a recorded one can be traced to the first stage that differs.
 """
 from __future__ import annotations
 

@@ -9,9 +9,10 @@ PY=${PYTHON:-python3}
 lock_platform_ok() {
   local want have
   want=$(grep -m1 '^# platform: ' "$1" || true)
-  have="# platform: python $("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'), $(uname -m), linux"
+  have="# platform: python $("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])'), $(uname -m), linux"
   if [ "$want" != "$have" ]; then
-    echo "setup: $1 was made for ${want#\# platform: }, this machine is ${have#\# platform: }; refresh it with: bash scripts/lock.sh" >&2
+    echo "setup: $1 was made for ${want#\# platform: }, this machine is ${have#\# platform: };" \
+      "refresh it with: bash scripts/lock.sh" >&2
     exit 2
   fi
 }
