@@ -100,7 +100,7 @@ def test_cli_writes_the_clips_in_linear_time(tmp_path, capsys):
         out = tmp_path / f"run{next(runs)}"
         assert main(["--out", str(out), "--num-train", str(n), "--num-test", "0", "--seed", "3"]) == 0
 
-    assert_linear_time(run, 10, repeat=1)
+    assert_linear_time(run, 10)  # the least of 3 calls each: a loaded machine once gave 4.0 with one
     capsys.readouterr()
     assert main(["--out", str(tmp_path / "split"), "--num-train", "20", "--num-test", "5", "--seed", "3"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
