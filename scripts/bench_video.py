@@ -44,7 +44,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -59,20 +58,10 @@ import qwen_vl_utils.vision_process as qwen  # noqa: E402
 from grounding_rl.data import video as V  # noqa: E402
 from grounding_rl.data.cache import FrameCache  # noqa: E402
 from grounding_rl.data.samples import VIDEO_EXTENSIONS  # noqa: E402
+from grounding_rl.dev.demo_results import cpu_name as cpu_model  # noqa: E402
 from grounding_rl.paths import shared_dir  # noqa: E402
 
 SETTINGS = V.VideoSettings(fps=2.0, max_pixels=448 * 448)  # min_pixels: qwen-vl-utils' default; total_pixels off
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (platform.processor() elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def geometric_mean(values: list[float]) -> float:

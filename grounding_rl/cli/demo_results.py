@@ -16,12 +16,13 @@ from grounding_rl.errors import UserError
 
 def main(argv: list[str] | None = None) -> int:
     from grounding_rl.dev.demo_results import record, row_of, run_versions, tree_sha256
+    from grounding_rl.family import families
 
     parser = argparse.ArgumentParser(prog="grounding-rl demo-results",
                                      description="Record one demo run's table in the demo results file.")
     parser.add_argument("runs", nargs="+", help="NAME=PATH (an evaluation folder or its metrics.json), in table order")
     parser.add_argument("--out", required=True, help="the results file (docs/demo_results.json)")
-    parser.add_argument("--family", required=True, choices=("qwen2_5_vl", "qwen3_vl"))
+    parser.add_argument("--family", required=True, choices=[f.name for f in families()])
     parser.add_argument("--seed", required=True, type=int)
     parser.add_argument("--lock", required=True, help="the lock file of the environment the demo ran in")
     parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",

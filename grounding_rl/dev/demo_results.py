@@ -61,14 +61,15 @@ def run_versions() -> dict:
 
 
 def cpu_name() -> str:
-    """The CPU's model name as ``/proc/cpuinfo`` gives it (``platform.processor()`` where there is none)."""
+    """The CPU's model name as ``/proc/cpuinfo`` gives it (``platform.processor()`` where there is none, else
+    ``"unknown"``); also the header of ``scripts/bench_video.py``."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor()
+    return platform.processor() or "unknown"
 
 
 def read_results(path: str | Path) -> list[dict]:
