@@ -250,6 +250,19 @@ CASES = {
     "merge-lora: not an adapter": (
         lambda d: ["merge-lora", "--adapter", str(d / "folder"), "--out", str(d / "merged")],
         ["folder: no adapter_config.json"]),
+    # ---- newcomer cases: dev tools, compare, fits, merge-lora, train, the dispatcher (rows below this line) ----
+
+    # (end of dev-tools rows)
+
+
+    # ---- newcomer cases: eval, infer, difficulty (rows below this line) ----
+
+    # (end of eval rows)
+
+
+    # ---- newcomer cases: prepare, data, video (rows below this line) ----
+
+    # (end of data rows)
 }
 
 
