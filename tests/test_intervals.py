@@ -80,3 +80,23 @@ def test_agrees_with_timelens2_on_random_sets():
             worst[spec] = max(worst.get(spec, 0.0), abs(got - expected))
     assert set(worst) == set(FIXTURE["specs"])
     assert max(worst.values()) < 1e-6, worst
+
+
+def test_one_zero_length_rule_for_iou_precision_and_recall():
+    """An empty answer at the point of an empty (clamped) ground truth scores 1 under ``standard``, ``clamped`` and
+    ``set`` and in ``set``'s precision and recall; an empty answer elsewhere, or a long one around an empty ground
+    truth, scores 0 in the ratio whose denominator is empty."""
+    from fractions import Fraction
+
+    from grounding_rl.reward.metrics import clamped_iou, standard_iou
+    from grounding_rl.reward.set_metrics import set_metrics, set_scores
+
+    assert set_scores([(30.0, 30.0)], [(30.0, 30.0)], 30.0) == (1.0, 1.0, 1.0)
+    assert set_scores([(12.0, 12.0)], [(30.0, 30.0)], 30.0) == (0.0, 0.0, 0.0)
+    assert set_scores([(0.0, 30.0)], [(30.0, 30.0)], 30.0) == (0.0, 0.0, 0.0)       # recall of a point: not the point
+    assert set_scores([(4.0, 4.0)], [(2.0, 6.0)], 30.0) == (0.0, 0.0, 0.0)           # precision of a point inside G
+    assert standard_iou((30.0, 30.0), (30.0, 30.0)) == clamped_iou((31, 40), (30.0, 30.0), 30.0) == Fraction(1)
+    records = [{"start": 30.0, "end": 30.0, "duration": 30.0, "spans": [[30.0, 30.0]], "pred_spans": [[30.0, 30.0]]},
+               {"start": 1.0, "end": 3.0, "duration": 30.0, "spans": [[1.0, 3.0]], "pred_spans": [[2.0, 3.0]]}]
+    out = set_metrics(records)
+    assert out["mIoU"] == 75.0 and out["precision"] == 100.0 and out["recall"] == 75.0

@@ -93,18 +93,30 @@ def set_iou(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]]) -> f
     return min(1.0, inter / union)
 
 
+def _same_points(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]]) -> float:
+    """The zero-length rule of the project's own scorings (``standard``, ``clamped``, ``set`` and its precision and
+    recall): a ratio whose denominator has zero length is 1.0 when the two merged sets are the same points, else 0.0
+    (an empty answer at the very point of an empty, clamped ground truth is right; anywhere else it is not)."""
+    p = merge_spans(pred)
+    return 1.0 if p and p == merge_spans(gt) else 0.0
+
+
 def temporal_precision(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]]) -> float:
-    """|P ∩ G| / |P| (merged sets), in [0, 1]: the share of the predicted time that is relevant. 0.0 when |P| = 0."""
+    """|P ∩ G| / |P| (merged sets), in [0, 1]: the share of the predicted time that is relevant. When |P| = 0, the
+    zero-length rule (:func:`_same_points`, as :func:`set_iou`'s zero union): 1.0 for P equal to the merged G, else
+    0.0. Example: pred [(5, 5)], gt [(5, 5)] → 1.0; pred [(5, 5)], gt [(4, 6)] → 0.0."""
     p = merge_spans(pred)
     length = total_length(p)
-    return 0.0 if length <= 0.0 else min(1.0, intersection_length(p, gt) / length)
+    return _same_points(p, gt) if length <= 0.0 else min(1.0, intersection_length(p, gt) / length)
 
 
 def temporal_recall(pred: Sequence[Sequence[float]], gt: Sequence[Sequence[float]]) -> float:
-    """|P ∩ G| / |G| (merged sets), in [0, 1]: the share of the relevant time that is predicted. 0.0 when |G| = 0."""
+    """|P ∩ G| / |G| (merged sets), in [0, 1]: the share of the relevant time that is predicted. When |G| = 0, the
+    zero-length rule (:func:`_same_points`): 1.0 for merged P equal to G, else 0.0. Example: pred [(5, 5)], gt
+    [(5, 5)] → 1.0; pred [(0, 10)], gt [(5, 5)] → 0.0."""
     g = merge_spans(gt)
     length = total_length(g)
-    return 0.0 if length <= 0.0 else min(1.0, intersection_length(pred, g) / length)
+    return _same_points(pred, g) if length <= 0.0 else min(1.0, intersection_length(pred, g) / length)
 
 
 def _cdf_values(spans: list[Span], xs: list[float]) -> list[float]:

@@ -27,6 +27,12 @@ Interval sets: a record with ``spans`` (native multi-span data, or a set templat
 (|P ∩ G| / |P| and |P ∩ G| / |G|, clamped, in percent, over all queries). Set IoU is computed in floats and compared
 exactly from its shortest decimal. Single-span records score as before.
 
+One zero-length rule holds in our scorings (``standard``, ``clamped``, ``set`` and its ``precision`` and ``recall``):
+a ratio whose denominator has zero length (IoU's union, precision's |P|, recall's |G|) is 1 when prediction and
+ground truth are the same points, else 0 — an empty answer at the point of an empty (clamped) ground truth scores 1
+everywhere, an empty answer elsewhere 0. Scorings named after a published evaluator keep that evaluator's rule
+(``qvhighlights``: an empty window against an empty one is no hit).
+
 The published evaluators' own rules, float comparisons and denominators included, are further scorings by name in
 :mod:`grounding_rl.reward.scorings` (``timelens``, ``lmms_charades_sta``, ``time_r1``, …, and for interval sets
 ``set`` — against every span a TimeLens-Bench entry lists — and ``qvhighlights``, moment_detr's R1 and mAP).
