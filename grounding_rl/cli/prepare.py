@@ -6,7 +6,7 @@
 The second form takes the format, annotation file, durations file and video root from a benchmark definition
 (:mod:`grounding_rl.eval.benchmarks`; ``scripts/eval.sh`` uses it). The work is :func:`grounding_rl.data.prepare.
 prepare`; the last stdout line is its counts as JSON, ``{"kept", "dropped", "clamped", "missing_videos",
-"unreadable_videos"}`` (the video counts ``null``, "not checked", without a video root).
+"unreadable_videos", "duration_mismatch"}`` (the video counts ``null``, "not checked", without a video root).
 """
 from __future__ import annotations
 

@@ -2,11 +2,15 @@
 
 :func:`prepare` reads with the reader ``NAME`` of :data:`grounding_rl.data.readers.READERS`, applies the one validation policy
 (:func:`grounding_rl.data.samples.validate`), writes the output atomically and returns the counts the command prints,
-``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos"}``. With ``--video-root`` the distinct videos
-of the kept samples are checked: ``missing_videos`` counts those that are not files, ``unreadable_videos`` those that
-exist but whose duration cannot be read (each opened once with :func:`grounding_rl.data.probe.probe_duration`, a tqdm
-bar on a terminal); both are listed on stderr (the first few) and held against ``--max-missing-fraction``. Without
-``--video-root`` nothing is checked: both are ``null`` and stderr says "not checked". Video paths are written
+``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos", "duration_mismatch"}``. With ``--video-root``
+the distinct videos of the kept samples are checked: ``missing_videos`` counts those that are not files,
+``unreadable_videos`` those that exist but whose duration cannot be read (each opened once with
+:func:`grounding_rl.data.probe.probe_duration`, a tqdm bar on a terminal); both are listed on stderr (the first few)
+and held against ``--max-missing-fraction``. Each query's duration is compared with its video's: a ratio outside
+[0.5, 2] is a unit mistake (milliseconds, frames) and refused, naming the first queries; ``duration_mismatch`` counts
+the other queries whose duration differs from the video's (real annotation sets differ by fractions of a second). Without
+``--video-root`` nothing is checked: the three are ``null`` and stderr says "not checked". A file whose every query
+was clamped into its video gets a warning naming the likely unit mistake. Video paths are written
 relative to the output's folder when the video lies inside it, else absolute.
 
 Every qid must be unique (``eval`` resumes and merges predictions by qid): the readers make them unique
@@ -30,6 +34,13 @@ from grounding_rl.jsonl_files import write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
 
+# A duration in the annotations that is off its video's by a factor outside [0.5, 2] is a unit mistake (milliseconds,
+# frames), refused; a difference above DURATION_TOLERANCE seconds (rounding) within it is counted
+# (``duration_mismatch``: real annotation sets differ from the files by fractions of a second).
+DURATION_RATIO_MIN, DURATION_RATIO_MAX = 0.5, 2.0
+DURATION_TOLERANCE = 0.001
+SHOWN = 3  # queries named in the refusal
+
 
 def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
     """The sample with its video path relative to ``out_dir`` when the video lies inside it (portable output)."""
@@ -40,13 +51,14 @@ def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
                   spans=sample.spans, spans_all=sample.spans_all, raw_spans=sample.raw_spans)
 
 
-def _unique_qids(samples, annotations: str):
-    """``samples`` as they come, refusing a qid seen before.
+def _unique_qids(samples, annotations: str, first: dict[str, int] | None = None):
+    """``samples`` as they come, refusing a qid seen before; ``first`` (when given) receives ``{qid: query number}``
+    (1-based, file order).
 
     Raises:
         UserError: ``"FILE: qid 'x' of query 7 repeats query 3's (queries counted in file order) ..."``.
     """
-    first: dict[str, int] = {}
+    first = {} if first is None else first
     for number, sample in enumerate(samples, 1):
         earlier = first.setdefault(sample.qid, number)
         if earlier != number:
@@ -67,6 +79,58 @@ def unreadable_videos(videos: list[str], progress: bool = True) -> list[str]:
         except VideoProbeError:
             broken.append(video)
     return broken
+
+
+def duration_mismatches(samples: list[Sample], probed: dict[str, float],
+                        tolerance: float = DURATION_TOLERANCE) -> tuple[list[tuple[Sample, float]], int]:
+    """Compare each sample's duration (as the annotations give it) with its video's probed duration.
+
+    Args:
+        samples: validated samples.
+        probed: ``{video path: probed duration in seconds}`` (videos missing here are not compared).
+        tolerance: seconds of difference still counted as agreement.
+    Returns:
+        ``(gross, small)``: the samples whose ratio claimed / probed lies outside [DURATION_RATIO_MIN,
+        DURATION_RATIO_MAX] (a unit mistake: milliseconds, frames), each with its probed duration, in input order;
+        and the number of the others that differ by more than ``tolerance`` (real annotation sets differ by
+        fractions of a second). Example: 30740.0 claimed, 30.74 probed → gross; 35.2 claimed, 35.1415 probed → small.
+    """
+    gross, small = [], 0
+    for sample in samples:
+        actual = probed.get(sample.video)
+        if actual is None:
+            continue
+        ratio = sample.duration / actual
+        if not DURATION_RATIO_MIN <= ratio <= DURATION_RATIO_MAX:
+            gross.append((sample, actual))
+        elif abs(sample.duration - actual) > tolerance:
+            small += 1
+    return gross, small
+
+
+def _check_durations(kept: list[Sample], videos: list[str], numbers: dict[str, int], annotations: str) -> int:
+    """Refuse a gross duration mismatch (:func:`duration_mismatches`), naming the first queries; return the count of
+    small ones (``duration_mismatch``).
+
+    Raises:
+        UserError: ``"FILE: 8 of 8 durations differ from their video's by a factor outside [0.5, 2] (query 1, qid 'a':
+        30740 s, v.mp4 lasts 30.74 s; also query 2, 3, …): milliseconds or frames, not seconds?"``.
+    """
+    probed = {video: probe_duration(video) for video in videos}
+    gross, small = duration_mismatches(kept, probed)
+    if gross:
+        first, actual = gross[0]
+        others = [str(numbers.get(s.qid, "?")) for s, _ in gross[1:SHOWN]]
+        others_text = f"; also query {', '.join(others)}{', …' if len(gross) > SHOWN else ''}" if others else ""
+        raise UserError(f"{annotations}: {len(gross)} of {len(kept)} durations differ from their video's by a factor "
+                        f"outside [{DURATION_RATIO_MIN:g}, {DURATION_RATIO_MAX:g}] (query "
+                        f"{numbers.get(first.qid, '?')}, qid {first.qid!r}: {first.duration:g} s, "
+                        f"{os.path.basename(first.video)} lasts {actual:.2f} s{others_text}): milliseconds or frames, not "
+                        "seconds?")
+    if small:
+        logger.info("%s: %d of %d queries give a duration other than their video's (kept as given)", annotations,
+                    small, len(kept))
+    return small
 
 
 def _timelens2_rows(samples: list[Sample], annotations: str, split_prompt) -> tuple[list[dict], dict]:
@@ -106,8 +170,8 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
             (:func:`grounding_rl.prompts.templates.split_prompt`): a query with a known prompt baked in (TimeLens2's
             rollout files) is written as the bare query plus that row's ``prompt_template``.
     Returns:
-        ``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos"}`` (the last two None without
-        ``video_root``: not checked); for ``timelens2`` also ``"with_rollouts"`` (rows whose ``rollouts`` /
+        ``{"kept", "dropped", "clamped", "missing_videos", "unreadable_videos", "duration_mismatch"}`` (the last
+        three None without ``video_root``: not checked); for ``timelens2`` also ``"with_rollouts"`` (rows whose ``rollouts`` /
         ``rollout_intervals`` became ``difficulty.rollout_intervals``, what ``difficulty_sampling: dispersion`` reads)
         and ``"prompt_templates"`` (``{template: rows}`` split off by ``split_prompt``); for ``timelens`` also
         ``"several_spans"``, the queries
@@ -116,18 +180,20 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
     Raises:
         KeyError, FileNotFoundError, AnnotationError, VideoProbeError: see
         :func:`grounding_rl.data.readers.read_annotations`.
-        UserError: no line of the input is usable, a qid repeats (naming it and both queries), or more than
-            ``max_missing_fraction`` of the videos are missing or unreadable (nothing is written).
+        UserError: no line of the input is usable, a qid repeats (naming it and both queries), more than
+            ``max_missing_fraction`` of the videos are missing or unreadable, or a query's duration is off its
+            video's by a factor outside [0.5, 2] (nothing is written).
     """
     stream = read_annotations(format_name, annotations, video_root=video_root, durations=durations)
     # no bar when stderr is not a terminal (disable=None), so a log or a test sees only messages
-    bar = tqdm(_unique_qids(stream, annotations), desc=f"prepare {format_name}", unit=" queries",
+    numbers: dict[str, int] = {}
+    bar = tqdm(_unique_qids(stream, annotations, numbers), desc=f"prepare {format_name}", unit=" queries",
                disable=None if progress else True, file=sys.stderr)
     kept, counts = validate(bar)
     if not kept:
         raise UserError(f"{annotations}: no usable line ({counts['dropped']} dropped by the validation policy, "
                         f"{format_name} format); nothing written to {out}")
-    missing = unreadable = None
+    missing = unreadable = mismatch = None
     if video_root is not None:
         absent, total = missing_videos(sample.video for sample in kept)
         check_fraction(absent, total, max_missing_fraction, f"{annotations}: missing under {video_root}:",
@@ -136,10 +202,15 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
         check_fraction(absent + broken, total, max_missing_fraction,
                        f"{annotations}: missing or unreadable under {video_root}:", "check the videos")
         missing, unreadable = len(absent), len(broken)
+        readable = sorted({s.video for s in kept} - set(absent) - set(broken))
+        mismatch = _check_durations(kept, readable, numbers, annotations)
         for what, videos in (("missing", absent), ("unreadable", broken)):
             if videos:
                 logger.warning("%d of %d videos are %s under %s, e.g. %s", len(videos), total, what, video_root,
                                ", ".join(videos[:3]))
+    if counts["clamped"] == len(kept):
+        logger.warning("%s: all %d queries were clamped into their videos (times past the duration): are the times "
+                       "in milliseconds or frames? prepare reads seconds", annotations, len(kept))
     out_dir = os.path.dirname(os.path.abspath(out))
     extra: dict = {}
     if format_name == "timelens2":
@@ -147,7 +218,8 @@ def prepare(format_name: str, annotations: str, out: str, *, durations: str | No
         write_jsonl_atomic(out, rows)
     else:
         write_samples(out, (_relative_to_out(sample, out_dir) for sample in kept))
-    counts = {**counts, "missing_videos": missing, "unreadable_videos": unreadable, **extra}
+    counts = {**counts, "missing_videos": missing, "unreadable_videos": unreadable, "duration_mismatch": mismatch,
+              **extra}
     if format_name == "timelens":
         counts["several_spans"] = count_several_spans(annotations)["several_spans"]
     return counts
