@@ -355,7 +355,7 @@ def test_timelens_bench_prepare_counts_and_errors(tmp_path):
     path.write_text(json.dumps(TIMELENS_FILE))
     counts = prepare("timelens", str(path), str(tmp_path / "out.jsonl"), progress=False)
     assert counts == {"kept": 3, "dropped": 2, "clamped": 1, "missing_videos": None, "unreadable_videos": None,
-                      "several_spans": 1}
+                      "duration_mismatch": None, "several_spans": 1}
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 3
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"v1": {"duration": 10, "spans": [[1, 2], [3, 4]], "queries": ["only one"]}}))
