@@ -34,6 +34,16 @@ class JsonlError(UserError, ValueError):
     """A JSONL line that is not UTF-8, not JSON or not an object (the message names ``FILE:LINE``)."""
 
 
+def lone_surrogate(value) -> str | None:
+    """The first lone surrogate in the strings of a parsed JSON value (a ``\\ud800`` escape without its other half,
+    which JSON allows but UTF-8 cannot write), as ``"a lone surrogate \\ud800"``; None when there is none."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"a lone surrogate \\u{ord(err.object[err.start]):04x}"
+    return None
+
+
 class JsonLines:
     """The objects of a JSONL file: ``for number, row in JsonLines(path): ...`` yields ``(1-based line number, dict)``.
 
@@ -77,6 +87,9 @@ class JsonLines:
                     continue
                 if not isinstance(row, dict):
                     self._bad(number, f"expected a JSON object, got {type(row).__name__}")
+                    continue
+                if b"\\u" in raw and lone_surrogate(row):
+                    self._bad(number, f"{lone_surrogate(row)}: not valid Unicode text (half of a character)")
                     continue
                 yield number, row
 

@@ -261,6 +261,26 @@ CASES = {
 
 
     # ---- newcomer cases: prepare, data, video (rows below this line) ----
+    "prepare: a lone surrogate in a query": (
+        lambda d: _prepare_jsonl(d, "surrogate.jsonl", '{"video": "v.mp4", "query": "\\ud800 opens", "start": 1, '
+                                 '"end": 2, "duration": 5}'), ["surrogate.jsonl:1: a lone surrogate \\ud800"]),
+    "prepare: a lone surrogate in a json file": (
+        lambda d: ["prepare", "--format", "time_r1", "--annotations", _file(
+            d / "surrogate.json", '[{"video": "v.mp4", "sentence": "\\udc00", "timestamp": [1, 2], "duration": 5}]'),
+                   "--out", str(d / "o.jsonl")], ["surrogate.json: holds a lone surrogate \\udc00"]),
+    **{f"prepare: qid {text}": (
+        lambda d, text=text: _prepare_jsonl(d, "qid.jsonl", '{"video": "v.mp4", "query": "q", "start": 1, "end": 2, '
+                                            f'"duration": 5, "qid": {text}}}'),
+        [f"qid.jsonl:1: qid must be a string or an integer, got {text}"]) for text in ("1.0", "true", "[1]")},
+    "prepare: spans and start/end disagree": (
+        lambda d: _prepare_jsonl(d, "spans.jsonl", '{"video": "v.mp4", "query": "q", "spans": [[1, 2], [4, 5]], '
+                                 '"start": 10, "end": 12, "duration": 15}'),
+        ["spans.jsonl:1: spans [[1.0, 2.0], [4.0, 5.0]] and start/end 10-12 disagree", "hull 1-5"]),
+    "prepare: a folder named as the video": (
+        lambda d: _prepare_jsonl(d, "folder_video.jsonl", '{"video": "folder", "query": "q", "start": 1, "end": 2}'),
+        ["folder: is a folder, not a video file"]),
+    "prepare: --format and --annotations missing": (
+        lambda d: ["prepare", "--out", str(d / "o.jsonl")], ["give --format and --annotations, or --benchmark"]),
 
     # (end of data rows)
 }
@@ -428,3 +448,25 @@ def test_context_length_comes_from_config_json(tmp_path, qwen_processor_dir, qwe
     assert context_length(str(tmp_path))[0] == 262144
     tokens, source = context_length(str(tmp_path / "absent"))
     assert tokens == DEFAULT_CONTEXT_TOKENS == 32768 and "has no readable config.json" in source
+
+
+def _file(path: Path, text: str) -> str:
+    """Write ``text`` to ``path``; return the path as a string (a CASES row's input file)."""
+    path.write_text(text)
+    return str(path)
+
+
+def _prepare_jsonl(d: Path, name: str, line: str) -> list[str]:
+    """``prepare --format jsonl`` of a one-line annotation file ``d/name``."""
+    return ["prepare", "--format", "jsonl", "--annotations", _file(d / name, line + "\n"), "--out", str(d / "o.jsonl")]
+
+
+def test_prepare_drops_a_query_of_invisible_characters(tmp_path, capsys, caplog):
+    """A query of zero-width spaces is as empty as a blank one: dropped and counted, the qid named in the log."""
+    ann = _file(tmp_path / "a.jsonl", "".join(json.dumps({"video": "v.mp4", "query": q, "start": 1, "end": 2,
+                                                         "duration": 5, "qid": i}) + "\n"
+                                              for i, q in enumerate(["\u200b\u200b", "\u00a0", "person \u200bsits"])))
+    assert cli(["prepare", "--format", "jsonl", "--annotations", ann, "--out", str(tmp_path / "o.jsonl")]) == 0
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (counts["kept"], counts["dropped"]) == (1, 2)
+    assert "dropped: empty query (only invisible characters: '\\u200b\\u200b') (qid 0" in caplog.text

@@ -25,10 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
     from grounding_rl.paths import DATA_ENV
 
     parser = argparse.ArgumentParser(prog="grounding-rl prepare",
+                                     usage="grounding-rl prepare --format NAME --annotations FILE [--durations FILE] "
+                                           "[--video-root DIR] --out OUT.jsonl\n"
+                                           "       grounding-rl prepare --benchmark evaluation/X.yaml [--data-root DIR] "
+                                           "[--video-root DIR] --out OUT.jsonl",
                                      description="Convert benchmark annotations to canonical JSONL "
                                                  "(video, query, start, end, duration, qid, source; seconds).")
-    parser.add_argument("--format", choices=list(READERS), help="annotation format (reader name)")
-    parser.add_argument("--annotations", help="annotation file to read")
+    parser.add_argument("--format", choices=list(READERS), help="annotation format (reader name); required unless --benchmark")
+    parser.add_argument("--annotations", help="annotation file to read; required unless --benchmark")
     parser.add_argument("--benchmark", default=None,
                         help="a benchmark definition (evaluation/*.yaml) giving the format, annotations, durations "
                              "and video root instead")

@@ -59,7 +59,9 @@ def probe_duration(path: str | os.PathLike) -> float:
     """
     path = str(Path(path))
     if not os.path.isfile(path):
-        raise VideoProbeError(f"{path}: video file not found")
+        what = ("is a folder, not a video file" if os.path.isdir(path) else
+                "is a broken link" if os.path.lexists(path) else "video file not found")
+        raise VideoProbeError(f"{path}: {what}")
     stat = os.stat(path)
     return _probe(path, stat.st_mtime_ns, stat.st_size)
 

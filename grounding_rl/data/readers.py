@@ -58,9 +58,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from grounding_rl.data.samples import AnnotationError, Sample, VideoResolver, as_seconds, as_spans, iter_samples
+from grounding_rl.data.samples import (AnnotationError, Sample, VideoResolver, as_qid, as_seconds, as_spans,
+                                      iter_samples)
 from grounding_rl.errors import excerpt, reading
-from grounding_rl.jsonl_files import JsonLines
+from grounding_rl.jsonl_files import JsonLines, lone_surrogate
 
 logger = logging.getLogger(__name__)
 
@@ -108,9 +109,12 @@ def load_durations(path: str | os.PathLike) -> dict[str, float]:
 def _load_json(path: str, kind: type) -> Any:
     try:
         with reading(path), open(path, encoding="utf-8-sig") as handle:
-            data = json.load(handle)
+            text = handle.read()
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise AnnotationError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    if "\\u" in text and lone_surrogate(data):
+        raise AnnotationError(f"{path}: holds {lone_surrogate(data)}, not valid Unicode text (half of a character)")
     if not isinstance(data, kind):
         raise AnnotationError(f"{path}: expected a JSON {kind.__name__} at the top level, got {type(data).__name__}")
     return data
@@ -313,7 +317,7 @@ def read_time_r1(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
         yield Sample(video=video, query=_text(item.get("sentence"), "sentence", where),
                      start=as_seconds(start, "start", where), end=as_seconds(end, "end", where),
                      duration=_duration(resolver, item.get("duration"), vid, video, durations, where),
-                     qid=str(qid) if qid is not None else f"time_r1:{vid}#{index}", source="time_r1")
+                     qid=as_qid(qid, f"time_r1:{vid}#{index}", where), source="time_r1")
 
 
 _ANSWER = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*-\s*([0-9]+(?:\.[0-9]*)?)\s*")
@@ -512,7 +516,7 @@ def read_extremewhenbench(path: str | os.PathLike, *, video_root: str | os.PathL
         yield Sample(video=video, query=_text(row.get("question"), "question", where),
                      start=as_seconds(start, "start", where), end=as_seconds(end, "end", where),
                      duration=_duration(resolver, row.get("video_duration_s"), vid, video, durations, where),
-                     qid=str(qid) if qid is not None else f"extremewhenbench:{vid}#{index}",
+                     qid=as_qid(qid, f"extremewhenbench:{vid}#{index}", where),
                      source="extremewhenbench")
 
 
@@ -558,7 +562,7 @@ def read_timelens2(path: str | os.PathLike, *, video_root: str | os.PathLike | N
             qid = event.get("qid", row.get("qid") if event is row else None)
             yield Sample(video=video, query=_text(event.get("query"), "query", at), start=spans[0][0],
                          end=spans[-1][1], duration=duration,
-                         qid=str(qid) if qid is not None else f"timelens2:{name}#{seen[name]}", source="timelens2",
+                         qid=as_qid(qid, f"timelens2:{name}#{seen[name]}", at), source="timelens2",
                          spans=spans)
             seen[name] += 1
 
@@ -605,7 +609,7 @@ def timelens2_rollouts(path: str | os.PathLike) -> dict[str, list[list[list[floa
         events = row["events"] if isinstance(row.get("events"), list) else [row]
         for event in events:
             qid = event.get("qid", row.get("qid") if event is row else None)
-            qid = str(qid) if qid is not None else f"timelens2:{name}#{seen[name]}"
+            qid = as_qid(qid, f"timelens2:{name}#{seen[name]}", f"{path}: {name}")
             seen[name] += 1
             raw = event.get("rollout_intervals", event.get("rollouts"))
             if raw is not None:
@@ -636,7 +640,7 @@ def read_qvhighlights(path: str | os.PathLike, *, video_root: str | os.PathLike 
         video = resolver.path(vid, bare_id=True)
         yield Sample(video=video, query=_text(row.get("query"), "query", where), start=spans[0][0],
                      end=spans[-1][1], duration=_duration(resolver, row.get("duration"), vid, video, durations, where),
-                     qid=str(row["qid"]) if row.get("qid") is not None else f"qvhighlights:{where}",
+                     qid=as_qid(row.get("qid"), f"qvhighlights:{where}", where),
                      source="qvhighlights", spans=spans)
 
 

@@ -160,7 +160,8 @@ def validate_sample(sample: Sample, *, training: bool = False,
 
     Policy, in this order:
 
-    1. the query's surrounding whitespace is stripped; an empty query → dropped;
+    1. the query's surrounding whitespace is stripped; an empty query, or one of invisible characters only (zero-width
+       spaces, other format and control characters), → dropped;
     2. a non-finite time, or a duration ≤ 0 → dropped;
     3. start > end, or start = end inside the video → dropped;
     4. an interval outside the video (it ends at or before 0, or starts at or after the duration) can never become
@@ -187,8 +188,8 @@ def validate_sample(sample: Sample, *, training: bool = False,
         (sample with stripped query and clamped times, "kept" | "clamped") or (None, "dropped: <reason>").
     """
     query = sample.query.strip()
-    if not query:
-        return None, "dropped: empty query"
+    if not any(char.isprintable() and not char.isspace() for char in query):
+        return None, "dropped: empty query" + (f" (only invisible characters: {query!r})" if query else "")
     if sample.spans is not None:
         return _validate_set(sample, query, training, span_counts if span_counts is not None else {})
     start, end, duration = sample.start, sample.end, sample.duration
@@ -317,13 +318,15 @@ class VideoResolver:
         return path
 
     def duration(self, path: str) -> float | None:
-        """Probed duration (seconds) of the video at ``path``, or None when no such file exists.
+        """Probed duration (seconds) of the video at ``path``, or None when nothing of that name exists.
 
         Raises:
-            VideoProbeError: the file exists but its duration cannot be read (names the file).
+            VideoProbeError: something of that name exists but no duration can be read from it: not a file (a folder,
+                a broken link), unreadable, or no video (names the file and why).
         """
-        if path not in self._durations:
-            self._durations[path] = probe_duration(path) if self.exists(path) else None
+        if path not in self._durations:  # the listing is the fast path; a file it missed is still opened
+            present = self.exists(path) or os.path.lexists(path)
+            self._durations[path] = probe_duration(path) if present else None
         return self._durations[path]
 
 
@@ -340,6 +343,27 @@ def as_seconds(value: Any, what: str, where: str) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise AnnotationError(f"{where}: {what} must be a number of seconds, got {excerpt(value)}") from None
+
+
+def as_qid(value: Any, default: str, where: str) -> str:
+    """A query id as written: a string as is, an integer as its decimal (``7`` → ``"7"``), ``default`` when absent
+    (None).
+
+    Raises:
+        AnnotationError: any other JSON value (``1.0``, ``true``, ``[1]``, an object), whose Python text would become
+            the qid silently; the message starts with ``where``.
+    """
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    try:
+        shown = json.dumps(value, ensure_ascii=False)  # as the user wrote it: true, not True
+    except (TypeError, ValueError):
+        shown = repr(value)
+    raise AnnotationError(f"{where}: qid must be a string or an integer, got {shown[:60]}")
 
 
 def as_spans(value: Any, what: str, where: str) -> Spans:
@@ -362,7 +386,8 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     """Read a canonical JSONL file (not validated: see :func:`validate`).
 
     Each non-blank line is an object with ``video``, ``query``, ``start``, ``end`` and optionally ``spans`` and
-    ``spans_all`` (lists of ``[start, end]``; ``spans`` wins over ``start``/``end``), ``duration``,
+    ``spans_all`` (lists of ``[start, end]``; with ``spans``, ``start``/``end`` may be left out and, when given, must
+    be the spans' hull), ``duration``,
     ``qid`` (default: the 0-based line number, as a string) and ``source`` (default ``"jsonl"``). ``video`` resolves
     as in :class:`VideoResolver` (no bare-id rule). A missing ``duration`` comes from ``durations`` (keyed by the
     video's file stem) or is probed from the video when the file exists.
@@ -374,7 +399,8 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     Yields:
         Sample per line.
     Raises:
-        AnnotationError: a line lacks a field, has a non-numeric time, or has no duration and no readable video;
+        AnnotationError: a line lacks a field, has a non-numeric time, ``start``/``end`` other than its ``spans``'
+            hull, a qid that is neither a string nor an integer, or no duration and no readable video;
             JsonlError: a line is not UTF-8, not JSON or not an object (:class:`grounding_rl.jsonl_files.JsonLines`);
             the message is ``FILE:LINE`` (1-based) plus the reason.
         VideoProbeError: a video exists but cannot be read.
@@ -403,8 +429,14 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
         raw_spans = None if row.get("raw_spans") is None else as_spans(row["raw_spans"], "raw_spans", where)
         start = spans[0][0] if spans is not None and "start" not in row else as_seconds(row["start"], "start", where)
         end = spans[-1][1] if spans is not None and "end" not in row else as_seconds(row["end"], "end", where)
+        if spans is not None and ("start" in row or "end" in row):
+            hull = (min(s for s, _ in spans), max(e for _, e in spans))
+            if abs(start - hull[0]) > 1e-6 or abs(end - hull[1]) > 1e-6:
+                raise AnnotationError(f"{where}: spans {excerpt([list(span) for span in spans])} and start/end "
+                                      f"{start:g}-{end:g} disagree (spans win, start/end must be their hull "
+                                      f"{hull[0]:g}-{hull[1]:g}); drop start and end, or add their span to spans")
         yield Sample(video=video, query=row["query"], start=start, end=end, duration=duration,
-                     qid=str(row["qid"]) if row.get("qid") is not None else str(number - 1),
+                     qid=as_qid(row.get("qid"), str(number - 1), where),
                      source=str(row.get("source") or "jsonl"),
                      raw_start=None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start",
                                                                                     where),
@@ -444,5 +476,5 @@ def load_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
 
 
 __all__ = ["AnnotationError", "FIELDS", "Sample", "Spans", "VIDEO_EXTENSIONS", "VideoProbeError", "VideoResolver",
-           "as_seconds", "as_spans", "validate_spans", "has_video_extension", "iter_samples", "load_samples", "validate",
+           "as_qid", "as_seconds", "as_spans", "validate_spans", "has_video_extension", "iter_samples", "load_samples", "validate",
            "validate_sample", "write_samples"]
