@@ -2,7 +2,8 @@
 
 Stages and what each may import (besides itself):
 
-    base     grounding_rl/__init__.py, paths.py, errors.py, yaml_files.py, jsonl_files.py, run_record.py: nothing
+    base     grounding_rl/__init__.py, paths.py, errors.py, yaml_files.py, jsonl_files.py, run_record.py, stopping.py:
+             nothing
     data     base
     family   base, data
     prompts  base, data, family
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import grounding_rl
 
-BASE = {"__init__", "paths", "errors", "yaml_files", "jsonl_files", "run_record"}
+BASE = {"__init__", "paths", "errors", "yaml_files", "jsonl_files", "run_record", "stopping"}
 _BELOW_MODELS = {"base", "data", "family", "prompts"}
 ALLOWED: dict[str, set[str]] = {
     "base": set(),

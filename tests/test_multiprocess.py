@@ -59,13 +59,15 @@ with open(f"{sys.argv[1]}.rank{report['rank']}.json", "w") as f:
 CONFIGS = {"qwen2_5_vl": "tiny_real_clips.yaml", "qwen3_vl": "tiny_real_clips_qwen3_vl.yaml"}
 
 
-def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=None, worker_source=WORKER):
+def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=None, worker_source=WORKER, env_extra=(),
+            killed=False):
+    """``accelerate launch`` the worker; it must exit 0 (or, with ``killed``, not 0: a fault was injected)."""
     worker = tmp_path / "worker.py"
     worker.write_text(worker_source)
     report = tmp_path / "report"
     out = out or tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT), **dict(env_extra)}
     accelerate = Path(sys.executable).parent / "accelerate"
     cmd = [str(accelerate), "launch", *launcher_args, str(worker), str(report),
            "--config", str(REPO_ROOT / "configs" / CONFIGS[_family(tiny_model_dir)]),
@@ -73,7 +75,7 @@ def _launch(tmp_path, tiny_model_dir, launcher_args, train_args, timeout, out=No
            "--reward_funcs", REWARD_SPEC, "--reward_weights", "1.0", "--learning_rate", "1e-3",
            "--max_completion_length", "8", "--max_steps", "2", *train_args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert (proc.returncode != 0) if killed else (proc.returncode == 0), proc.stdout[-3000:] + proc.stderr[-6000:]
     files = sorted(tmp_path.glob("report.rank*.json"))
     return files, proc
 
@@ -212,26 +214,33 @@ def test_one_process_lora_uses_adapter_free_base_as_reference(tmp_path, family_m
 
 
 @pytest.mark.slow
-def test_two_processes_zero3_killed_and_resumed_end_bit_identical(tmp_path, tiny_model_dir, videos_dir):
-    """ZeRO-3 on 2 processes with a sharded reference model: 3 steps straight, and the same run "killed" after
-    checkpoint-2 (only that checkpoint left) and resumed with ``--resume_from_checkpoint true``, end with the same
-    bytes in ``model.safetensors`` (DeepSpeed's own checkpoint, optimizer shards and per-rank RNG states)."""
+def test_two_processes_zero3_killed_inside_a_save_resumes_bit_identical(tmp_path, tiny_model_dir, videos_dir):
+    """ZeRO-3 on 2 processes with a sharded reference model: a 3-step run killed inside checkpoint-3's save, once a
+    rank's optimizer shard is written and before the checkpoint's mark (the hook ``GROUNDING_RL_FAULT_AFTER``); the
+    same command with ``--resume_from_checkpoint true`` skips checkpoint-3, resumes checkpoint-2 (DeepSpeed's own
+    checkpoint, optimizer shards and per-rank RNG states) and ends with the bytes of ``model.safetensors`` that
+    checkpoint-3 had: the step-3 weights, written before the kill, which an uninterrupted run ends with."""
     from safetensors.torch import load_file
+
+    from grounding_rl.update.checkpoints import FAULT_ENV, checkpoint_problem
 
     launcher = ["--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"), "--num_processes", "2"]
     train = ["--per_device_train_batch_size", "2", "--beta", "0.04", "--max_steps", "3", "--save_strategy", "steps",
              "--save_steps", "1"]
-    _launch(tmp_path, tiny_model_dir, launcher, train, timeout=600, out=tmp_path / "full")
-    killed = tmp_path / "killed"
-    killed.mkdir()
-    shutil.copytree(tmp_path / "full" / "checkpoint-2", killed / "checkpoint-2")
-    files, _ = _launch(tmp_path, tiny_model_dir, launcher, [*train, "--resume_from_checkpoint", "true"], timeout=600,
-                       out=killed)
+    out = tmp_path / "run"
+    _launch(tmp_path, tiny_model_dir, launcher, train, timeout=600, out=out, killed=True,
+            env_extra={FAULT_ENV: "checkpoint-3/global_step3/*optim_states.pt"})
+    assert checkpoint_problem(out / "checkpoint-2") is None and checkpoint_problem(out / "checkpoint-3") is not None
+    assert not (out / "model.safetensors").exists()
+    step3 = load_file(str(out / "checkpoint-3" / "model.safetensors"))
+    files, proc = _launch(tmp_path, tiny_model_dir, launcher, [*train, "--resume_from_checkpoint", "true"],
+                          timeout=600, out=out)
+    assert "resume_from_checkpoint: skipped checkpoint-3 (" in proc.stderr
     assert [json.loads(f.read_text())["global_step"] for f in files] == [3, 3]
-    final, again = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(killed / "model.safetensors"))
-    assert final.keys() == again.keys()
-    assert [k for k in final if not torch.equal(final[k], again[k])] == []
-    start = load_file(str(tmp_path / "full" / "checkpoint-2" / "model.safetensors"))
+    final = load_file(str(out / "model.safetensors"))
+    assert final.keys() == step3.keys()
+    assert [k for k in final if not torch.equal(final[k], step3[k])] == []
+    start = load_file(str(out / "checkpoint-2" / "model.safetensors"))
     assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights
 
 

@@ -176,8 +176,12 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path, demo_dir, bpe_tiny_mod
     train.write_text("\n".join([json.dumps(first), *rows[1:]]) + "\n")
     assert sft("--resume_from_checkpoint", "true") == 2
     assert "train_sha256 changed" in capsys.readouterr().err
-    (out / "checkpoint-1" / "optimizer.pt").unlink()
-    (out / "checkpoint-1" / "run_fingerprint.json").unlink()
+    mark = out / "checkpoint-1" / "checkpoint_complete.json"  # as save_only_model: true writes it: no optimizer
+    listed = json.loads(mark.read_text())
+    for name in ("optimizer.pt", "run_fingerprint.json"):
+        (out / "checkpoint-1" / name).unlink()
+        del listed["files"][name]
+    mark.write_text(json.dumps(listed))
     assert sft("--resume_from_checkpoint", "true") == 2
     assert "holds no optimizer state" in capsys.readouterr().err
 

@@ -550,26 +550,36 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
 
 
 def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None:
-    """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or the last ``checkpoint-N`` in
-    ``output_dir`` for ``true`` / ``last``.
+    """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or the newest complete ``checkpoint-N`` in
+    ``output_dir`` for ``true`` / ``last`` / ``auto`` (:func:`grounding_rl.update.checkpoints.newest_complete`: a
+    save cut short is skipped, each skipped one named in one line on stderr); ``auto`` with no complete checkpoint
+    starts from step 0 (None), what a requeued cluster job runs every time.
 
     Weights, optimizer, scheduler, RNG states and the data order are restored exactly
     (:mod:`grounding_rl.update.resume`): the resumed run ends with the same weights as an uninterrupted one.
 
     Raises:
-        UserError: ``true`` / ``last`` with no checkpoint in ``output_dir``, a path that is not a folder, a
-            checkpoint without trainer state or optimizer state, or one whose ``run_fingerprint.json`` differs from
-            ``fingerprint`` (:func:`run_fingerprint`; the message names what changed).
+        UserError: ``true`` / ``last`` with no complete checkpoint in ``output_dir``, a path that is not a folder, an
+            incomplete checkpoint named explicitly (what is missing or cut short), a checkpoint without optimizer
+            state, or one whose ``run_fingerprint.json`` differs from ``fingerprint`` (:func:`run_fingerprint`; the
+            message names what changed).
     """
-    from grounding_rl.update.resume import last_checkpoint
+    from grounding_rl.update.checkpoints import newest_complete
 
     resume = training_args.resume_from_checkpoint
     if resume is None or (isinstance(resume, str) and resume.lower() in ("false", "none", "")):
         return None
-    if isinstance(resume, str) and resume.lower() in ("true", "last"):
-        found = last_checkpoint(training_args.output_dir)
+    if isinstance(resume, str) and resume.lower() in ("true", "last", "auto"):
+        found, skipped = newest_complete(training_args.output_dir)
+        if skipped and training_args.process_index == 0:
+            print("resume_from_checkpoint: skipped " + "; ".join(f"{Path(folder).name} ({why}: a save cut short)"
+                                                                   for folder, why in skipped), file=sys.stderr)
         if found is None:
-            raise UserError(f"resume_from_checkpoint: no checkpoint-N folder in {training_args.output_dir}")
+            if resume.lower() == "auto":
+                return None
+            raise UserError(f"resume_from_checkpoint: no complete checkpoint-N folder in {training_args.output_dir}"
+                            + (f" ({len(skipped)} incomplete)" if skipped else "")
+                            + "; --resume_from_checkpoint auto starts from step 0 when there is none")
         resume = found
     elif not Path(resume).is_dir():
         raise UserError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
@@ -580,15 +590,21 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
 
 
 def _check_resumable(folder: str) -> str:
-    """``folder`` when it holds what an exact resume needs: ``trainer_state.json`` and the optimizer state
-    (``optimizer.pt``, or DeepSpeed's ``latest`` and ``global_stepN/``).
+    """``folder`` when it is a complete checkpoint (:func:`grounding_rl.update.checkpoints.checkpoint_problem`) with
+    what an exact resume needs: the optimizer state (``optimizer.pt``, or DeepSpeed's ``latest`` and
+    ``global_stepN/``).
 
     Raises:
-        UserError: one of them is missing (e.g. a checkpoint written with ``save_only_model: true``).
+        UserError: it is incomplete (a save cut short; naming what) or not a train/sft checkpoint, or it holds no
+            optimizer state (e.g. a checkpoint written with ``save_only_model: true``).
     """
+    from grounding_rl.update.checkpoints import checkpoint_problem
+
     path = Path(folder)
-    if not (path / "trainer_state.json").is_file():
-        raise UserError(f"resume_from_checkpoint: {folder} has no trainer_state.json (not a train/sft checkpoint)")
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise UserError(f"resume_from_checkpoint: {folder} is not a complete train/sft checkpoint ({problem}); "
+                        "--resume_from_checkpoint true takes the newest complete one")
     if not ((path / "optimizer.pt").is_file() or (path / "latest").is_file()):
         raise UserError(f"resume_from_checkpoint: {folder} holds no optimizer state (saved with save_only_model: "
                         f"true); start a new run from it with --model_name_or_path {folder} instead")
@@ -611,6 +627,39 @@ def check_teacher(model_args, training_args) -> None:
 
     student = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
     check_pair(student.tokenizer, load_processor(teacher).tokenizer, training_args.prompt_template, teacher)
+
+
+def train_and_finish(trainer, resume: str | None, prog: str) -> int:
+    """Train (from ``resume``), then :func:`finish_training`; returns the exit status.
+
+    SIGTERM, SIGUSR1 and SIGINT stop the run at the next point where it can resume exactly, with a checkpoint
+    there (:class:`grounding_rl.update.preemption.PreemptionCallback`); the final files are then not written (the
+    run is not finished), one line says what was kept and how to continue, and the status is ``128 + signal``
+    (:func:`grounding_rl.stopping.exit_code`: 143 for SIGTERM, 138 for SIGUSR1, 130 for SIGINT). A second signal
+    exits at once (:func:`grounding_rl.stopping.stop_signals`).
+    """
+    import signal
+
+    from grounding_rl.stopping import exit_code, stop_signals
+    from grounding_rl.update.preemption import PreemptionCallback, any_rank
+
+    with stop_signals(prog, graceful=True) as request:
+        callback = PreemptionCallback(request, getattr(trainer.args, "generation_window", 1),
+                                      any_rank(trainer.accelerator))
+        trainer.add_callback(callback)
+        result = trainer.train(resume_from_checkpoint=resume)
+        if callback.stopped_at is None:
+            finish_training(trainer, result)
+            return 0
+        trainer.accelerator.wait_for_everyone()
+    signum = request.signum or signal.SIGTERM  # a rank the signal did not reach stops with its peers
+    if trainer.is_world_process_zero():
+        folder = Path(trainer.args.output_dir) / f"checkpoint-{callback.stopped_at}"
+        print(f"{prog}: stopped by {signal.Signals(signum).name} at step {callback.stopped_at} of "
+              f"{trainer.state.max_steps}: {folder} saved; run the same command with --resume_from_checkpoint auto "
+              "to continue", file=sys.stderr, flush=True)
+    trainer.accelerator.end_training()
+    return exit_code(signum)
 
 
 def finish_training(trainer, result) -> None:

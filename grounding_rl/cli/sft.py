@@ -30,9 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                                   processing_class=processor)
     trainer.fingerprint = fingerprint
     trainer.duration_filter = dataset.duration_filter  # saved in grounding_config.json
-    result = trainer.train(resume_from_checkpoint=resume)
-    common.finish_training(trainer, result)
-    return 0
+    return common.train_and_finish(trainer, resume, "grounding-rl sft")
 
 
 if __name__ == "__main__":

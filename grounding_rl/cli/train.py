@@ -60,9 +60,7 @@ def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | No
         trainer.stage = stage
     trainer.fingerprint = fingerprint
     trainer.duration_filter = dataset.duration_filter  # saved in grounding_config.json
-    result = trainer.train(resume_from_checkpoint=resume)
-    common.finish_training(trainer, result)
-    return 0
+    return common.train_and_finish(trainer, resume, prog)
 
 
 def warn_single_span_rewards(dataset, reward_funcs) -> str | None:

@@ -82,11 +82,12 @@ def load_adapter_weights(model, folder: str | os.PathLike) -> None:
 
 
 def last_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The last ``checkpoint-N`` folder of ``output_dir`` (``transformers.trainer_utils.get_last_checkpoint``), or None
-    when there is none or ``output_dir`` is not a folder: what ``resume_from_checkpoint: true`` (or ``last``) means."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete ``checkpoint-N`` folder of ``output_dir``
+    (:func:`grounding_rl.update.checkpoints.newest_complete`), or None when there is none or ``output_dir`` is not a
+    folder: what ``resume_from_checkpoint: true`` (or ``last``, ``auto``) means."""
+    from grounding_rl.update.checkpoints import newest_complete
 
-    return get_last_checkpoint(str(output_dir)) if os.path.isdir(output_dir) else None
+    return newest_complete(output_dir)[0]
 
 
 def checkpoint_global_step(folder: str | os.PathLike) -> int | None:

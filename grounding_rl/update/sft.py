@@ -39,6 +39,7 @@ from grounding_rl.prompts.preprocessing import (VIDEO_KEYS, GroundingConfig, Pre
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_set_text, answer_text
 from grounding_rl.update.arguments import BaseTrainingArguments, count_problems, trl_field
 from grounding_rl.update.resume import ExactResumeMixin
+from grounding_rl.update.checkpoints import CompleteCheckpointMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
 logger = logging.getLogger(__name__)
@@ -283,7 +284,7 @@ class SFTCollator:
         return batch
 
 
-class GroundingSFTTrainer(ExactResumeMixin, GroundingSaveMixin, Trainer):
+class GroundingSFTTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
     """``transformers.Trainer`` whose checkpoints hold ``grounding_config.json`` and a model card."""
 
     stage = "SFT"

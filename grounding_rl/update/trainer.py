@@ -49,12 +49,13 @@ from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, 
                                         write_rollout_format)
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
 from grounding_rl.update.rollout_metrics import log_rollout, write_completions
+from grounding_rl.update.checkpoints import CompleteCheckpointMixin
 from grounding_rl.update.saving import GroundingSaveMixin
 
 logger = logging.getLogger(__name__)
 
 
-class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
+class GroundingGRPOTrainer(ValidationMixin, CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
     """GRPO trainer for Qwen-VL models (any family of :mod:`grounding_rl.family`) on (video, query, start, end)
     samples.
 
@@ -324,15 +325,12 @@ class GroundingGRPOTrainer(ValidationMixin, ExactResumeMixin, GroundingSaveMixin
         if self.args.log_completions and self.accelerator.is_main_process and self.completions is not None:
             write_completions(self)
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            write_rollout_format(folder)
-            for recipe in self.recipes:
-                recipe.save(self, folder)
+    def _save_checkpoint_extras(self, folder: str) -> None:
+        """The rollout format and each recipe's state, before the checkpoint's mark
+        (:class:`grounding_rl.update.checkpoints.CompleteCheckpointMixin`)."""
+        write_rollout_format(folder)
+        for recipe in self.recipes:
+            recipe.save(self, folder)
 
     def grounding_config(self):
         """The config's settings, with the reward functions this trainer actually scores with (by logged name)."""

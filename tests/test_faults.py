@@ -1,0 +1,202 @@
+"""Faults on one machine lose nothing: a process killed inside a checkpoint's save leaves that checkpoint incomplete,
+``--resume_from_checkpoint true`` skips it (one line naming it) and the resumed run ends bit-identical to an
+uninterrupted one; an incomplete checkpoint named explicitly is refused; ``auto`` starts from step 0 when there is
+none.
+
+The kill is chosen by the test-only hook ``GROUNDING_RL_FAULT_AFTER`` (:mod:`grounding_rl.update.checkpoints`), not by
+timing. In-process, its SIGKILL is replaced by an exception the run cannot catch (the files on disk are what a kill
+leaves); one test kills a real process. The reference weights are the killed run's own: it dies inside the save of
+its last checkpoint, after that checkpoint's weights were written, so they are the weights an uninterrupted run ends
+with.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from grounding_rl.paths import REPO_ROOT
+from grounding_rl.update import checkpoints
+
+torch.set_num_threads(1)
+
+
+class Killed(BaseException):
+    """What the fault hook raises in-process instead of SIGKILL (no ``except Exception`` catches it)."""
+
+
+def sft_argv(demo_dir, model_dir, out, *extra, peft=False):
+    argv = ["--config", str(REPO_ROOT / "configs" / "demo_sft.yaml"), "--model_name_or_path", str(model_dir),
+            "--train_file", str(demo_dir / "train.jsonl"), "--output_dir", str(out), "--max_train_samples", "4",
+            "--per_device_train_batch_size", "2", "--max_steps", "3", "--warmup_steps", "1", "--learning_rate",
+            "3e-3", "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true",
+            "--report_to", "none", *extra]
+    return argv + (["--use_peft", "--lora_r", "4", "--lora_alpha", "8"] if peft else [])
+
+
+def killed_and_resumed(tmp_path, demo_dir, model_dir, monkeypatch, capsys, point, peft=False):
+    """Run 3 SFT steps killed after ``checkpoint-3/<point>`` is written; rerun with ``--resume_from_checkpoint true``.
+    Returns (the killed run's step-3 weights, the resumed run's final weights, the resume's stderr)."""
+    from grounding_rl.cli.sft import main
+
+    out = tmp_path / "run"
+    name = "adapter_model.safetensors" if peft else "model.safetensors"
+    monkeypatch.setattr(checkpoints, "_die", lambda: (_ for _ in ()).throw(Killed()))
+    monkeypatch.setenv(checkpoints.FAULT_ENV, f"checkpoint-3/{point}")
+    with pytest.raises(Killed):
+        main(sft_argv(demo_dir, model_dir, out, peft=peft))
+    monkeypatch.delenv(checkpoints.FAULT_ENV)
+    assert checkpoints.checkpoint_problem(out / "checkpoint-2") is None
+    assert checkpoints.checkpoint_problem(out / "checkpoint-3") is not None
+    reference = load_file(str(out / "checkpoint-3" / name))  # written before the kill: the weights after step 3
+    capsys.readouterr()
+    assert main(sft_argv(demo_dir, model_dir, out, "--resume_from_checkpoint", "true", peft=peft)) == 0
+    err = capsys.readouterr().err
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 and 3 in [h["step"] for h in state["log_history"] if "loss" in h]
+    assert checkpoints.checkpoint_problem(out / "checkpoint-3") is None  # saved again, whole
+    return reference, load_file(str(out / name)), err
+
+
+def assert_identical(a, b):
+    assert a.keys() == b.keys()
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
+
+
+@pytest.mark.parametrize("point", ["model.safetensors", "optimizer.pt", "rng_state.pth", "trainer_state.json"])
+def test_sft_killed_inside_a_save_resumes_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir, monkeypatch, capsys,
+                                                        point):
+    reference, final, err = killed_and_resumed(tmp_path, demo_dir, bpe_tiny_model_dir, monkeypatch, capsys, point)
+    assert_identical(final, reference)
+    line = next(line for line in err.splitlines() if line.startswith("resume_from_checkpoint: skipped"))
+    assert line.startswith("resume_from_checkpoint: skipped checkpoint-3 (") and line.endswith("a save cut short)")
+
+
+def test_lora_killed_inside_a_save_resumes_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir, monkeypatch, capsys):
+    reference, final, _ = killed_and_resumed(tmp_path, demo_dir, bpe_tiny_model_dir, monkeypatch, capsys,
+                                             "optimizer.pt", peft=True)
+    assert_identical(final, reference)
+
+
+def test_incomplete_checkpoints_are_found_from_the_folder(tmp_path, demo_dir, bpe_tiny_model_dir, capsys):
+    """A real SIGKILL (the environment variable in a child process) inside checkpoint-2's save; a checkpoint of an
+    earlier version cut short (no mark, truncated weights) is skipped too; naming an incomplete checkpoint is one line,
+    exit 2; ``auto`` on an empty folder starts from step 0."""
+    from grounding_rl.cli import main
+
+    out = tmp_path / "run"
+    env = {**os.environ, checkpoints.FAULT_ENV: "checkpoint-2/rng_state.pth", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "grounding_rl.cli", "sft",
+                           *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--max_steps", "2")],
+                          env=env, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert (out / "checkpoint-2" / "rng_state.pth").is_file() and not (out / "checkpoint-2" / checkpoints.MARK).exists()
+    assert checkpoints.newest_complete(out) == (str(out / "checkpoint-1"),
+                                                [(str(out / "checkpoint-2"), "its save did not finish")])
+
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--resume_from_checkpoint",
+                                  str(out / "checkpoint-2"))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "checkpoint-2 is not a complete train/sft checkpoint" in err
+
+    legacy = out / "checkpoint-1"
+    (legacy / checkpoints.MARK).unlink()
+    assert checkpoints.checkpoint_problem(legacy) is None  # an earlier version's whole checkpoint
+    weights = legacy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert checkpoints.checkpoint_problem(legacy).startswith("model.safetensors is cut short")
+    assert checkpoints.newest_complete(out)[0] is None
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--resume_from_checkpoint", "true")]) == 2
+    assert "no complete checkpoint-N folder" in capsys.readouterr().err
+
+    fresh = tmp_path / "fresh"
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, fresh, "--max_steps", "1", "--resume_from_checkpoint",
+                                  "auto")]) == 0
+    assert json.loads((fresh / "trainer_state.json").read_text())["global_step"] == 1
+
+
+def signal_at_step(monkeypatch, step: int, signum=None):
+    """Send ``signum`` (SIGTERM) to this process when optimizer step ``step`` (1-based) begins."""
+    import signal
+
+    from grounding_rl.update import preemption
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 == step:
+            os.kill(os.getpid(), signum or signal.SIGTERM)
+        return control
+
+    monkeypatch.setattr(preemption.PreemptionCallback, "on_step_begin", on_step_begin)
+
+
+def test_sft_sigterm_saves_at_the_step_end_and_resumes_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir,
+                                                                      monkeypatch, capsys):
+    """SIGTERM during step 2 of 3 (``save_strategy: no``): the step ends, checkpoint-2 is written, one line says so,
+    exit 143, no final files; the same command with ``--resume_from_checkpoint auto`` ends bit-identical to an
+    uninterrupted run."""
+    from grounding_rl.cli import main
+
+    reference_dir, out = tmp_path / "full", tmp_path / "run"
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, reference_dir, "--save_strategy", "no")]) == 0
+    signal_at_step(monkeypatch, 2)
+    capsys.readouterr()
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--save_strategy", "no")]) == 143
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("grounding-rl sft")]
+    assert err == [f"grounding-rl sft: stopped by SIGTERM at step 2 of 3: {out / 'checkpoint-2'} saved; run the same "
+                   "command with --resume_from_checkpoint auto to continue"]
+    assert checkpoints.checkpoint_problem(out / "checkpoint-2") is None and not (out / "model.safetensors").exists()
+    monkeypatch.undo()
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--save_strategy", "no",
+                                  "--resume_from_checkpoint", "auto")]) == 0
+    assert_identical(load_file(str(out / "model.safetensors")), load_file(str(reference_dir / "model.safetensors")))
+
+
+def test_grpo_signal_stops_at_the_generation_window_end(tmp_path, tiny_model_dir, videos_dir, monkeypatch, capsys):
+    """GRPO with ``steps_per_generation: 2`` (a generation window of 2 optimizer steps): SIGUSR1 during step 1 lets
+    step 2 finish (the window's end, where a resume is exact), saves checkpoint-2 and returns 138; resumed there, the
+    run ends bit-identical to an uninterrupted one."""
+    import signal
+
+    from conftest import clip_dataset, grpo_config, make_grpo_trainer
+
+    from grounding_rl.cli.common import train_and_finish
+
+    settings = dict(max_steps=4, logging_steps=1, steps_per_generation=2, learning_rate=1e-3)
+
+    def trainer(out, **extra):
+        return make_grpo_trainer(tiny_model_dir, grpo_config(out, **settings, **extra), clip_dataset(videos_dir))
+
+    def weights(t):
+        return {k: v.detach().clone() for k, v in t.accelerator.unwrap_model(t.model).state_dict().items()}
+
+    full = trainer(tmp_path / "full")
+    full.train()
+    signal_at_step(monkeypatch, 1, signal.SIGUSR1)
+    stopped = trainer(tmp_path / "run")
+    assert train_and_finish(stopped, None, "grounding-rl train") == 138
+    assert stopped.state.global_step == 2 and checkpoints.checkpoint_problem(tmp_path / "run" / "checkpoint-2") is None
+    assert "stopped by SIGUSR1 at step 2 of 4" in capsys.readouterr().err
+    monkeypatch.undo()
+    resumed = trainer(tmp_path / "run")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    assert_identical(weights(resumed), weights(full))
+
+
+def test_ctrl_c_twice_exits_at_once_with_130():
+    """The second signal of a graceful stop exits at once: one line, status 130, no traceback."""
+    code = ("import os, signal, time\n"
+            "from grounding_rl.stopping import stop_signals\n"
+            "with stop_signals('grounding-rl train', graceful=True) as request:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    assert request.name == 'SIGINT'\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(5)\n"
+            "print('not reached')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 130 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["grounding-rl train: SIGINT again: exiting at once; the last complete "
+                                        "checkpoint is kept (run the same command with --resume_from_checkpoint auto "
+                                        "to continue)"]
