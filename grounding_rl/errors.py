@@ -7,6 +7,7 @@ traceback; ``--debug`` or ``GROUNDING_RL_DEBUG=1`` shows it for user errors too.
 """
 from __future__ import annotations
 
+import errno
 import os
 from contextlib import contextmanager
 
@@ -74,6 +75,34 @@ def _one_line(message: str) -> str:
     if len(line) > MAX_LINE:
         line = f"{line[:MAX_LINE]}… ({len(line) - MAX_LINE} more characters)"
     return line
+
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # no space left, a file-size limit, a quota
+
+
+def disk_error(err: BaseException) -> str | None:
+    """Why a write failed when a full disk, a file-size limit or a quota is the cause (ENOSPC, EFBIG, EDQUOT), else
+    None: an ``OSError`` with one of those errno values anywhere in ``err``'s chain (``__cause__``/``__context__``),
+    safetensors' error text (``code: 28``) or torch's ``file write failed``.
+
+    Returns:
+        e.g. ``"No space left on device"``, ``"File too large"``.
+    """
+    import re
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in DISK_ERRNOS:
+            return os.strerror(err.errno)
+        text = str(err)
+        code = re.search(r"code: (\d+)", text)
+        if code and int(code.group(1)) in DISK_ERRNOS:
+            return os.strerror(int(code.group(1)))
+        if "file write failed" in text:
+            return "the write failed (no space left, a file-size limit or a quota)"
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def user_message(err: BaseException) -> str | None:

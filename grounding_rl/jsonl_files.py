@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from grounding_rl.errors import UserError
+from grounding_rl.errors import UserError, disk_error
 from grounding_rl.paths import follow_umask
 
 REFUSE, COUNT = "refuse", "count"
@@ -137,8 +137,38 @@ class JsonlAppender:
             self.handle.write("\n")
 
     def write(self, *rows: dict) -> None:
-        self.handle.writelines(json.dumps(row, ensure_ascii=False, default=self.default) + "\n" for row in rows)
-        self.handle.flush()
+        """Append ``rows`` and flush.
+
+        Raises:
+            UserError: the disk is full, or a file-size limit or quota is reached
+                (:func:`grounding_rl.errors.disk_error`): the file is cut back to its last complete row first, so it
+                holds only complete rows, and the message names the file.
+        """
+        text = "".join(json.dumps(row, ensure_ascii=False, default=self.default) + "\n" for row in rows)
+        start = self.handle.tell()
+        try:
+            self.handle.write(text)
+            self.handle.flush()
+        except OSError as err:
+            why = disk_error(err)
+            if why is None:
+                raise
+            self._cut_back(start)
+            raise UserError(f"{self.handle.name}: writing a row failed ({why}); the rows before it are kept: free "
+                            "space and run the same command again to go on") from err
+
+    def _cut_back(self, size: int) -> None:
+        """Drop what a failed write left after byte ``size`` (Python's buffer too)."""
+        descriptor = os.dup(self.handle.fileno())
+        try:
+            self.handle.close()
+        except OSError:
+            pass  # the close re-tries the buffered write, which fails again
+        try:
+            os.ftruncate(descriptor, size)
+        finally:
+            os.close(descriptor)
+        self.handle = open(self.handle.name, "a", encoding="utf-8")
 
     def close(self) -> None:
         self.handle.close()

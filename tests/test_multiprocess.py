@@ -244,40 +244,63 @@ def test_two_processes_zero3_killed_inside_a_save_resumes_bit_identical(tmp_path
     assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights
 
 
+SIGNAL_WORKER = """
+import os, signal, sys
+from grounding_rl.update import preemption
+
+def on_step_begin(self, args, state, control, **kwargs):  # SIGTERM to rank 1 alone as step 2 begins
+    if state.global_step + 1 == 2 and os.environ.get("RANK") == "1":
+        os.kill(os.getpid(), signal.SIGTERM)
+    return control
+
+preemption.PreemptionCallback.on_step_begin = on_step_begin
+from grounding_rl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @pytest.mark.slow
-def test_two_processes_zero3_sft_killed_and_resumed_end_bit_identical(tmp_path, bpe_tiny_model_dir):
-    """``grounding-rl sft`` under ZeRO-3 on 2 processes: 3 steps straight, and "killed" after checkpoint-2 then
-    resumed with ``--resume_from_checkpoint true``: the same bytes in ``model.safetensors``."""
+def test_two_processes_zero3_sft_preempted_and_resumed_end_bit_identical(tmp_path, bpe_tiny_model_dir):
+    """``grounding-rl sft`` under ZeRO-3 on 2 processes (``save_strategy: no``): 3 steps straight; and SIGTERM to rank 1
+    alone during step 2: both ranks finish step 2, save checkpoint-2 (DeepSpeed's shards of both) and stop, rank 0
+    printing the one line; the same command with ``--resume_from_checkpoint auto`` ends with the same bytes in
+    ``model.safetensors``."""
     from safetensors.torch import load_file
 
     from grounding_rl.dev.demo import generate_demo
+    from grounding_rl.update.checkpoints import checkpoint_problem
 
     demo = tmp_path / "demo"
     generate_demo(demo, num_train=8, num_test=1, seed=0, progress=False)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO_ROOT)}
     accelerate = Path(sys.executable).parent / "accelerate"
+    (tmp_path / "signal_worker.py").write_text(SIGNAL_WORKER)
 
-    def sft(out, *extra):
+    def sft(out, *extra, entry=("-m", "grounding_rl.cli")):
         cmd = [str(accelerate), "launch", "--config_file", str(REPO_ROOT / "configs" / "accelerate" / "zero3.yaml"),
-               "--num_processes", "2", "-m", "grounding_rl.cli", "sft", "--config",
+               "--num_processes", "2", *entry, "sft", "--config",
                str(REPO_ROOT / "configs" / "demo_sft.yaml"), "--model_name_or_path", str(bpe_tiny_model_dir),
                "--train_file", str(demo / "train.jsonl"), "--output_dir", str(out), "--max_train_samples", "8",
                "--per_device_train_batch_size", "2", "--max_steps", "3", "--warmup_steps", "1",
-               "--learning_rate", "3e-3", "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true",
-               "--report_to", "none", *extra]
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+               "--learning_rate", "3e-3", "--save_strategy", "no", "--disable_tqdm", "true", "--report_to", "none",
+               *extra]
+        return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
 
-    sft(tmp_path / "full")
-    killed = tmp_path / "killed"
-    killed.mkdir()
-    shutil.copytree(tmp_path / "full" / "checkpoint-2", killed / "checkpoint-2")
-    sft(killed, "--resume_from_checkpoint", "true")
-    final, again = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(killed / "model.safetensors"))
+    proc = sft(tmp_path / "full")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    out = tmp_path / "preempted"
+    proc = sft(out, entry=(str(tmp_path / "signal_worker.py"),))
+    assert proc.returncode != 0 and f"grounding-rl sft: stopped by SIGTERM at step 2 of 3: {out / 'checkpoint-2'} saved" \
+        in proc.stderr, proc.stderr[-6000:]
+    assert checkpoint_problem(out / "checkpoint-2") is None and not (out / "model.safetensors").exists()
+    assert len(list((out / "checkpoint-2").glob("global_step2/*optim_states.pt"))) == 2  # both ranks' shards
+    proc = sft(out, "--resume_from_checkpoint", "auto")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    final, again = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert final.keys() == again.keys()
     assert [k for k in final if not torch.equal(final[k], again[k])] == []
-    start = load_file(str(tmp_path / "full" / "checkpoint-2" / "model.safetensors"))
+    start = load_file(str(out / "checkpoint-2" / "model.safetensors"))
     assert any(not torch.equal(start[k], final[k]) for k in final)  # step 3 moved the weights
 
 

@@ -651,14 +651,14 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
         if callback.stopped_at is None:
             finish_training(trainer, result)
             return 0
+        signum = request.signum or signal.SIGTERM  # a rank the signal did not reach stops with its peers
+        if trainer.is_world_process_zero():  # before any rank exits: a launcher tears the others down then
+            folder = Path(trainer.args.output_dir) / f"checkpoint-{callback.stopped_at}"
+            print(f"{prog}: stopped by {signal.Signals(signum).name} at step {callback.stopped_at} of "
+                  f"{trainer.state.max_steps}: {folder} saved; run the same command with --resume_from_checkpoint "
+                  "auto to continue", file=sys.stderr, flush=True)
         trainer.accelerator.wait_for_everyone()
-    signum = request.signum or signal.SIGTERM  # a rank the signal did not reach stops with its peers
-    if trainer.is_world_process_zero():
-        folder = Path(trainer.args.output_dir) / f"checkpoint-{callback.stopped_at}"
-        print(f"{prog}: stopped by {signal.Signals(signum).name} at step {callback.stopped_at} of "
-              f"{trainer.state.max_steps}: {folder} saved; run the same command with --resume_from_checkpoint auto "
-              "to continue", file=sys.stderr, flush=True)
-    trainer.accelerator.end_training()
+        trainer.accelerator.end_training()
     return exit_code(signum)
 
 
