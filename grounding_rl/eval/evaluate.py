@@ -29,6 +29,9 @@
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
   --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and
   ends with the same metrics as an uninterrupted run; a rerun with other settings is refused (``overwrite`` restarts).
+  One run at a time per OUTDIR: the main process holds an OS lock on ``OUTDIR/.lock`` (:mod:`grounding_rl.eval.lock`)
+  from before its first write there to the end of :func:`report`, released when it ends however it ends (so a run
+  killed with ``kill -9`` resumes); a second run on it is refused with one line.
   Under ``accelerate launch`` / ``torchrun`` each rank takes a disjoint shard of whole videos and writes
   ``predictions.rank{r}.jsonl``. A clip that fails to load
   (:class:`~grounding_rl.data.video.VideoLoadError`) is a recorded failure: ``answer`` null, ``iou`` 0 and an
@@ -56,6 +59,7 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOverrides, check_generation_length,
                                         describe_config, resolve_config)
+from grounding_rl.eval.lock import lock_output_dir
 from grounding_rl.eval.zoom import ZoomSettings
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
 from grounding_rl.models.loading import check_model_folder
@@ -585,7 +589,8 @@ def evaluate(request: EvalRequest) -> dict | None:
         on the main process, the ``metrics.json`` object; None on the other ranks.
 
     Raises:
-        UserError, AnnotationError: see :func:`plan`, :func:`run` and :func:`report`.
+        UserError, AnnotationError: see :func:`plan`, :func:`run` and :func:`report`; also another process holding
+            ``request.out`` (:func:`grounding_rl.eval.lock.lock_output_dir`).
     """
     from accelerate import PartialState
 
@@ -593,7 +598,13 @@ def evaluate(request: EvalRequest) -> dict | None:
     # Ranks wait for the slowest shard at the final barrier: a long timeout instead of NCCL's 10 minutes.
     state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(hours=BARRIER_TIMEOUT_H))
     plan_ = plan(request, state.is_main_process)
-    result = run(plan_, state)
-    if not state.is_main_process:
-        return None
-    return report(plan_, result, state.num_processes)
+    # one run at a time in OUTDIR: the main process holds its lock from before its first write to the report's end
+    lock = lock_output_dir(request.out) if state.is_main_process else None
+    try:
+        result = run(plan_, state)
+        if not state.is_main_process:
+            return None
+        return report(plan_, result, state.num_processes)
+    finally:
+        if lock is not None:
+            lock.close()
