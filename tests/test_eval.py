@@ -593,3 +593,40 @@ def test_rerun_on_edited_data_is_refused(tiny_model_dir, videos_dir, tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "data_sha256" in err and "--overwrite" in err
     assert json.loads((out / "eval_config.json").read_text())["version"] == grounding_rl.__version__
+
+
+def test_rescoring_reads_a_fresh_answer_over_a_stale_null_start_as_score_does(tmp_path, monkeypatch, capsys):
+    """Rows whose ``answer`` was rewritten but whose ``start``/``end`` are still null: eval's report reads the answer,
+    as ``grounding-rl score`` does (0 missing predictions, the same metrics), and the histogram gets no failures and
+    no more bins than queries (issue 52, item 14)."""
+    from grounding_rl.eval import report as files
+    from grounding_rl.eval.score import score
+    from grounding_rl.reward.records import prediction_record
+
+    samples = [_sample(start=2.0 + i, end=4.0 + i, qid=str(i)) for i in range(8)]
+    rows = []
+    for i, sample in enumerate(samples):
+        row = prediction_record(sample, f"<answer>{1.5 + i} to {4.0 + i}</answer>")
+        rows.append({**row, "start": None, "end": None})  # stale fields of an earlier, unparsed answer
+    out = tmp_path / "ev"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    annotations = tmp_path / "gt.jsonl"
+    annotations.write_text("".join(json.dumps({"video": s.video, "query": s.query, "start": s.start, "end": s.end,
+                                               "duration": s.duration, "qid": s.qid}) + "\n" for s in samples))
+    drawn = {}
+    monkeypatch.setattr(files, "plot_iou_hist", lambda ious, path, failures, metrics: drawn.update(
+        n=len(ious), failures=failures))
+    plan_ = ev.EvalPlan(request=ev.EvalRequest(model="m", data=str(annotations), out=str(out)), samples=samples,
+                        dropped=0, absent=[], num_videos=1, benchmark=None, config=GroundingConfig(), source="test",
+                        max_new_tokens=12, model_id="m", run={"data": str(annotations)})
+    metrics = ev.report(plan_, ev.RunResult(queries_run=0, videos_run=0, wall_time_s=0.0))
+    assert metrics["missing_predictions"] == 0 and drawn == {"n": 8, "failures": 0}
+    scored = score(out / "predictions.jsonl", annotations)
+    assert scored["missing_predictions"] == 0
+    assert (metrics["mIoU"], metrics["R1@0.5"]) == (scored["mIoU"], scored["R1@0.5"]) and metrics["mIoU"] > 0
+    assert "0 without a parsed prediction" in capsys.readouterr().out
+    assert not ev.has_prediction({"start": None, "end": None, "answer": "no idea"})
+    assert ev.has_prediction({"start": 1.0, "end": 2.0, "answer": None})
+    assert len(files.hist_bins(8)) - 1 == 8 and len(files.hist_bins(1000)) - 1 == 20 and len(files.hist_bins(0)) == 2
+

@@ -101,6 +101,24 @@ def read_predictions(path: str | Path) -> tuple[list[dict], int]:
     return records, lines.skipped + len(rows) - len(records)
 
 
+def has_prediction(record: dict) -> bool:
+    """Whether a prediction record holds a usable prediction, read as ``grounding-rl score`` and the metrics read it
+    (:func:`grounding_rl.reward.metrics.record_prediction`): ``start``/``end`` when both are given, else the ``answer``
+    parsed (a set-scored record: ``pred_spans``, else the answer parsed as a set). A rescored row with a fresh
+    ``answer`` and a stale ``start: null`` has one."""
+    from grounding_rl.reward.metrics import record_prediction
+    from grounding_rl.reward.parsing import parse_spans
+
+    answer = record.get("answer")
+    if record.get("gt_spans") is not None:
+        return bool(record.get("pred_spans") or (isinstance(answer, str) and parse_spans(answer)))
+    try:
+        return record_prediction({"pred_start": record.get("start"), "pred_end": record.get("end"),
+                                  "answer": answer if isinstance(answer, str) else None}) is not None
+    except ValueError:  # a non-numeric start/end: no usable prediction
+        return False
+
+
 def prediction_files(outdir: Path) -> list[Path]:
     """``predictions.jsonl`` then the rank files of an interrupted sharded run, in a fixed order."""
     return [outdir / PREDICTIONS] + sorted(outdir.glob("predictions.rank*.jsonl"))
@@ -524,7 +542,7 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
         scorings += ("qvhighlights",)
     metrics = metrics_from_records(records, config.prompt_template, plan_.dropped, scorings)
     metrics["missing_videos"] = len(plan_.absent)
-    metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
+    metrics["missing_predictions"] = sum(1 for r in records if not has_prediction(r))
     if request.zoom is not None:
         from grounding_rl.eval.zoom import zoom_summary
 

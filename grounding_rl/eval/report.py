@@ -150,9 +150,16 @@ def _pyplot():
     return plt
 
 
+def hist_bins(n: int, most: int = 20) -> np.ndarray:
+    """Edges of the IoU histogram's equal bins over [0, 1]: ``most`` bins (width 0.05), but no more bins than queries
+    ``n`` (at least one), so a small run is not drawn as a comb of one-query bars."""
+    return np.linspace(0.0, 1.0, min(most, max(1, n)) + 1)
+
+
 def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0, title: str | None = None,
                   metrics: Mapping | None = None) -> Path:
-    """Histogram of per-query IoU in 20 bins over [0, 1], with the R1 thresholds marked.
+    """Histogram of per-query IoU over [0, 1] in :func:`hist_bins` bins (20, fewer for fewer queries; empty bins drawn
+    as nothing), with the R1 thresholds marked.
 
     Args:
         ious: one IoU per query (failures included, as 0).
@@ -169,11 +176,13 @@ def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
     """
     plt = _pyplot()
     values = np.asarray(list(ious), dtype=float)
-    bins = np.linspace(0.0, 1.0, 21)
+    bins = hist_bins(values.size)
     counts, _ = np.histogram(values, bins=bins)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     width = bins[1] - bins[0]
-    ax.bar(bins[:-1], counts, width=width, align="edge", color="#4C72B0", edgecolor="white", label="queries")
+    drawn = counts > 0
+    ax.bar(bins[:-1][drawn], counts[drawn], width=width, align="edge", color="#4C72B0", edgecolor="white",
+           label="queries")
     if failures:
         ax.bar([0.0], [failures], width=width, align="edge", color="#DD8452", edgecolor="white", hatch="//",
                label=f"no prediction ({failures})")
