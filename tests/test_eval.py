@@ -630,3 +630,73 @@ def test_rescoring_reads_a_fresh_answer_over_a_stale_null_start_as_score_does(tm
     assert ev.has_prediction({"start": 1.0, "end": 2.0, "answer": None})
     assert len(files.hist_bins(8)) - 1 == 8 and len(files.hist_bins(1000)) - 1 == 20 and len(files.hist_bins(0)) == 2
 
+
+def test_eval_print_prompt_and_device(tiny_model_dir, videos_dir, tmp_path, capsys):
+    """``eval --print-prompt`` prints the first query's exact prompt (as ``infer --print-prompt``), and ``--device
+    cpu`` runs; both flags are declared once for eval and infer."""
+    out = tmp_path / "out"
+    assert _eval(tiny_model_dir, videos_dir / "annotations.jsonl", out, "--limit", "1", "--print-prompt",
+                 "--device", "cpu") == 0
+    stdout = capsys.readouterr().out
+    first = _lines(videos_dir / "annotations.jsonl")[0]
+    prompt = stdout.split(f"eval: prompt for qid 0 ({first['query']!r}):\n", 1)[1]
+    assert prompt.startswith("<|im_start|>") and "<|vision_start|><|video_pad|>×" in prompt
+    assert len(_lines(out / "predictions.jsonl")) == 1
+
+
+@pytest.mark.parametrize("sub", ["eval", "difficulty", "infer"])
+def test_help_texts_are_plain_text_and_share_the_run_flags(sub, capsys):
+    from grounding_rl.cli import main as cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli([sub, "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for markup in ("``", ":func:", ":class:", ":mod:"):
+        assert markup not in text, markup
+    for flag in ("--device", "--print-prompt", "--dtype {auto,bfloat16,float16,float32}", "--video-min-frames"):
+        assert flag in text, flag
+
+
+def test_transformers5_layout_is_refused_outside_the_tested_range(tmp_path, monkeypatch):
+    """``--video-layout transformers5`` on a transformers outside the range pyproject.toml pins and the README states
+    (they and :data:`TESTED_TRANSFORMERS` agree) is one line naming the installed version (issue 52, item 9)."""
+    import importlib.metadata
+    import re
+
+    from grounding_rl.errors import UserError
+    from grounding_rl.eval.settings import TESTED_TRANSFORMERS, check_layout_supported
+
+    low, high = TESTED_TRANSFORMERS
+    assert f'"transformers>={low},<{high}"' in (REPO_ROOT / "pyproject.toml").read_text()
+    last = f"{high.split('.')[0]}.{int(high.split('.')[1]) - 1}"
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"runs on transformers {low} to {last} (`transformers>={low},<{high}`" in readme
+    original = importlib.metadata.version
+    for installed, refused in (("5.25.0", True), ("5.18.2", True), ("5.24.0", False), ("5.19.0", False)):
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda name, v=installed: v if name == "transformers" else original(name))
+        check_layout_supported("released")  # the default layout has no such bound
+        if refused:
+            with pytest.raises(UserError, match=re.escape(f"--video-layout transformers5 needs transformers >= {low}, "
+                                                          f"< {high} (the tested range); transformers {installed}")):
+                resolve_config(tmp_path, PreprocessingOverrides(video_layout="transformers5"))
+        else:
+            assert resolve_config(tmp_path, PreprocessingOverrides(video_layout="transformers5"))[0].video_layout == \
+                "transformers5"
+
+
+def test_an_out_of_another_tool_is_refused_before_anything_is_written(qwen3_processor_dir, videos_dir, tmp_path,
+                                                                      capsys):
+    """``--out`` holding ``grounding-rl score``'s input and output (no eval_config.json, rows without gt_start) was
+    a ``KeyError: 'gt_start'`` after the run, again on every rerun: one line suggesting --overwrite, nothing added."""
+    out = tmp_path / "scored"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text(json.dumps({"qid": "0", "answer": "1 to 2"}) + "\n")
+    (out / "metrics.json").write_text("{}\n")
+    assert _eval(qwen3_processor_dir, videos_dir / "annotations.jsonl", out) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"grounding-rl eval: error: {out} holds predictions.jsonl and metrics.json not written by eval (no "
+                   "eval_config.json, or rows without gt_start); rerun with --overwrite to replace them, or give a new "
+                   "--out")
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "predictions.jsonl"]

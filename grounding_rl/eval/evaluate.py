@@ -200,6 +200,10 @@ class EvalRequest:
             sharded pass writes the same answers as an uninterrupted one.
         max_turns: run the policy with the crop tool, at most this many crop requests per query
             (:mod:`grounding_rl.eval.turns`); 0 = one turn.
+        device: where the model runs (``cpu``, ``cuda``, ``cuda:1``); None = the process's device (cuda when
+            available; under ``accelerate launch`` each rank's own).
+        print_prompt: print the exact prompt of the first query to run before generating (as ``infer
+            --print-prompt`` prints it).
     """
 
     model: str
@@ -225,6 +229,8 @@ class EvalRequest:
     zoom: ZoomSettings | None = None
     temperature: float | None = None
     max_turns: int = 0
+    device: str | None = None
+    print_prompt: bool = False
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -255,6 +261,12 @@ class EvalRequest:
         if self.zoom is not None:
             self.zoom.check()
         check_number("--max-turns", self.max_turns, minimum=0)
+        from grounding_rl.eval.engines import check_device, check_dtype
+
+        check_dtype(self.dtype)
+        check_device(self.device)
+        if self.frame_cache is not None and Path(self.frame_cache).exists() and not Path(self.frame_cache).is_dir():
+            raise UserError(f"--frame-cache {self.frame_cache} is a file; give a folder (created if absent)")
 
 
 @dataclass
@@ -302,7 +314,8 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     """Read and check what :func:`run` needs, before any model loads or any output is written.
 
     Raises:
-        UserError: a number out of range (:meth:`EvalRequest.check`), a model path that names no checkpoint, a model
+        UserError: a number out of range (:meth:`EvalRequest.check`), an ``out`` holding another tool's predictions or
+            metrics (:func:`_check_foreign`), a model path that names no checkpoint, a model
             folder holding full weights beside an adapter, no queries, duplicate qids, too many missing videos, an unknown template or video setting,
             ``max_new_tokens`` above the model's context.
         AnnotationError: a bad data file (names file and line).
@@ -342,6 +355,8 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
 
         dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
     check_model_folder(request.model)  # before any output: a mistyped --model, full weights beside an adapter
+    if not request.overwrite and Path(request.out).is_dir():
+        _check_foreign(Path(request.out))
     try:
         config, source = resolve_config(
             request.model, request.overrides, fallback=bench.protocol if bench else None,
@@ -380,6 +395,22 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
                     run=record)
+
+
+def _check_foreign(outdir: Path) -> None:
+    """Refuse an ``outdir`` holding a ``predictions.jsonl`` or ``metrics.json`` that another tool wrote (no
+    ``eval_config.json`` beside it, or prediction rows without ``gt_start``, e.g. ``grounding-rl score``'s input), read
+    by :func:`plan` before anything is written there (unless ``overwrite``).
+
+    Raises:
+        UserError: one line naming the files and the two ways on (``--overwrite``, or another ``--out``).
+    """
+    foreign = [] if (outdir / RUN_FILE).is_file() else [n for n in (PREDICTIONS, METRICS) if (outdir / n).is_file()]
+    if any("gt_start" not in record for record in existing_predictions(outdir).values()):
+        foreign = foreign or [PREDICTIONS]
+    if foreign:
+        raise UserError(f"{outdir} holds {' and '.join(foreign)} not written by eval (no {RUN_FILE}, or rows without "
+                        "gt_start); rerun with --overwrite to replace them, or give a new --out")
 
 
 def _check_run(outdir: Path, run: dict) -> None:
@@ -447,12 +478,14 @@ def run(plan_: EvalPlan, state) -> RunResult:
     if main_process:
         print(f"eval: {len(samples)} queries, {len(samples) - len(pending)} already in {outdir}, "
               f"{len(pending)} to run on {state.num_processes} process(es)")
+    if main_process and request.print_prompt and pending:
+        _print_first_prompt(plan_, pending[0])
     started = time.perf_counter()
     if shard:
         set_seed(request.seed)
         from grounding_rl.eval.engines import load_inference_engine
 
-        model, processor, engine = load_inference_engine(request.model, state.device, request.dtype,
+        model, processor, engine = load_inference_engine(request.model, request.device or state.device, request.dtype,
                                                          request.attn_implementation, request.engine,
                                                          max_videos=request.max_turns + 1)
     # eval_config.json only once every rank that runs queries has its model: a failed load leaves no record
@@ -518,6 +551,25 @@ def run(plan_: EvalPlan, state) -> RunResult:
     state.wait_for_everyone()
     return RunResult(queries_run=len(pending), videos_run=len(group_by_video([s.video for s in pending])),
                      wall_time_s=time.perf_counter() - started)
+
+
+def _print_first_prompt(plan_: EvalPlan, sample: Sample) -> None:
+    """``eval --print-prompt``: the exact prompt of ``sample`` (the first query to run) as ``infer --print-prompt``
+    prints it (:func:`grounding_rl.eval.infer.format_prompt`: special tokens and Qwen3-VL's timestamps shown, video
+    tokens collapsed to a count); pass 1's with ``zoom`` or ``max_turns``. Its clip is decoded once more for it."""
+    from grounding_rl.data.video import VideoLoadError, sample_frames
+    from grounding_rl.eval.infer import format_prompt
+    from grounding_rl.models.loading import load_processor
+
+    config = plan_.config
+    try:
+        video = sample_frames(sample.video, config.video)
+    except VideoLoadError as err:
+        print(f"eval: no prompt to print for qid {sample.qid}: {str(err).splitlines()[0]}")
+        return
+    prompt = format_prompt(load_processor(plan_.request.model), video, sample.query, config.prompt_template,
+                           config.video_layout)
+    print(f"eval: prompt for qid {sample.qid} ({sample.query!r}):\n{prompt}")
 
 
 # ------------------------------------------------------------------------------------------------------ report

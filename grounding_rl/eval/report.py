@@ -225,6 +225,29 @@ def _predicted_spans(result: Mapping) -> list[tuple[float, float]]:
 _COLORS = ("#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22")
 
 
+def plot_path(path: str | Path, flag: str = "--plot") -> Path:
+    """The file a picture named ``path`` is written to: ``path`` itself when its extension is a format matplotlib
+    writes (``FigureCanvasBase.get_supported_filetypes``: png, pdf, svg, jpg, …), ``path`` + ``.png`` when it has
+    none (matplotlib's default format).
+
+    Raises:
+        UserError: an extension matplotlib cannot write, naming ``flag`` and the formats it can.
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from grounding_rl.errors import UserError
+
+    path = Path(path)
+    suffix = path.suffix.lstrip(".").lower()
+    if not suffix:
+        return path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise UserError(f"{flag} {path}: matplotlib writes no .{suffix} files; use one of "
+                        f"{', '.join('.' + f for f in sorted(formats))}")
+    return path
+
+
 def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: Sequence[Sequence[float]] | None = None,
                   max_frames: int = 10, title: str | None = None) -> Path:
     """A timeline picture for ``grounding-rl infer --plot``.
@@ -240,7 +263,7 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
             and, for a set answer, ``spans`` (``[[s, e], …]``: one bar per span); a zoom result (``infer --zoom``)
             also has ``zoom_window`` [a, b], drawn as a grey band in its lane, and ``pass1`` (its ``start``/``end``),
             drawn as a dashed outline.
-        path: output PNG.
+        path: output picture (:func:`plot_path`: no extension → ``.png``).
         gts: one (start, end) — or a list of them, a ground-truth set — per query in order, or None.
         max_frames: thumbnails in the strip.
         title: figure title (default: the video file name and duration).
@@ -331,7 +354,7 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
     handles, names = lanes.get_legend_handles_labels()
     if handles:
         fig.legend(handles, names, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
-    path = Path(path)
+    path = plot_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
