@@ -201,7 +201,7 @@ class EvalRequest:
         max_turns: run the policy with the crop tool, at most this many crop requests per query
             (:mod:`grounding_rl.eval.turns`); 0 = one turn.
         device: where the model runs (``cpu``, ``cuda``, ``cuda:1``); None = the process's device (cuda when
-            available; under ``accelerate launch`` each rank's own).
+            available; under ``accelerate launch`` each rank's own, and ``device`` is refused there).
         print_prompt: print the exact prompt of the first query to run before generating (as ``infer
             --print-prompt`` prints it).
     """
@@ -667,6 +667,9 @@ def evaluate(request: EvalRequest) -> dict | None:
     request.check()
     # Ranks wait for the slowest shard at the final barrier: a long timeout instead of NCCL's 10 minutes.
     state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(hours=BARRIER_TIMEOUT_H))
+    if request.device is not None and state.num_processes > 1:
+        raise UserError(f"--device {request.device} is for a one-process eval; under accelerate launch / torchrun "
+                        f"each of the {state.num_processes} processes uses its own device: drop --device")
     plan_ = plan(request, state.is_main_process)
     # one run at a time in OUTDIR: the main process holds its lock from before its first write to the report's end
     lock = lock_output_dir(request.out) if state.is_main_process else None
