@@ -52,7 +52,7 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
                         help="override the maximum number of frames (video_max_frames)")
     parser.add_argument("--video-min-frames", dest="min_frames", type=int, default=None,
-                        help="override the minimum number of frames (video_min_frames; lower it with "
+                        help="override the minimum number of frames (video_min_frames; lower it to give a "
                         "--video-max-frames under the saved minimum)")
     parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils", "lmms_eval_qwen2_5_vl"],
                         help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
@@ -81,12 +81,15 @@ def add_scoring_flag(parser: argparse.ArgumentParser) -> None:
                         "interval sets: set, against every span of TimeLens-Bench's spans_all, and qvhighlights, "
                         "moment_detr's R1 and mAP, added by itself on qvhighlights data), or 'all'; repeatable. "
                         "standard (the headline) and clamped are always computed")
+
+
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
     """``--device``, ``--dtype`` and ``--print-prompt``, shared by ``eval`` (and so ``difficulty``) and ``infer``."""
     from grounding_rl.eval.engines import DTYPES
 
     parser.add_argument("--device", default=None,
-                        help="cuda, cuda:1 or cpu (default: cuda when available; under accelerate each rank's own)")
+                        help="cuda, cuda:1 or cpu (default: cuda when available; not under accelerate launch, where "
+                             "each process has its own)")
     parser.add_argument("--dtype", default="auto", choices=DTYPES,
                         help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
     parser.add_argument("--print-prompt", action="store_true",
