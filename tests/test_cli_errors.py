@@ -256,6 +256,38 @@ CASES = {
 
 
     # ---- newcomer cases: eval, infer, difficulty (rows below this line) ----
+    "eval: --dtype fp17": (lambda d: [*EVAL(d, "tiny"), "--dtype", "fp17"],
+                           ["argument --dtype: invalid choice: 'fp17'", "float16"]),
+    "infer: --dtype fp17": (lambda d: [*INFER(d, "tiny"), "--dtype", "fp17"], ["argument --dtype: invalid choice"]),
+    "infer: --device cuda without a GPU": (lambda d: [*INFER(d, "tiny"), "--device", _absent_cuda()],
+                                           ["--device cuda", "use --device cpu"]),
+    "eval: --device cuda without a GPU": (lambda d: [*EVAL(d, "tiny"), "--device", _absent_cuda()],
+                                          ["--device cuda", "use --device cpu"]),
+    "eval: --frame-cache naming a file": (lambda d: [*EVAL(d, "tiny"), "--frame-cache", str(d / "a_file")],
+                                          ["--frame-cache", "a_file is a file; give a folder"]),
+    "eval: lmms_eval_qwen2_5_vl sampler on a Qwen3-VL model": (
+        lambda d: [*EVAL(d, _qwen3(d)), "--video-sampler", "lmms_eval_qwen2_5_vl"],
+        ["--video-sampler lmms_eval_qwen2_5_vl is lmms-eval's Qwen2.5-VL backend", "Qwen3-VL checkpoint"]),
+    "infer: lmms_eval_qwen2_5_vl sampler on a Qwen3-VL model": (
+        lambda d: [*INFER(d, _qwen3(d)), "--video-sampler", "lmms_eval_qwen2_5_vl"],
+        ["--video-sampler lmms_eval_qwen2_5_vl", "Qwen3-VL checkpoint"]),
+    "eval: --out holding another tool's predictions (KeyError 'gt_start' before)": (
+        lambda d: [*EVAL(d, "tiny")[:-1], str(_foreign_out(d))],
+        ["foreign_out holds predictions.jsonl and metrics.json not written by eval", "--overwrite"]),
+    "infer: --plot with an extension matplotlib cannot write (checked before the answer)": (
+        lambda d: [*INFER(d, "tiny"), "--plot", str(d / "p.xyz")], ["--plot", "p.xyz: matplotlib writes no .xyz"]),
+    "eval: --video-min-tokens above the maximum (in tokens, not pixels)": (
+        lambda d: [*EVAL(d, "tiny"), "--video-min-tokens", "100000"],
+        ["--video-min-tokens 100000 is above the per-frame maximum of 768 merged tokens", "--video-max-pixels"]),
+    "eval: --video-max-frames under the minimum (--video-min-frames lowers it)": (
+        lambda d: [*EVAL(d, "tiny"), "--video-max-frames", "3"],
+        ["--video-max-frames 3 is under the minimum of 4 frames", "give --video-min-frames 3 or lower"]),
+    "infer: --max-frames under the minimum": (lambda d: [*INFER(d, "tiny"), "--max-frames", "2"],
+                                              ["--video-max-frames 2 is under the minimum of 4"]),
+    "difficulty: --temperature without --num-rollouts (ignored before)": (
+        lambda d: ["difficulty", "--model", str(d / "tiny"), "--data", shared("data", "videos", "annotations.jsonl"),
+                   "--out", str(d / "scored.jsonl"), "--temperature", "0.7"],
+        ["--temperature 0.7 samples the --num-rollouts rollouts", "give --num-rollouts K"]),
 
     # (end of eval rows)
 
@@ -470,3 +502,44 @@ def test_prepare_drops_a_query_of_invisible_characters(tmp_path, capsys, caplog)
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (counts["kept"], counts["dropped"]) == (1, 2)
     assert "dropped: empty query (only invisible characters: '\\u200b\\u200b') (qid 0" in caplog.text
+
+
+def _absent_cuda() -> str:
+    """A CUDA device this machine lacks: ``cuda`` without a GPU, else an index past the last."""
+    import torch
+
+    return "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
+
+
+def _qwen3(d: Path) -> str:
+    """``d/qwen3``: the real Qwen3-VL config and processor files (no weights; the sampler is refused before a load)."""
+    if not (d / "qwen3").exists():
+        (d / "qwen3").symlink_to(shared("models", "Qwen3-VL-8B-Instruct"))
+    return "qwen3"
+
+
+def _foreign_out(d: Path) -> Path:
+    """A folder holding ``grounding-rl score``'s input and output (no ``eval_config.json``, rows without gt_start)."""
+    out = d / "foreign_out"
+    out.mkdir(exist_ok=True)
+    (out / "predictions.jsonl").write_text(json.dumps({"qid": "0", "answer": "1 to 2"}) + "\n")
+    (out / "metrics.json").write_text("{}\n")
+    return out
+
+
+def test_transformers5_layout_on_an_untested_transformers_is_one_line(files, monkeypatch, capsys):
+    """``--video-layout transformers5`` under transformers 5.25.0 (outside the tested range) is one
+    line naming the flag, the installed version and the range, before anything is written."""
+    import importlib.metadata
+
+    original = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "5.25.0" if name == "transformers" else original(name))
+    for argv in ([*EVAL(files, _qwen3(files)), "--video-layout", "transformers5"],
+                 [*INFER(files, _qwen3(files)), "--video-layout", "transformers5"]):
+        assert cli(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"grounding-rl {argv[0]}: error: --video-layout transformers5 needs transformers >= "
+                              "5.19, < 5.25 (the tested range); transformers 5.25.0 is installed"), err
+        assert len(err.splitlines()) == 1
+    assert not (files / "ev_qwen3").exists()

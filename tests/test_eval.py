@@ -593,3 +593,110 @@ def test_rerun_on_edited_data_is_refused(tiny_model_dir, videos_dir, tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "data_sha256" in err and "--overwrite" in err
     assert json.loads((out / "eval_config.json").read_text())["version"] == grounding_rl.__version__
+
+
+def test_rescoring_reads_a_fresh_answer_over_a_stale_null_start_as_score_does(tmp_path, monkeypatch, capsys):
+    """Rows whose ``answer`` was rewritten but whose ``start``/``end`` are still null: eval's report reads the answer,
+    as ``grounding-rl score`` does (0 missing predictions, the same metrics), and the histogram gets no failures and
+    no more bins than queries (issue 52, item 14)."""
+    from grounding_rl.eval import report as files
+    from grounding_rl.eval.score import score
+    from grounding_rl.reward.records import prediction_record
+
+    samples = [_sample(start=2.0 + i, end=4.0 + i, qid=str(i)) for i in range(8)]
+    rows = []
+    for i, sample in enumerate(samples):
+        row = prediction_record(sample, f"<answer>{1.5 + i} to {4.0 + i}</answer>")
+        rows.append({**row, "start": None, "end": None})  # stale fields of an earlier, unparsed answer
+    out = tmp_path / "ev"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    annotations = tmp_path / "gt.jsonl"
+    annotations.write_text("".join(json.dumps({"video": s.video, "query": s.query, "start": s.start, "end": s.end,
+                                               "duration": s.duration, "qid": s.qid}) + "\n" for s in samples))
+    drawn = {}
+    monkeypatch.setattr(files, "plot_iou_hist", lambda ious, path, failures, metrics: drawn.update(
+        n=len(ious), failures=failures))
+    plan_ = ev.EvalPlan(request=ev.EvalRequest(model="m", data=str(annotations), out=str(out)), samples=samples,
+                        dropped=0, absent=[], num_videos=1, benchmark=None, config=GroundingConfig(), source="test",
+                        max_new_tokens=12, model_id="m", run={"data": str(annotations)})
+    metrics = ev.report(plan_, ev.RunResult(queries_run=0, videos_run=0, wall_time_s=0.0))
+    assert metrics["missing_predictions"] == 0 and drawn == {"n": 8, "failures": 0}
+    scored = score(out / "predictions.jsonl", annotations)
+    assert scored["missing_predictions"] == 0
+    assert (metrics["mIoU"], metrics["R1@0.5"]) == (scored["mIoU"], scored["R1@0.5"]) and metrics["mIoU"] > 0
+    assert "0 without a parsed prediction" in capsys.readouterr().out
+    assert not ev.has_prediction({"start": None, "end": None, "answer": "no idea"})
+    assert ev.has_prediction({"start": 1.0, "end": 2.0, "answer": None})
+    assert len(files.hist_bins(8)) - 1 == 8 and len(files.hist_bins(1000)) - 1 == 20 and len(files.hist_bins(0)) == 2
+
+
+def test_eval_print_prompt_and_device(tiny_model_dir, videos_dir, tmp_path, capsys):
+    """``eval --print-prompt`` prints the first query's exact prompt (as ``infer --print-prompt``), and ``--device
+    cpu`` runs; both flags are declared once for eval and infer."""
+    out = tmp_path / "out"
+    assert _eval(tiny_model_dir, videos_dir / "annotations.jsonl", out, "--limit", "1", "--print-prompt",
+                 "--device", "cpu") == 0
+    stdout = capsys.readouterr().out
+    first = _lines(videos_dir / "annotations.jsonl")[0]
+    prompt = stdout.split(f"eval: prompt for qid 0 ({first['query']!r}):\n", 1)[1]
+    assert prompt.startswith("<|im_start|>") and "<|vision_start|><|video_pad|>×" in prompt
+    assert len(_lines(out / "predictions.jsonl")) == 1
+
+
+@pytest.mark.parametrize("sub", ["eval", "difficulty", "infer"])
+def test_help_texts_are_plain_text_and_share_the_run_flags(sub, capsys):
+    from grounding_rl.cli import main as cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli([sub, "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for markup in ("``", ":func:", ":class:", ":mod:"):
+        assert markup not in text, markup
+    for flag in ("--device", "--print-prompt", "--dtype {auto,bfloat16,float16,float32}", "--video-min-frames"):
+        assert flag in text, flag
+
+
+def test_transformers5_layout_is_refused_outside_the_tested_range(tmp_path, monkeypatch):
+    """``--video-layout transformers5`` on a transformers outside the range pyproject.toml pins and the README states
+    (they and :data:`TESTED_TRANSFORMERS` agree) is one line naming the installed version (issue 52, item 9)."""
+    import importlib.metadata
+    import re
+
+    from grounding_rl.errors import UserError
+    from grounding_rl.eval.settings import TESTED_TRANSFORMERS, check_layout_supported
+
+    low, high = TESTED_TRANSFORMERS
+    assert f'"transformers>={low},<{high}"' in (REPO_ROOT / "pyproject.toml").read_text()
+    last = f"{high.split('.')[0]}.{int(high.split('.')[1]) - 1}"
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"runs on transformers {low} to {last} (`transformers>={low},<{high}`" in readme
+    original = importlib.metadata.version
+    for installed, refused in (("5.25.0", True), ("5.18.2", True), ("5.24.0", False), ("5.19.0", False)):
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda name, v=installed: v if name == "transformers" else original(name))
+        check_layout_supported("released")  # the default layout has no such bound
+        if refused:
+            with pytest.raises(UserError, match=re.escape(f"--video-layout transformers5 needs transformers >= {low}, "
+                                                          f"< {high} (the tested range); transformers {installed}")):
+                resolve_config(tmp_path, PreprocessingOverrides(video_layout="transformers5"))
+        else:
+            assert resolve_config(tmp_path, PreprocessingOverrides(video_layout="transformers5"))[0].video_layout == \
+                "transformers5"
+
+
+def test_an_out_of_another_tool_is_refused_before_anything_is_written(qwen3_processor_dir, videos_dir, tmp_path,
+                                                                      capsys):
+    """``--out`` holding ``grounding-rl score``'s input and output (no eval_config.json, rows without gt_start) was
+    a ``KeyError: 'gt_start'`` after the run, again on every rerun: one line suggesting --overwrite, nothing added."""
+    out = tmp_path / "scored"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text(json.dumps({"qid": "0", "answer": "1 to 2"}) + "\n")
+    (out / "metrics.json").write_text("{}\n")
+    assert _eval(qwen3_processor_dir, videos_dir / "annotations.jsonl", out) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"grounding-rl eval: error: {out} holds predictions.jsonl and metrics.json not written by eval (no "
+                   "eval_config.json, or rows without gt_start); rerun with --overwrite to replace them, or give a new "
+                   "--out")
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "predictions.jsonl"]

@@ -193,3 +193,22 @@ def test_print_prompt_shows_what_the_model_is_given(family_model_dir, videos_dir
         assert counts == [12]  # one run: 12 frames of 28x56 → 6 temporal patches × (2·4 patches / 4)
         assert "seconds>" not in prompt and "<|vision_start|><|video_pad|>×12<|vision_end|>" in prompt
     assert "[1] " + QUERIES[0] in out  # the answer follows
+
+
+def test_plot_path_is_the_file_written_and_checked_before_the_answer():
+    """``--plot inf`` writes ``inf.png`` and says so; an extension matplotlib cannot write is refused up front."""
+    from pathlib import Path
+
+    from grounding_rl.errors import UserError
+    from grounding_rl.eval.report import plot_path
+
+    assert plot_path("inf") == Path("inf.png") and plot_path("out/t.PDF") == Path("out/t.PDF")
+    with pytest.raises(UserError, match=r"--plot p\.xyz: matplotlib writes no \.xyz files; use one of .*\.png"):
+        plot_path("p.xyz")
+
+
+def test_video_min_frames_lowers_the_minimum_under_video_max_frames(tiny_model_dir):
+    from grounding_rl.eval.settings import PreprocessingOverrides, resolve_config
+
+    video = resolve_config(tiny_model_dir, PreprocessingOverrides(max_frames=3, min_frames=2))[0].video
+    assert (video.min_frames, video.max_frames) == (2, 3)

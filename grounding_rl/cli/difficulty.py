@@ -2,7 +2,7 @@
 (:func:`grounding_rl.eval.difficulty_scores.score_difficulty`).
 
     grounding-rl difficulty --model M --data D.jsonl --out D_scored.jsonl [--work-dir DIR] [--reward-funcs ...]
-                            [--reward-weights ...] [--num-rollouts K --temperature T]
+                            [--reward-weights ...] [--num-rollouts K [--temperature T]]
                             [every option of grounding-rl eval]
 
 Writes ``D_scored.jsonl`` (each line as it was, plus ``"difficulty": {"iou", "reward", "pred"}``) and ``D_scored.json``
@@ -15,11 +15,13 @@ from pathlib import Path
 
 from grounding_rl.errors import UserError
 
+DESCRIPTION = "Score every sample of a training file with a model, for difficulty-aware GRPO."  # --help's (plain)
+
 
 def build_parser():
     from grounding_rl.cli.eval import build_parser as eval_parser
 
-    parser = eval_parser(prog="grounding-rl difficulty", description=__doc__.split("\n\n")[0],
+    parser = eval_parser(prog="grounding-rl difficulty", description=DESCRIPTION,
                          out_help="the scored JSONL to write (D_scored.jsonl); its sidecar D_scored.json records the "
                                   "model and settings", zoom=False)
     parser.add_argument("--work-dir", default=None,
@@ -35,8 +37,9 @@ def build_parser():
                              "(TimeLens2: 8); each pass resumable in WORK_DIR/rollout_k, seed --seed + k, each query "
                              "sampled alone from a seed of (that seed, its qid): a resumed or multi-process pass "
                              "writes the bytes of an uninterrupted one")
-    parser.add_argument("--temperature", type=float, default=1.0,
-                        help="sampling temperature of the rollouts (TimeLens2's rollout.py: 1.0)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature of the rollouts (needs --num-rollouts; default: 1.0, TimeLens2's "
+                             "rollout.py)")
     return parser
 
 
@@ -47,9 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     from grounding_rl.eval.difficulty_scores import score_difficulty, sidecar_of
 
     args = build_parser().parse_args(argv)
+    if args.temperature is not None and not args.num_rollouts:
+        raise UserError(f"--temperature {args.temperature:g} samples the --num-rollouts rollouts; the greedy pass "
+                        "ignores it: give --num-rollouts K too, or drop --temperature")
     try:
         sidecar = score_difficulty(request_from_args(args), args.out, args.reward_funcs, args.reward_weights,
-                                   args.work_dir, args.num_rollouts, args.temperature)
+                                   args.work_dir, args.num_rollouts,
+                                   1.0 if args.temperature is None else args.temperature)
     except VideoProbeError as err:
         raise UserError(str(err)) from None
     if sidecar is None:  # another rank

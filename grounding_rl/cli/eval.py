@@ -5,7 +5,7 @@
                       [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
                       [--scoring NAME|all ...]
                       [--zoom [--zoom-margin M] [--zoom-spend fps|resolution] [--zoom-time video|window]]
-                      [--max-turns K]
+                      [--max-turns K] [--device cpu|cuda[:N]] [--print-prompt]
 
 Over a finished OUTDIR the run only scores: every query is already in ``predictions.jsonl`` (nothing pending, no model
 loads), so ``--scoring all`` rescores existing predictions under every published evaluator's rule.
@@ -23,14 +23,17 @@ import sys
 
 from grounding_rl.errors import UserError
 
+DESCRIPTION = "R1@{0.3,0.5,0.7} and mIoU of a checkpoint on a canonical JSONL."  # --help's (plain text)
+
 
 def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
     """The flags of :class:`grounding_rl.eval.settings.PreprocessingOverrides` (None = keep the checkpoint's), shared
     by ``eval``, ``difficulty`` and ``infer``. One name per setting: the flag ``--video-fps`` is the YAML key
     ``video_fps`` and ``video.fps`` in ``grounding_config.json`` (likewise ``--video-min-pixels``,
-    ``--video-max-pixels``, ``--video-total-pixels``, ``--video-max-frames``, ``--video-sampler``,
-    ``--video-total-tokens``, ``--video-min-tokens``, ``--video-budget-lowers-fps``, ``--video-cover-tail``); the short
-    forms ``--fps``, ``--min-pixels``, ``--max-pixels``, ``--total-pixels``, ``--max-frames`` are aliases."""
+    ``--video-max-pixels``, ``--video-total-pixels``, ``--video-max-frames``, ``--video-min-frames``,
+    ``--video-sampler``, ``--video-total-tokens``, ``--video-min-tokens``, ``--video-budget-lowers-fps``,
+    ``--video-cover-tail``); the short forms ``--fps``, ``--min-pixels``, ``--max-pixels``, ``--total-pixels``,
+    ``--max-frames`` are aliases."""
     from grounding_rl.family import VIDEO_LAYOUTS
 
     parser.add_argument("--prompt-template", default=None, help="override the prompt template")
@@ -48,6 +51,9 @@ def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
                         help="override the pixel budget per clip (video_total_pixels)")
     parser.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
                         help="override the maximum number of frames (video_max_frames)")
+    parser.add_argument("--video-min-frames", dest="min_frames", type=int, default=None,
+                        help="override the minimum number of frames (video_min_frames; lower it to give a "
+                        "--video-max-frames under the saved minimum)")
     parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils", "lmms_eval_qwen2_5_vl"],
                         help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
                         "Time-R1 and VideoChat-R1 checkpoints were evaluated; lmms_eval_qwen2_5_vl: lmms-eval's "
@@ -75,6 +81,22 @@ def add_scoring_flag(parser: argparse.ArgumentParser) -> None:
                         "interval sets: set, against every span of TimeLens-Bench's spans_all, and qvhighlights, "
                         "moment_detr's R1 and mAP, added by itself on qvhighlights data), or 'all'; repeatable. "
                         "standard (the headline) and clamped are always computed")
+
+
+def add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--dtype`` and ``--print-prompt``, shared by ``eval`` (and so ``difficulty``) and ``infer``."""
+    from grounding_rl.eval.engines import DTYPES
+
+    parser.add_argument("--device", default=None,
+                        help="cuda, cuda:1 or cpu (default: cuda when available; not under accelerate launch, where "
+                             "each process has its own)")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                        help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
+    parser.add_argument("--print-prompt", action="store_true",
+                        help="print the exact prompt (video tokens collapsed to a count, timestamps shown): of each "
+                             "query for infer, of the first query to run for eval")
+
+
 def add_zoom_flags(parser: argparse.ArgumentParser) -> None:
     """``--zoom`` and its knobs (:class:`grounding_rl.eval.zoom.ZoomSettings`), shared by ``eval`` and ``infer``."""
     from grounding_rl.eval.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
@@ -118,7 +140,7 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
     ``--out``, without the zoom flags (``zoom=False``)."""
     from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
 
-    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog=prog, description=description or DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="checkpoint folder (or hub id already in the local cache)")
     parser.add_argument("--data", required=True, help="canonical JSONL (grounding-rl prepare)")
@@ -134,7 +156,7 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help=f"generation budget (default: the benchmark's, else {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--seed", type=int, default=0, help="random seed (decoding is greedy; recorded)")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
+    add_run_flags(parser)
     parser.add_argument("--attn-implementation", default=None, help="e.g. sdpa, flash_attention_2")
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                         help="hf: transformers generate (default); vllm: vLLM with the same frames, clip metadata and "
@@ -172,7 +194,7 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
                        max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring),
                        zoom=zoom_from_args(args) if hasattr(args, "zoom") else None,
-                       max_turns=getattr(args, "max_turns", 0))
+                       max_turns=getattr(args, "max_turns", 0), device=args.device, print_prompt=args.print_prompt)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,7 +61,7 @@ def _quiet_native_stderr():
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from grounding_rl.cli.eval import add_preprocessing_overrides, add_zoom_flags
+    from grounding_rl.cli.eval import add_preprocessing_overrides, add_run_flags, add_zoom_flags
     from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
 
     parser = argparse.ArgumentParser(prog="grounding-rl infer", description="Ask when something happens in a video.")
@@ -70,11 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--query", action="append", required=True, help="event to find (repeat for several)")
     parser.add_argument("--gt", nargs=2, type=float, action="append", metavar=("S", "E"), default=None,
                         help="ground truth in seconds for the --plot picture (needs --plot), one per --query in order")
-    parser.add_argument("--plot", default=None, help="write a timeline PNG here")
+    parser.add_argument("--plot", default=None,
+                        help="write a timeline picture here (its format from the extension: png, pdf, svg, …; none: "
+                             "OUT.png)")
     parser.add_argument("--json", action="store_true", help="print one JSON list on stdout, nothing else")
-    parser.add_argument("--print-prompt", action="store_true",
-                        help="print the exact prompt of each query (video tokens collapsed to a count, timestamps "
-                             "shown)")
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
     add_preprocessing_overrides(parser)
     add_zoom_flags(parser)
@@ -83,8 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(0: one turn)")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
                         help="generation budget (of each model turn with --max-turns)")
-    parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda when available)")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float32")
+    add_run_flags(parser)
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                         help="hf: transformers generate (default); vllm: vLLM with the same frames, clip metadata and "
                              "prompt ids (needs vllm)")
@@ -94,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2 missing/unreadable
     video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), a ``--gt`` without ``--plot`` or
-    not ``0 ≤ S ≤ E``, ``--batch-size`` or
+    not ``0 ≤ S ≤ E``, a ``--plot`` extension matplotlib cannot write, ``--device cuda`` without a GPU,
+    ``--batch-size`` or
     ``--max-new-tokens`` below 1, ``--max-new-tokens`` above the model's context, a frame-sampling override ≤ 0 (a
     :class:`grounding_rl.errors.UserError`, one line, before the model loads)."""
     from grounding_rl.data.video import VideoLoadError, sample_frames
@@ -118,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                             "; give the event to find (prepare drops such queries too)")
     check_number("--batch-size", args.batch_size, minimum=1)
     check_number("--max-new-tokens", args.max_new_tokens, minimum=1)
+    from grounding_rl.eval.engines import check_device
+    from grounding_rl.eval.report import plot_path
+
+    check_device(args.device)
+    plot = plot_path(args.plot) if args.plot else None
     overrides = PreprocessingOverrides.from_args(args)
     overrides.check()
     from grounding_rl.cli.eval import zoom_from_args
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         from grounding_rl.eval.report import plot_timeline
 
         try:
-            path = plot_timeline(video, results, args.plot, gts=args.gt)
+            path = plot_timeline(video, results, plot, gts=args.gt)
             print(f"infer: wrote {path}", file=log)
         except OSError as err:
             print(f"infer: warning: no plot written: {args.plot}: {err.strerror or err}", file=sys.stderr)

@@ -9,6 +9,40 @@ from grounding_rl.models.loading import check_weight_files, load_for_inference, 
 from grounding_rl.models.tokens import completion_token_ids, saved_generation_config
 
 ENGINES = ("hf", "vllm")
+DTYPES = ("auto", "bfloat16", "float16", "float32")  # what --dtype takes (auto: bf16 on GPU, fp32 on CPU)
+
+
+def check_dtype(dtype: str, flag: str = "--dtype") -> None:
+    """Raises UserError (one line naming ``flag``) unless ``dtype`` is one of :data:`DTYPES`."""
+    from grounding_rl.errors import UserError
+
+    if dtype not in DTYPES:
+        raise UserError(f"{flag} {dtype!r} is not one of {', '.join(DTYPES)}")
+
+
+def check_device(device: str | None, flag: str = "--device") -> None:
+    """``device`` (None = the default) names a device this machine has, before a model loads.
+
+    Raises:
+        UserError: one line naming ``flag``: not a torch device name (``cpu``, ``cuda``, ``cuda:1``), CUDA asked for
+            where ``torch.cuda.is_available()`` is false, or a CUDA index past ``torch.cuda.device_count()``.
+    """
+    from grounding_rl.errors import UserError
+
+    if device is None:
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UserError(f"{flag} {device!r} is not a device (cpu, cuda, cuda:1, …)") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"{flag} {device}: no CUDA GPU is available here (torch.cuda.is_available() is false); "
+                            "use --device cpu or leave --device out")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise UserError(f"{flag} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif parsed.type != "cpu":
+        raise UserError(f"{flag} {device}: eval and infer run on cpu or cuda")
 
 
 def vllm_engine_for_inference(model_path: str, processor, dtype: str = "auto", max_model_len: int = 32768,

@@ -29,6 +29,9 @@
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
   --annotations TEST.jsonl`` reproduces the metrics. A rerun with the same OUTDIR skips the qids already there and
   ends with the same metrics as an uninterrupted run; a rerun with other settings is refused (``overwrite`` restarts).
+  One run at a time per OUTDIR: the main process holds an OS lock on ``OUTDIR/.lock`` (:mod:`grounding_rl.eval.lock`)
+  from before its first write there to the end of :func:`report`, released when it ends however it ends (so a run
+  killed with ``kill -9`` resumes); a second run on it is refused with one line.
   Under ``accelerate launch`` / ``torchrun`` each rank takes a disjoint shard of whole videos and writes
   ``predictions.rank{r}.jsonl``. A clip that fails to load
   (:class:`~grounding_rl.data.video.VideoLoadError`) is a recorded failure: ``answer`` null, ``iou`` 0 and an
@@ -56,6 +59,7 @@ from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOverrides, check_generation_length,
                                         describe_config, resolve_config)
+from grounding_rl.eval.lock import lock_output_dir
 from grounding_rl.eval.zoom import ZoomSettings
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
 from grounding_rl.models.loading import check_model_folder
@@ -95,6 +99,24 @@ def read_predictions(path: str | Path) -> tuple[list[dict], int]:
     rows = [row for _, row in lines]
     records = [row for row in rows if row.get("qid") is not None]
     return records, lines.skipped + len(rows) - len(records)
+
+
+def has_prediction(record: dict) -> bool:
+    """Whether a prediction record holds a usable prediction, read as ``grounding-rl score`` and the metrics read it
+    (:func:`grounding_rl.reward.metrics.record_prediction`): ``start``/``end`` when both are given, else the ``answer``
+    parsed (a set-scored record: ``pred_spans``, else the answer parsed as a set). A rescored row with a fresh
+    ``answer`` and a stale ``start: null`` has one."""
+    from grounding_rl.reward.metrics import record_prediction
+    from grounding_rl.reward.parsing import parse_spans
+
+    answer = record.get("answer")
+    if record.get("gt_spans") is not None:
+        return bool(record.get("pred_spans") or (isinstance(answer, str) and parse_spans(answer)))
+    try:
+        return record_prediction({"pred_start": record.get("start"), "pred_end": record.get("end"),
+                                  "answer": answer if isinstance(answer, str) else None}) is not None
+    except ValueError:  # a non-numeric start/end: no usable prediction
+        return False
 
 
 def prediction_files(outdir: Path) -> list[Path]:
@@ -178,6 +200,10 @@ class EvalRequest:
             sharded pass writes the same answers as an uninterrupted one.
         max_turns: run the policy with the crop tool, at most this many crop requests per query
             (:mod:`grounding_rl.eval.turns`); 0 = one turn.
+        device: where the model runs (``cpu``, ``cuda``, ``cuda:1``); None = the process's device (cuda when
+            available; under ``accelerate launch`` each rank's own, and ``device`` is refused there).
+        print_prompt: print the exact prompt of the first query to run before generating (as ``infer
+            --print-prompt`` prints it).
     """
 
     model: str
@@ -203,6 +229,8 @@ class EvalRequest:
     zoom: ZoomSettings | None = None
     temperature: float | None = None
     max_turns: int = 0
+    device: str | None = None
+    print_prompt: bool = False
 
     def check(self) -> None:
         """Every number is in range, before anything is read or loaded (the upper bound of ``max_new_tokens``, the
@@ -233,6 +261,12 @@ class EvalRequest:
         if self.zoom is not None:
             self.zoom.check()
         check_number("--max-turns", self.max_turns, minimum=0)
+        from grounding_rl.eval.engines import check_device, check_dtype
+
+        check_dtype(self.dtype)
+        check_device(self.device)
+        if self.frame_cache is not None and Path(self.frame_cache).exists() and not Path(self.frame_cache).is_dir():
+            raise UserError(f"--frame-cache {self.frame_cache} is a file; give a folder (created if absent)")
 
 
 @dataclass
@@ -280,7 +314,8 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     """Read and check what :func:`run` needs, before any model loads or any output is written.
 
     Raises:
-        UserError: a number out of range (:meth:`EvalRequest.check`), a model path that names no checkpoint, a model
+        UserError: a number out of range (:meth:`EvalRequest.check`), an ``out`` holding another tool's predictions or
+            metrics (:func:`_check_foreign`), a model path that names no checkpoint, a model
             folder holding full weights beside an adapter, no queries, duplicate qids, too many missing videos, an unknown template or video setting,
             ``max_new_tokens`` above the model's context.
         AnnotationError: a bad data file (names file and line).
@@ -320,6 +355,8 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
 
         dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
     check_model_folder(request.model)  # before any output: a mistyped --model, full weights beside an adapter
+    if not request.overwrite and Path(request.out).is_dir():
+        _check_foreign(Path(request.out))
     try:
         config, source = resolve_config(
             request.model, request.overrides, fallback=bench.protocol if bench else None,
@@ -358,6 +395,22 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
                     run=record)
+
+
+def _check_foreign(outdir: Path) -> None:
+    """Refuse an ``outdir`` holding a ``predictions.jsonl`` or ``metrics.json`` that another tool wrote (no
+    ``eval_config.json`` beside it, or prediction rows without ``gt_start``, e.g. ``grounding-rl score``'s input), read
+    by :func:`plan` before anything is written there (unless ``overwrite``).
+
+    Raises:
+        UserError: one line naming the files and the two ways on (``--overwrite``, or another ``--out``).
+    """
+    foreign = [] if (outdir / RUN_FILE).is_file() else [n for n in (PREDICTIONS, METRICS) if (outdir / n).is_file()]
+    if any("gt_start" not in record for record in existing_predictions(outdir).values()):
+        foreign = foreign or [PREDICTIONS]
+    if foreign:
+        raise UserError(f"{outdir} holds {' and '.join(foreign)} not written by eval (no {RUN_FILE}, or rows without "
+                        "gt_start); rerun with --overwrite to replace them, or give a new --out")
 
 
 def _check_run(outdir: Path, run: dict) -> None:
@@ -425,12 +478,14 @@ def run(plan_: EvalPlan, state) -> RunResult:
     if main_process:
         print(f"eval: {len(samples)} queries, {len(samples) - len(pending)} already in {outdir}, "
               f"{len(pending)} to run on {state.num_processes} process(es)")
+    if main_process and request.print_prompt and pending:
+        _print_first_prompt(plan_, pending[0])
     started = time.perf_counter()
     if shard:
         set_seed(request.seed)
         from grounding_rl.eval.engines import load_inference_engine
 
-        model, processor, engine = load_inference_engine(request.model, state.device, request.dtype,
+        model, processor, engine = load_inference_engine(request.model, request.device or state.device, request.dtype,
                                                          request.attn_implementation, request.engine,
                                                          max_videos=request.max_turns + 1)
     # eval_config.json only once every rank that runs queries has its model: a failed load leaves no record
@@ -498,6 +553,25 @@ def run(plan_: EvalPlan, state) -> RunResult:
                      wall_time_s=time.perf_counter() - started)
 
 
+def _print_first_prompt(plan_: EvalPlan, sample: Sample) -> None:
+    """``eval --print-prompt``: the exact prompt of ``sample`` (the first query to run) as ``infer --print-prompt``
+    prints it (:func:`grounding_rl.eval.infer.format_prompt`: special tokens and Qwen3-VL's timestamps shown, video
+    tokens collapsed to a count); pass 1's with ``zoom`` or ``max_turns``. Its clip is decoded once more for it."""
+    from grounding_rl.data.video import VideoLoadError, sample_frames
+    from grounding_rl.eval.infer import format_prompt
+    from grounding_rl.models.loading import load_processor
+
+    config = plan_.config
+    try:
+        video = sample_frames(sample.video, config.video)
+    except VideoLoadError as err:
+        print(f"eval: no prompt to print for qid {sample.qid}: {str(err).splitlines()[0]}")
+        return
+    prompt = format_prompt(load_processor(plan_.request.model), video, sample.query, config.prompt_template,
+                           config.video_layout)
+    print(f"eval: prompt for qid {sample.qid} ({sample.query!r}):\n{prompt}")
+
+
 # ------------------------------------------------------------------------------------------------------ report
 def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     """Merge the prediction files and write ``metrics.json``, ``report.md`` and ``iou_hist.png`` (rank 0 only).
@@ -520,7 +594,7 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
         scorings += ("qvhighlights",)
     metrics = metrics_from_records(records, config.prompt_template, plan_.dropped, scorings)
     metrics["missing_videos"] = len(plan_.absent)
-    metrics["missing_predictions"] = sum(1 for r in records if r.get("start") is None or r.get("end") is None)
+    metrics["missing_predictions"] = sum(1 for r in records if not has_prediction(r))
     if request.zoom is not None:
         from grounding_rl.eval.zoom import zoom_summary
 
@@ -585,15 +659,25 @@ def evaluate(request: EvalRequest) -> dict | None:
         on the main process, the ``metrics.json`` object; None on the other ranks.
 
     Raises:
-        UserError, AnnotationError: see :func:`plan`, :func:`run` and :func:`report`.
+        UserError, AnnotationError: see :func:`plan`, :func:`run` and :func:`report`; also another process holding
+            ``request.out`` (:func:`grounding_rl.eval.lock.lock_output_dir`).
     """
     from accelerate import PartialState
 
     request.check()
     # Ranks wait for the slowest shard at the final barrier: a long timeout instead of NCCL's 10 minutes.
     state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(hours=BARRIER_TIMEOUT_H))
+    if request.device is not None and state.num_processes > 1:
+        raise UserError(f"--device {request.device} is for a one-process eval; under accelerate launch / torchrun "
+                        f"each of the {state.num_processes} processes uses its own device: drop --device")
     plan_ = plan(request, state.is_main_process)
-    result = run(plan_, state)
-    if not state.is_main_process:
-        return None
-    return report(plan_, result, state.num_processes)
+    # one run at a time in OUTDIR: the main process holds its lock from before its first write to the report's end
+    lock = lock_output_dir(request.out) if state.is_main_process else None
+    try:
+        result = run(plan_, state)
+        if not state.is_main_process:
+            return None
+        return report(plan_, result, state.num_processes)
+    finally:
+        if lock is not None:
+            lock.close()

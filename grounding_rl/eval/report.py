@@ -150,9 +150,16 @@ def _pyplot():
     return plt
 
 
+def hist_bins(n: int, most: int = 20) -> np.ndarray:
+    """Edges of the IoU histogram's equal bins over [0, 1]: ``most`` bins (width 0.05), but no more bins than queries
+    ``n`` (at least one), so a small run is not drawn as a comb of one-query bars."""
+    return np.linspace(0.0, 1.0, min(most, max(1, n)) + 1)
+
+
 def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0, title: str | None = None,
                   metrics: Mapping | None = None) -> Path:
-    """Histogram of per-query IoU in 20 bins over [0, 1], with the R1 thresholds marked.
+    """Histogram of per-query IoU over [0, 1] in :func:`hist_bins` bins (20, fewer for fewer queries; empty bins drawn
+    as nothing), with the R1 thresholds marked.
 
     Args:
         ious: one IoU per query (failures included, as 0).
@@ -169,11 +176,13 @@ def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
     """
     plt = _pyplot()
     values = np.asarray(list(ious), dtype=float)
-    bins = np.linspace(0.0, 1.0, 21)
+    bins = hist_bins(values.size)
     counts, _ = np.histogram(values, bins=bins)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     width = bins[1] - bins[0]
-    ax.bar(bins[:-1], counts, width=width, align="edge", color="#4C72B0", edgecolor="white", label="queries")
+    drawn = counts > 0
+    ax.bar(bins[:-1][drawn], counts[drawn], width=width, align="edge", color="#4C72B0", edgecolor="white",
+           label="queries")
     if failures:
         ax.bar([0.0], [failures], width=width, align="edge", color="#DD8452", edgecolor="white", hatch="//",
                label=f"no prediction ({failures})")
@@ -216,6 +225,29 @@ def _predicted_spans(result: Mapping) -> list[tuple[float, float]]:
 _COLORS = ("#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22")
 
 
+def plot_path(path: str | Path, flag: str = "--plot") -> Path:
+    """The file a picture named ``path`` is written to: ``path`` itself when its extension is a format matplotlib
+    writes (``FigureCanvasBase.get_supported_filetypes``: png, pdf, svg, jpg, …), ``path`` + ``.png`` when it has
+    none (matplotlib's default format).
+
+    Raises:
+        UserError: an extension matplotlib cannot write, naming ``flag`` and the formats it can.
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from grounding_rl.errors import UserError
+
+    path = Path(path)
+    suffix = path.suffix.lstrip(".").lower()
+    if not suffix:
+        return path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise UserError(f"{flag} {path}: matplotlib writes no .{suffix} files; use one of "
+                        f"{', '.join('.' + f for f in sorted(formats))}")
+    return path
+
+
 def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: Sequence[Sequence[float]] | None = None,
                   max_frames: int = 10, title: str | None = None) -> Path:
     """A timeline picture for ``grounding-rl infer --plot``.
@@ -231,7 +263,7 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
             and, for a set answer, ``spans`` (``[[s, e], …]``: one bar per span); a zoom result (``infer --zoom``)
             also has ``zoom_window`` [a, b], drawn as a grey band in its lane, and ``pass1`` (its ``start``/``end``),
             drawn as a dashed outline.
-        path: output PNG.
+        path: output picture (:func:`plot_path`: no extension → ``.png``).
         gts: one (start, end) — or a list of them, a ground-truth set — per query in order, or None.
         max_frames: thumbnails in the strip.
         title: figure title (default: the video file name and duration).
@@ -322,7 +354,7 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
     handles, names = lanes.get_legend_handles_labels()
     if handles:
         fig.legend(handles, names, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
-    path = Path(path)
+    path = plot_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from grounding_rl.data.video import VideoSettings
-from grounding_rl.errors import check_number
+from grounding_rl.errors import UserError, check_number
 from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
 
 # Greedy decoding budget for real checkpoints: TimeZero-style answers ("<think>…</think><answer>a to b</answer>") fit
@@ -19,8 +19,8 @@ from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
 DEFAULT_MAX_NEW_TOKENS = 256
 
 # The VideoSettings fields that may be overridden on the command line (:class:`PreprocessingOverrides`).
-VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "sampler", "total_tokens",
-                   "min_tokens", "budget_lowers_fps", "cover_tail")
+VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "min_frames", "sampler",
+                   "total_tokens", "min_tokens", "budget_lowers_fps", "cover_tail")
 # A budget or floor given one way on the command line replaces the saved one given the other way.
 _REPLACES = {"total_tokens": "total_pixels", "total_pixels": "total_tokens", "min_tokens": "min_pixels",
              "min_pixels": "min_tokens"}
@@ -46,6 +46,9 @@ def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | N
 
     Raises:
         ValueError: unknown template or video layout, or an invalid ``grounding_config.json`` (names the file).
+        UserError: overrides that contradict each other or the saved settings (:func:`_check_override_bounds`), the
+            ``transformers5`` layout on an untested transformers (:func:`check_layout_supported`), or the
+            ``lmms_eval_qwen2_5_vl`` sampler for a Qwen3-VL checkpoint.
     """
     overrides = overrides or PreprocessingOverrides()
     prompt_template, video_layout = overrides.prompt_template, overrides.video_layout
@@ -57,10 +60,12 @@ def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | N
     else:
         config, source = GroundingConfig(), f"built-in defaults ({model_dir} has no {CONFIG_NAME})"
     changed = {k: v for k, v in overrides.video().items() if v is not None}
+    family = checkpoint_family(model_dir)
     if changed:
         defaults = VideoSettings()
         cleared = {other: getattr(defaults, other) for name, other in _REPLACES.items()
                    if name in changed and other not in changed}
+        _check_override_bounds(config.video, {**cleared, **changed}, family, source)
         config = dataclasses.replace(config, video=dataclasses.replace(config.video, **cleared, **changed))
     if prompt_template is not None:
         config = dataclasses.replace(config, prompt_template=prompt_template)  # __post_init__ validates the name
@@ -70,10 +75,68 @@ def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | N
         changed["video_layout"] = video_layout
     if changed:
         source += f"; overridden on the command line: {', '.join(sorted(changed))}"
-    family = checkpoint_family(model_dir)
+    check_layout_supported(config.video_layout, "--video-layout" if video_layout is not None else
+                           f"video_layout of {source.split(';')[0]}")
+    if family is not None and family.name == "qwen3_vl" and config.video.sampler == "lmms_eval_qwen2_5_vl":
+        raise UserError(f"--video-sampler lmms_eval_qwen2_5_vl is lmms-eval's Qwen2.5-VL backend; {model_dir} is a "
+                        "Qwen3-VL checkpoint (use exact or qwen_vl_utils)")
     if family is not None:  # frames sized for the checkpoint's vision tower
         config = dataclasses.replace(config, video=family.video_settings(config.video))
     return config, source
+
+
+# The transformers versions the project is tested on, as pyproject.toml pins them (``transformers>=5.19,<5.25``) and the
+# README states them ("5.19 to 5.24"); tests/test_eval.py checks that the three agree.
+TESTED_TRANSFORMERS = ("5.19", "5.25")  # [lowest, first untested)
+
+
+def check_layout_supported(layout: str, flag: str = "--video-layout") -> None:
+    """The ``transformers5`` video layout is what transformers 5's Qwen3-VL processor writes in the tested range
+    :data:`TESTED_TRANSFORMERS` (the installed version from ``importlib.metadata``); outside it the processor's
+    output is not the one the layout describes (5.25.0 ends in a traceback).
+
+    Raises:
+        UserError: one line naming ``flag``, the installed version and the tested range.
+    """
+    from grounding_rl.family.base import TRANSFORMERS5
+
+    if layout != TRANSFORMERS5:
+        return
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    installed = version("transformers")
+    low, high = TESTED_TRANSFORMERS
+    if not Version(low) <= Version(installed) < Version(high):
+        raise UserError(f"{flag} transformers5 needs transformers >= {low}, < {high} (the tested range); "
+                        f"transformers {installed} is installed (pip install 'transformers>={low},<{high}')")
+
+
+def _check_override_bounds(saved, changed: dict, family, source: str) -> None:
+    """Frame-count and per-frame bounds that the command-line overrides ``changed`` (VideoSettings field → value)
+    break against each other or the saved settings ``saved``, in the flags' own units, before VideoSettings refuses
+    them in its own words (pixels, "min_frames").
+
+    Raises:
+        UserError: ``--video-max-frames`` under the minimum frame count (lower it with ``--video-min-frames``), or
+            ``--video-min-tokens`` above the per-frame maximum in merged tokens.
+    """
+    merged = {**dataclasses.asdict(saved), **changed}
+    if ("max_frames" in changed or "min_frames" in changed) and merged["min_frames"] > merged["max_frames"]:
+        where = "--video-min-frames" if "min_frames" in changed else \
+            ("video_min_frames of grounding_config.json" if source.startswith(CONFIG_NAME) else "the default")
+        raise UserError(f"--video-max-frames {merged['max_frames']} is under the minimum of {merged['min_frames']} "
+                        f"frames ({where}); give --video-min-frames {merged['max_frames']} or lower, or a larger "
+                        "--video-max-frames")
+    if changed.get("min_tokens") is not None:
+        factor = family.pixel_factor if family is not None else saved.pixel_factor
+        ceiling = dataclasses.replace(saved, **{**changed, "min_tokens": None}, pixel_factor=factor).ceiling_pixels
+        most = ceiling // factor ** 2
+        if changed["min_tokens"] > most:
+            raise UserError(f"--video-min-tokens {changed['min_tokens']} is above the per-frame maximum of {most} "
+                            f"merged tokens (--video-max-pixels {ceiling} / {factor}²); give --video-min-tokens "
+                            f"{most} or lower, or a larger --video-max-pixels")
 
 
 def checkpoint_family(model_dir):
@@ -97,8 +160,9 @@ class PreprocessingOverrides:
     Attributes:
         prompt_template, video_layout: names (:data:`grounding_rl.prompts.templates.TEMPLATES`,
             :data:`grounding_rl.family.VIDEO_LAYOUTS`).
-        fps, min_pixels, max_pixels, total_pixels, max_frames, sampler: the :class:`grounding_rl.data.video.
-            VideoSettings` fields of the same names (frames per second, pixels per frame and per clip, frames).
+        fps, min_pixels, max_pixels, total_pixels, max_frames, min_frames, sampler: the
+            :class:`grounding_rl.data.video.VideoSettings` fields of the same names (frames per second, pixels per
+            frame and per clip, frames).
         total_tokens, min_tokens, budget_lowers_fps, cover_tail: the long-video fields of the same names (the
             budget and floor in merged tokens; a budget or floor given one way replaces the saved one given the
             other way).
@@ -111,6 +175,7 @@ class PreprocessingOverrides:
     max_pixels: int | None = None
     total_pixels: int | None = None
     max_frames: int | None = None
+    min_frames: int | None = None
     sampler: str | None = None
     total_tokens: int | None = None
     min_tokens: int | None = None
@@ -122,8 +187,9 @@ class PreprocessingOverrides:
         """The overrides of arguments parsed with :func:`grounding_rl.cli.eval.add_preprocessing_overrides`."""
         return cls(prompt_template=args.prompt_template, video_layout=args.video_layout, fps=args.fps,
                    min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
-                   max_frames=args.max_frames, sampler=args.video_sampler, total_tokens=args.total_tokens,
-                   min_tokens=args.min_tokens, budget_lowers_fps=args.budget_lowers_fps, cover_tail=args.cover_tail)
+                   max_frames=args.max_frames, min_frames=args.min_frames, sampler=args.video_sampler,
+                   total_tokens=args.total_tokens, min_tokens=args.min_tokens,
+                   budget_lowers_fps=args.budget_lowers_fps, cover_tail=args.cover_tail)
 
     def check(self) -> None:
         """The frame-sampling overrides that were given are > 0.
@@ -131,7 +197,8 @@ class PreprocessingOverrides:
         Raises:
             UserError: one line naming the flag, e.g. ``--fps must be > 0 (got 0.0)``.
         """
-        for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "total_tokens", "min_tokens"):
+        for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "min_frames", "total_tokens",
+                     "min_tokens"):
             check_number("--video-" + name.replace("_", "-"), getattr(self, name), above=0)
 
     def video(self) -> dict:
