@@ -598,7 +598,7 @@ def test_rerun_on_edited_data_is_refused(tiny_model_dir, videos_dir, tmp_path, c
 def test_rescoring_reads_a_fresh_answer_over_a_stale_null_start_as_score_does(tmp_path, monkeypatch, capsys):
     """Rows whose ``answer`` was rewritten but whose ``start``/``end`` are still null: eval's report reads the answer,
     as ``grounding-rl score`` does (0 missing predictions, the same metrics), and the histogram gets no failures and
-    no more bins than queries (issue 52, item 14)."""
+    no more bins than queries."""
     from grounding_rl.eval import report as files
     from grounding_rl.eval.score import score
     from grounding_rl.reward.records import prediction_record
@@ -660,7 +660,7 @@ def test_help_texts_are_plain_text_and_share_the_run_flags(sub, capsys):
 
 def test_transformers5_layout_is_refused_outside_the_tested_range(tmp_path, monkeypatch):
     """``--video-layout transformers5`` on a transformers outside the range pyproject.toml pins and the README states
-    (they and :data:`TESTED_TRANSFORMERS` agree) is one line naming the installed version (issue 52, item 9)."""
+    (they and :data:`TESTED_TRANSFORMERS` agree) is one line naming the installed version."""
     import importlib.metadata
     import re
 
