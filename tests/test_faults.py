@@ -200,3 +200,40 @@ def test_ctrl_c_twice_exits_at_once_with_130():
     assert proc.stderr.splitlines() == ["grounding-rl train: SIGINT again: exiting at once; the last complete "
                                         "checkpoint is kept (run the same command with --resume_from_checkpoint auto "
                                         "to continue)"]
+
+
+def test_eval_stopped_by_a_signal_keeps_its_predictions_and_resumes(tiny_model_dir, videos_dir, tmp_path, monkeypatch,
+                                                                    capsys):
+    """SIGTERM during an eval (after its third prediction): one line, exit 143, the finished predictions kept; the same
+    command again resumes and ends with the predictions of an uninterrupted run."""
+    import signal
+
+    import grounding_rl.eval.evaluate as evaluate
+    from grounding_rl.cli import main
+
+    def run(out):
+        return main(["eval", "--model", str(tiny_model_dir), "--data", str(videos_dir / "annotations.jsonl"), "--out",
+                     str(out), "--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens", "4",
+                     "--limit", "6", "--batch-size", "1", "--num-workers", "0"])
+
+    lines = lambda path: path.read_text().splitlines()  # noqa: E731
+    assert run(tmp_path / "once") == 0
+    original, made = evaluate.prediction_record, []
+
+    def record(*args, **kwargs):
+        made.append(1)
+        if len(made) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "prediction_record", record)
+    capsys.readouterr()
+    assert run(tmp_path / "stopped") == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("grounding-rl eval: stopped by SIGTERM; what was finished is kept")
+    kept = lines(tmp_path / "stopped" / "predictions.jsonl")
+    assert 1 <= len(kept) <= 3 and not (tmp_path / "stopped" / "metrics.json").exists()
+    monkeypatch.undo()
+    assert run(tmp_path / "stopped") == 0
+    assert f"{len(kept)} already in" in capsys.readouterr().out
+    assert lines(tmp_path / "stopped" / "predictions.jsonl") == lines(tmp_path / "once" / "predictions.jsonl")

@@ -37,6 +37,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+GRACEFUL = ("train", "sft", "distill")  # subcommands that stop at a checkpoint on SIGTERM, SIGUSR1 and SIGINT
+
+
 def _usage() -> str:
     lines = ["usage: grounding-rl SUBCOMMAND [options]   (grounding-rl SUBCOMMAND --help for its options)", "",
              "Video temporal grounding with GRPO on Qwen2.5-VL and Qwen3-VL.", "", "subcommands:"]
@@ -85,10 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"grounding-rl: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    from grounding_rl.stopping import Interrupted, exit_code, stop_signals
+
+    # training stops gracefully itself (cli.common.train_and_finish); the other commands stop at once
+    stops = contextlib.nullcontext() if name in GRACEFUL else stop_signals(f"grounding-rl {name}", graceful=False)
     try:
         module = importlib.import_module(SUBCOMMANDS[name][0])
-        with _one_line_usage_errors():
+        with _one_line_usage_errors(), stops:
             return int(module.main(rest) or 0)
+    except Interrupted as stop:
+        print(f"grounding-rl {name}: stopped by {stop}; what was finished is kept (eval and difficulty write each "
+              "prediction as it comes): run the same command again to go on", file=sys.stderr)
+        return exit_code(stop.signum)
     except Exception as err:  # noqa: BLE001 - only user errors are caught; the rest re-raise below
         message = user_message(err)
         if message is None or debug:
