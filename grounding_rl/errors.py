@@ -83,7 +83,8 @@ DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # no space left, a file
 def disk_error(err: BaseException) -> str | None:
     """Why a write failed when a full disk, a file-size limit or a quota is the cause (ENOSPC, EFBIG, EDQUOT), else
     None: an ``OSError`` with one of those errno values anywhere in ``err``'s chain (``__cause__``/``__context__``),
-    safetensors' error text (``code: 28``) or torch's ``file write failed``.
+    safetensors' error text (``code: 28``) or torch's zip writer failing (``file write failed``, ``iostream error``:
+    the errno is lost there; the file-size limit is named when one is set).
 
     Returns:
         e.g. ``"No space left on device"``, ``"File too large"``.
@@ -99,10 +100,24 @@ def disk_error(err: BaseException) -> str | None:
         code = re.search(r"code: (\d+)", text)
         if code and int(code.group(1)) in DISK_ERRNOS:
             return os.strerror(int(code.group(1)))
-        if "file write failed" in text:
-            return "the write failed (no space left, a file-size limit or a quota)"
+        if any(sign in text for sign in TORCH_WRITE_FAILURES):
+            return _write_failure()
         err = err.__cause__ or err.__context__
     return None
+
+
+# What torch.save's zip writer raises when the disk refuses a write (its errno is lost on the way).
+TORCH_WRITE_FAILURES = ("file write failed", "iostream error", "unexpected pos")
+
+
+def _write_failure() -> str:
+    """The likely cause of a write that failed without its errno: the file-size limit when one is set."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return f"{os.strerror(errno.EFBIG)}: the file-size limit, ulimit -f, is {limit} bytes"
+    return "the write failed: no space left, a file-size limit or a quota"
 
 
 def user_message(err: BaseException) -> str | None:

@@ -237,3 +237,103 @@ def test_eval_stopped_by_a_signal_keeps_its_predictions_and_resumes(tiny_model_d
     assert run(tmp_path / "stopped") == 0
     assert f"{len(kept)} already in" in capsys.readouterr().out
     assert lines(tmp_path / "stopped" / "predictions.jsonl") == lines(tmp_path / "once" / "predictions.jsonl")
+
+
+def test_a_full_disk_in_a_checkpoint_save_is_one_line_and_loses_nothing(tmp_path, demo_dir, bpe_tiny_model_dir,
+                                                                       monkeypatch, capsys):
+    """ENOSPC while checkpoint-2's optimizer state is written: one line naming the folder and the cause, exit 2,
+    checkpoint-1 intact and the torn checkpoint-2 removed; with space again, ``auto`` resumes and ends bit-identical
+    to an uninterrupted run. A real file-size limit (``prlimit --fsize`` between the weights' size and the optimizer
+    state's: EFBIG) in a child process does the same at checkpoint-1."""
+    import errno
+    import shutil as shell
+
+    from grounding_rl.cli import main
+
+    reference = tmp_path / "full"
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, reference)]) == 0
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if "checkpoint-2" in str(f):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(torch, "save", save)
+    capsys.readouterr()
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"grounding-rl sft: error: {out / 'checkpoint-2'}: writing the checkpoint failed (No space left on "
+                       "device); the earlier checkpoints are intact: free space and run the same command with "
+                       "--resume_from_checkpoint auto")
+    assert checkpoints.checkpoint_problem(out / "checkpoint-1") is None and not (out / "checkpoint-2").exists()
+    monkeypatch.undo()
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--resume_from_checkpoint", "auto")]) == 0
+    assert_identical(load_file(str(out / "model.safetensors")), load_file(str(reference / "model.safetensors")))
+
+    if shell.which("prlimit") is None:
+        pytest.skip("no prlimit here")
+    sizes = {p.name: p.stat().st_size for p in (reference / "checkpoint-1").iterdir() if p.is_file()}
+    others = max(size for name, size in sizes.items() if name != "optimizer.pt")
+    if sizes["optimizer.pt"] <= others:
+        pytest.skip("the optimizer state is not the largest file of a checkpoint of this model")
+    limited = tmp_path / "limited"
+    proc = subprocess.run(["prlimit", f"--fsize={(others + sizes['optimizer.pt']) // 2}", sys.executable, "-m",
+                           "grounding_rl.cli", "sft", *sft_argv(demo_dir, bpe_tiny_model_dir, limited)],
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, cwd=REPO_ROOT,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"grounding-rl sft: error: {limited / 'checkpoint-1'}: "
+                                                           "writing the checkpoint failed (")
+    assert not (limited / "checkpoint-1").exists()
+
+
+def test_a_file_size_limit_on_predictions_keeps_only_complete_rows(tmp_path):
+    """``prlimit --fsize`` (EFBIG) while predictions are appended: one line naming the file, the file cut back to its
+    last complete row; appending again after the limit is lifted goes on from there."""
+    import shutil as shell
+
+    if shell.which("prlimit") is None:
+        pytest.skip("no prlimit here")
+    path = tmp_path / "predictions.jsonl"
+    code = ("import sys\nfrom grounding_rl.errors import UserError\nfrom grounding_rl.jsonl_files import JsonlAppender\n"
+            "writer = JsonlAppender(sys.argv[1])\n"
+            "try:\n    [writer.write({'qid': str(i), 'answer': 'x' * 20}) for i in range(100)]\n"
+            "except UserError as err:\n    print(err, file=sys.stderr)\n    sys.exit(2)\n")
+    proc = subprocess.run(["prlimit", "--fsize=300", sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"{path}: writing a row failed (File too large); the rows before it are kept: free "
+                                   "space and run the same command again to go on")
+    rows = path.read_text().splitlines(keepends=True)
+    assert path.stat().st_size <= 300 and all(row.endswith("\n") for row in rows)
+    assert [json.loads(row)["qid"] for row in rows] == [str(i) for i in range(len(rows))] and len(rows) == 6  # 46 bytes a row
+
+
+def test_a_full_disk_turns_the_frame_cache_off(tmp_path, monkeypatch, caplog):
+    """ENOSPC while the frame cache writes: a warning, nothing half-written left, no more writes; the clip is still
+    returned by the decoder (``put`` returns False)."""
+    import errno
+
+    import numpy as np
+
+    from grounding_rl.data.cache import FrameCache
+    from grounding_rl.data.video import SampledVideo, VideoSettings
+
+    cache = FrameCache(tmp_path / "cache")
+    video_file = tmp_path / "v.mp4"
+    video_file.write_bytes(b"x")
+    clip = SampledVideo(frames=np.zeros((2, 4, 4, 3), np.uint8), path=str(video_file), source_fps=25.0, duration=1.0,
+                        frame_indices=[0, 12], timestamps=[0.0, 0.48], sampled_fps=2.0, backend="decord")
+    calls = []
+
+    def full(*args, **kwargs):
+        calls.append(1)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "save", full)
+    assert cache.put(video_file, VideoSettings(), clip) is False
+    assert cache.put(video_file, VideoSettings(), clip) is False and len(calls) == 1  # off: no second try
+    assert "writing failed (No space left on device); the cache is off" in caplog.text
+    assert list((tmp_path / "cache").iterdir()) == []

@@ -649,7 +649,17 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
         trainer.add_callback(callback)
         result = trainer.train(resume_from_checkpoint=resume)
         if callback.stopped_at is None:
-            finish_training(trainer, result)
+            try:
+                finish_training(trainer, result)
+            except Exception as err:  # noqa: BLE001 - only a full disk becomes the user's line; the rest re-raise
+                from grounding_rl.errors import disk_error
+
+                why = disk_error(err)
+                if why is None:
+                    raise
+                raise UserError(f"{trainer.args.output_dir}: writing the final model and run files failed ({why}); "
+                                "the checkpoints are intact: free space and run the same command with "
+                                "--resume_from_checkpoint auto") from err
             return 0
         signum = request.signum or signal.SIGTERM  # a rank the signal did not reach stops with its peers
         if trainer.is_world_process_zero():  # before any rank exits: a launcher tears the others down then

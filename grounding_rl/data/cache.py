@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -17,7 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.errors import disk_error
 from grounding_rl.paths import follow_umask
+
+logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 2  # bump when decoding, resizing or frame times change
 
@@ -36,6 +40,7 @@ class FrameCache:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(max_bytes)
+        self.full = False  # a write failed for lack of space (or a file-size limit): no more writes
 
     @staticmethod
     def key_fields(path: str | Path, settings: VideoSettings) -> dict:
@@ -80,9 +85,11 @@ class FrameCache:
         return SampledVideo(frames=frames, **video)
 
     def put(self, path: str | Path, settings: VideoSettings, video: SampledVideo) -> bool:
-        """Store a sampled clip; returns False when it is larger than ``max_bytes`` (not stored).
+        """Store a sampled clip; returns False when it is larger than ``max_bytes``, or the cache is off (not stored).
 
-        Writes are atomic (temporary file + ``os.replace``); then evicts least recently used entries to fit.
+        Writes are atomic (temporary file + ``os.replace``); then evicts least recently used entries to fit. A write
+        that fails for a full disk, a file-size limit or a quota (:func:`grounding_rl.errors.disk_error`) turns the
+        cache off for writes, with a warning: the run goes on decoding.
         """
         frames = np.ascontiguousarray(video.frames)
         if frames.dtype != np.uint8:
@@ -104,8 +111,20 @@ class FrameCache:
                 "backend": video.backend,
             },
         }
-        self._write(f"{key}.npy", lambda f: np.save(f, frames, allow_pickle=False))
-        self._write(f"{key}.json", lambda f: f.write(json.dumps(meta).encode()))
+        if self.full:
+            return False
+        try:
+            self._write(f"{key}.npy", lambda f: np.save(f, frames, allow_pickle=False))
+            self._write(f"{key}.json", lambda f: f.write(json.dumps(meta).encode()))
+        except OSError as err:
+            why = disk_error(err)
+            if why is None:
+                raise
+            (self.root / f"{key}.npy").unlink(missing_ok=True)
+            self.full = True
+            logger.warning("frame cache %s: writing failed (%s); the cache is off for the rest of this run (clips are "
+                           "decoded as without it)", self.root, why)
+            return False
         self.evict()
         return True
 

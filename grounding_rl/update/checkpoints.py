@@ -25,9 +25,12 @@ import fnmatch
 import json
 import logging
 import os
+import shutil
 import signal
 import zipfile
 from pathlib import Path
+
+from grounding_rl.errors import UserError, disk_error
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +176,9 @@ def _die() -> None:
 class CompleteCheckpointMixin:
     """Mixed into a ``transformers.Trainer`` (before it): each ``checkpoint-N`` gets its mark last
     (:func:`write_mark`), after ``_save_checkpoint_extras`` and a barrier across ranks; ``save_total_limit`` rotation
-    runs after the mark; :func:`fault_point` after each stage of a save."""
+    runs after the mark; :func:`fault_point` after each stage of a save. A save that fails for a full disk, a
+    file-size limit or a quota (:func:`grounding_rl.errors.disk_error`) removes what it wrote and raises a
+    :class:`grounding_rl.errors.UserError` naming the folder (one line, exit 2)."""
 
     def _save_checkpoint_extras(self, folder: str) -> None:
         """Files a trainer adds to a checkpoint before its mark (the GRPO trainer: rollout format, recipe state)."""
@@ -191,8 +196,6 @@ class CompleteCheckpointMixin:
         fault_point(output_dir)
 
     def _save_checkpoint(self, model, trial):
-        import shutil
-
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         run_dir = self._get_output_dir(trial=trial)
@@ -207,11 +210,19 @@ class CompleteCheckpointMixin:
         self.args.save_total_limit = None  # rotated below, once the new checkpoint is complete
         try:
             super()._save_checkpoint(model, trial)
+            fault_point(folder)
+            if self.args.should_save:
+                self._save_checkpoint_extras(folder)
+        except Exception as err:  # noqa: BLE001 - only a full disk is turned into a user's line; the rest re-raise
+            why = disk_error(err)
+            if why is None:
+                raise
+            if self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)  # what was written of it, to give the space back
+            raise UserError(f"{folder}: writing the checkpoint failed ({why}); the earlier checkpoints are intact: "
+                            "free space and run the same command with --resume_from_checkpoint auto") from err
         finally:
             self.args.save_total_limit = limit
-        fault_point(folder)
-        if self.args.should_save:
-            self._save_checkpoint_extras(folder)
         self.accelerator.wait_for_everyone()  # every rank's shard and RNG state is in
         if self.args.should_save:
             write_mark(folder, self.state.global_step)
