@@ -15,7 +15,17 @@ def test_help_lists_every_subcommand(capsys):
 
 def test_unknown_subcommand_exits_2(capsys):
     assert main(["nope"]) == 2
-    assert "unknown subcommand 'nope'" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("grounding-rl: error: unknown subcommand 'nope' (grounding-rl --help lists "
+                                       "them)\n")
+    assert main(["evaluate"]) == 2
+    assert capsys.readouterr().err == ("grounding-rl: error: unknown subcommand 'evaluate'; did you mean 'eval'? "
+                                       "(grounding-rl --help lists them)\n")
+
+
+def test_no_subcommand_is_the_usage_on_stderr_and_exit_2(capsys):
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("usage: grounding-rl SUBCOMMAND")
 
 
 def test_console_script_runs():
