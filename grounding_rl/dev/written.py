@@ -14,11 +14,14 @@ from grounding_rl.run_record import read_record, write_record
 
 
 def _files_under(out: Path) -> list[str]:
-    """Every file (and symlink) under ``out``, as sorted POSIX paths relative to it."""
+    """Every file (and symlink) under ``out``, as sorted POSIX paths relative to it, and every empty folder (its path
+    and a final ``/``)."""
     found = []
     for root, dirs, names in os.walk(out):
         for name in names + [d for d in dirs if (Path(root) / d).is_symlink()]:
             found.append((Path(root) / name).relative_to(out).as_posix())
+        if not dirs and not names and Path(root) != out:
+            found.append(Path(root).relative_to(out).as_posix() + "/")
     return sorted(found)
 
 
@@ -44,15 +47,15 @@ def claim_folder(out: str | os.PathLike, record_name: str, overwrite: bool, tool
         raise UserError(f"--out {out} holds files {tool} did not write ({foreign[0]}"
                         f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}); give a new or empty --out, "
                         f"or --overwrite to write over it")
-    for name in sorted(listed, reverse=True):
+    emptied = set()
+    for name in listed:
         path = out / name
         if path.is_file() or path.is_symlink():
             path.unlink()
-    for root, dirs, _ in os.walk(out, topdown=False):  # folders the removed files leave empty
-        for d in dirs:
-            folder = Path(root) / d
-            if not folder.is_symlink() and not any(folder.iterdir()):
-                folder.rmdir()
+            emptied.update(p for p in path.parents if out in p.parents)
+    for folder in sorted(emptied, key=lambda p: len(p.parts), reverse=True):  # folders the removal left empty
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     return _snapshot(out)
 
 
