@@ -182,7 +182,7 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     argv = _config_path(sys.argv[1:] if argv is None else argv)
     parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog,
                        usage=f"{prog} --config CONFIG.yaml [--key value ...]", description=USAGE.format(
-                           prog=prog, example=f"configs/demo_{'sft' if prog.endswith('sft') else 'grpo'}.yaml"),
+                           prog=prog, example=EXAMPLES.get(prog.rsplit(" ", 1)[-1], "configs/demo_grpo.yaml")),
                        formatter_class=_HelpFormatter)
     config_path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
     config_path = config_path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
@@ -288,6 +288,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     """Defaults shown (as transformers' parser does) and the description kept as written."""
 
 
+# the recipe each trainer's --help shows in its example (distill: a distillation config, not a GRPO one)
+EXAMPLES = {"sft": "configs/demo_sft.yaml", "train": "configs/demo_grpo.yaml",
+            "distill": "configs/qwen2_5_vl_7b_to_3b_distill.yaml"}
 USAGE = """Settings come from a YAML config (--config CONFIG.yaml) and --key value overrides of any of its keys, e.g.
   {prog} --config {example} --learning_rate 2e-6 --output_dir outputs/run1
 The recipes in configs/ (configs/README.md lists each and its source) show the knobs in use; every key is one of the

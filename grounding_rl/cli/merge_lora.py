@@ -99,10 +99,14 @@ def check_base(adapter: Path, base: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="grounding-rl merge-lora", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="grounding-rl merge-lora", description=(
+        "Merge a LoRA checkpoint into full weights: the folder holds the model, the processor and the adapter's "
+        "grounding_config.json and model card, for eval, infer, vLLM or plain transformers."))
     parser.add_argument("--adapter", required=True, help="LoRA checkpoint folder (adapter_config.json)")
     parser.add_argument("--out", required=True, help="output folder for the merged model")
-    parser.add_argument("--base", default=None, help="base model (default: the adapter's base_model_name_or_path)")
+    parser.add_argument("--base", default=None,
+                        help="base model (default: the adapter's base_model_name_or_path); one of another family or "
+                             "architecture than the adapter was trained on is refused")
     parser.add_argument("--dtype", default=None, help="dtype to load the base in (default: the checkpoint's)")
     args = parser.parse_args(argv)
     from grounding_rl.models.loading import merge_lora
