@@ -219,3 +219,7 @@ def test_demo_data_replaces_its_own_folder_and_refuses_a_users_files(tmp_path, c
     assert (user / "train.jsonl").read_text() == '{"video": "a.mp4", "query": "mine"}\n'
     assert cli(["demo-data", "--out", str(user), "--num-train", "1", "--num-test", "1", "--overwrite"]) == 0
     assert "demo" in (user / "train.jsonl").read_text() and (user / "demo_data.json").is_file()
+
+    (own / "demo_data.json").unlink()  # a folder demo-data wrote before it left a record: still its own
+    assert cli(["demo-data", "--out", str(own), "--num-train", "1", "--num-test", "1", "--seed", "2"]) == 0
+    assert sorted(p.name for p in (own / "videos").iterdir()) == ["test_00000.mp4", "train_00000.mp4"]

@@ -39,6 +39,7 @@ Deterministic: clip ``i`` of a split depends only on (seed, split, i) — same J
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,6 +296,29 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str
             container.mux(packet)
 
 
+EARLIER_FILE = re.compile(r"(train|test)\.jsonl|videos/(train|test)_\d{5}\.mp4")
+
+
+def earlier_output(out: Path) -> list[str] | None:
+    """The files of a folder demo-data wrote before it left ``demo_data.json``: nothing but ``train.jsonl`` /
+    ``test.jsonl`` whose every line has ``"source": "demo"`` and clips named as demo-data names them; else None (so
+    ``scripts/demo.sh`` goes on replacing its ``data/demo`` without a flag, and a user's splits stay refused)."""
+    import json
+
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir())
+    if not files or not all(EARLIER_FILE.fullmatch(name) for name in files):
+        return None
+    for name in ("train.jsonl", "test.jsonl"):
+        if name in files:
+            try:
+                lines = (out / name).read_text(encoding="utf-8").splitlines()
+                if not all(json.loads(line).get("source") == "demo" for line in lines if line.strip()):
+                    return None
+            except (ValueError, AttributeError):
+                return None
+    return files
+
+
 def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST, seed: int = 0,
                   min_duration: float = MIN_DURATION, max_duration: float = MAX_DURATION, progress: bool = True,
                   time_code: bool = True, long: bool = False, multi_span: bool = False,
@@ -329,7 +353,7 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     from grounding_rl.dev.written import claim_folder, record_folder
 
     out = Path(out)
-    before = claim_folder(out, RECORD, overwrite, "demo-data")
+    before = claim_folder(out, RECORD, overwrite, "demo-data", unrecorded=earlier_output)
     (out / "videos").mkdir(parents=True, exist_ok=True)
     began = time.time()
     jobs = [("train", i) for i in range(num_train)] + [("test", i) for i in range(num_test)]

@@ -25,7 +25,8 @@ def _files_under(out: Path) -> list[str]:
     return sorted(found)
 
 
-def claim_folder(out: str | os.PathLike, record_name: str, overwrite: bool, tool: str = "this tool") -> dict:
+def claim_folder(out: str | os.PathLike, record_name: str, overwrite: bool, tool: str = "this tool",
+                 unrecorded=None) -> dict:
     """Make ``out`` ready for a tool that writes there: a missing or empty folder, or one holding only the files the
     tool's own record ``out/record_name`` lists (those are removed, with the record), is taken as is; with
     ``overwrite`` the listed files are removed and the others left as they are (the tool writes over its own names).
@@ -40,7 +41,9 @@ def claim_folder(out: str | os.PathLike, record_name: str, overwrite: bool, tool
         raise UserError(f"--out {out} is a file, not a folder")
     if not out.is_dir():
         return {}
-    record = read_record(out / record_name) or {}
+    record = read_record(out / record_name)
+    if record is None:
+        record = {"files": (unrecorded(out) if unrecorded else None) or []}
     listed = {str(name) for name in record.get("files", [])} | {record_name}
     foreign = [name for name in _files_under(out) if name not in listed]
     if foreign and not overwrite:
