@@ -274,6 +274,13 @@ CASES = {
         ["stopped holds files demo-data did not write (checkpoint-10/ and 1 more)", "--overwrite"]),
     "compare: a run name given twice": (lambda d: ["compare", f"a={d / 'x'}", f"a={d / 'y'}"],
                                         ["run name 'a' is given twice"]),
+    "train: frame_cache_dir is a file (before the model loads)": (
+        lambda d: [*TRAIN, "--model_name_or_path", str(d / "tiny"), "--train_file",
+                   shared("data", "videos", "annotations.jsonl"), "--output_dir", str(d / "run_fc"),
+                   "--frame_cache_dir", str(d / "a_file")], ["frame_cache_dir: ", "a_file is a file, not a folder"]),
+    "merge-lora: --dtype fp17": (
+        lambda d: ["merge-lora", "--adapter", str(d / "folder"), "--out", str(d / "merged"), "--dtype", "fp17"],
+        ["argument --dtype: invalid choice: 'fp17'"]),
 
     # (end of dev-tools rows)
 

@@ -508,11 +508,14 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     two barriers, so no rank writes before the old files are gone.
 
     Raises:
-        UserError: ``output_dir`` is a file; it is not empty and not resumed; a file there comes from another run (what
+        UserError: ``output_dir`` or ``frame_cache_dir`` is a file; ``output_dir`` is not empty and not resumed; a file there comes from another run (what
             changed); ``replace_output_dir`` with a resume from that folder, on a folder holding no training run, or
             on a run folder holding anything the run did not write (a user's notes, an eval folder: the first such
             name; :func:`grounding_rl.run_record.foreign_to_run`). Nothing is deleted then.
     """
+    cache = getattr(script_args, "frame_cache_dir", None)  # the other folder a run writes, checked as early
+    if cache and Path(cache).exists() and not Path(cache).is_dir():
+        raise UserError(f"frame_cache_dir: {cache} is a file, not a folder")
     out = Path(training_args.output_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"output_dir: {out} is a file, not a folder")

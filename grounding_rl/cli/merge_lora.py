@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=None,
                         help="base model (default: the adapter's base_model_name_or_path); one of another family or "
                              "architecture than the adapter was trained on is refused")
-    parser.add_argument("--dtype", default=None, help="dtype to load the base in (default: the checkpoint's)")
+    parser.add_argument("--dtype", default=None, choices=("auto", "bfloat16", "float16", "float32"),
+                        help="dtype to load the base in (default: the checkpoint's)")
     args = parser.parse_args(argv)
     from grounding_rl.models.loading import merge_lora
 
