@@ -30,6 +30,11 @@ def claim_folder(out: str | os.PathLike, record_name: str, overwrite: bool, tool
     """Make ``out`` ready for a tool that writes there: a missing or empty folder, or one holding only the files the
     tool's own record ``out/record_name`` lists (those are removed, with the record), is taken as is; with
     ``overwrite`` the listed files are removed and the others left as they are (the tool writes over its own names).
+    ``unrecorded(out)``, when given, names the files of an output the tool wrote before it left records (taken as
+    listed when there is no record; None when the folder is not such). A listed name outside ``out`` is never removed.
+
+    Returns:
+        The files left in ``out`` (relative path -> stat key), for :func:`record_folder` to tell them from the tool's.
 
     Raises:
         UserError: ``out`` is a file; or it holds a file the record does not list (a training run's
@@ -53,6 +58,8 @@ def claim_folder(out: str | os.PathLike, record_name: str, overwrite: bool, tool
     emptied = set()
     for name in listed:
         path = out / name
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            continue
         if path.is_file() or path.is_symlink():
             path.unlink()
             emptied.update(p for p in path.parents if out in p.parents)
