@@ -106,3 +106,29 @@ def check_record(path: str | os.PathLike, record: dict, keys, what: str, advice:
     differ = changes(previous, record, keys) if previous is not None else []
     if differ:
         raise UserError(f"{what} ({'; '.join(differ)}); {advice}")
+
+
+# What a training run (``train``, ``sft``, ``distill``) writes into its ``output_dir``: glob patterns of top-level
+# names, folders included (``checkpoint-*``, TensorBoard's ``runs``). One place: a stage that starts writing another
+# file into a run folder adds it here. Each run records the list in its ``run_fingerprint.json`` (``outputs``);
+# ``--replace_output_dir true`` removes only what matches the run's own list (this one for a run written before the
+# record had it) and refuses a folder holding anything else (:func:`foreign_to_run`).
+RUN_OUTPUTS = (
+    "run_fingerprint.json", "trainer_state.json", "training_args.bin", "train_results.json", "all_results.json",
+    "eval_results.json", "completions.jsonl", "grounding_config.json", "README.md",  # the model card
+    "config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
+    "model.safetensors.index.json", "pytorch_model*.bin", "adapter_config.json", "adapter_model.safetensors",
+    "adapter_model.bin", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "chat_template.json", "chat_template.jinja", "preprocessor_config.json",
+    "video_preprocessor_config.json", "processor_config.json", "checkpoint-*", "runs", "wandb", "*.log",
+    ".run_fingerprint.json.tmp",
+)
+
+
+def foreign_to_run(folder: str | os.PathLike, record: dict | None) -> list[str]:
+    """The top-level names in ``folder`` that its run did not write: those matching none of the record's ``outputs``
+    patterns (:data:`RUN_OUTPUTS` when ``record`` is None or lists none), sorted."""
+    from fnmatch import fnmatchcase
+
+    patterns = (record or {}).get("outputs") or RUN_OUTPUTS
+    return sorted(p.name for p in Path(folder).iterdir() if not any(fnmatchcase(p.name, pat) for pat in patterns))

@@ -15,7 +15,17 @@ def test_help_lists_every_subcommand(capsys):
 
 def test_unknown_subcommand_exits_2(capsys):
     assert main(["nope"]) == 2
-    assert "unknown subcommand 'nope'" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("grounding-rl: error: unknown subcommand 'nope' (grounding-rl --help lists "
+                                       "them)\n")
+    assert main(["evaluate"]) == 2
+    assert capsys.readouterr().err == ("grounding-rl: error: unknown subcommand 'evaluate'; did you mean 'eval'? "
+                                       "(grounding-rl --help lists them)\n")
+
+
+def test_no_subcommand_is_the_usage_on_stderr_and_exit_2(capsys):
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("usage: grounding-rl SUBCOMMAND")
 
 
 def test_console_script_runs():
@@ -34,3 +44,25 @@ def test_config_mistakes_are_one_line_and_exit_2(sub, tmp_path, capsys):
         lines = err.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], err
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("sub", ["merge-lora", "fits", "compare", "tiny-model", "demo-data", "distill"])
+def test_help_is_plain_text_and_whole(sub, capsys):
+    """--help of the dev tools, compare, fits, merge-lora and distill: no reST markup, a description ending in a full
+    stop, every option with help; distill's example is a distillation recipe (item 15 of issue 52)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([sub, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and ":func:" not in out and ":mod:" not in out
+    description = out.split("\n\n")[1]
+    assert description.rstrip().endswith((".", ":")), description
+    if sub == "distill":
+        assert "--config configs/qwen2_5_vl_7b_to_3b_distill.yaml" in out
+    if sub == "tiny-model":
+        options = out.split("options:")[1]
+        for flag in ("--from-config", "--overwrite", "--hidden-size", "--vision-heads", "--seed"):
+            assert flag in options
+        from grounding_rl.cli.tiny_model import SIZE_HELP
+
+        assert all(text.split()[0] in options for text in SIZE_HELP.values())

@@ -251,6 +251,36 @@ CASES = {
         lambda d: ["merge-lora", "--adapter", str(d / "folder"), "--out", str(d / "merged")],
         ["folder: no adapter_config.json"]),
     # ---- newcomer cases: dev tools, compare, fits, merge-lora, train, the dispatcher (rows below this line) ----
+    "tiny-model: --like a file": (lambda d: ["tiny-model", "--out", str(d / "tm"), "--like", str(d / "a_file")],
+                                  ["a_file: a file, not a model folder"]),
+    "tiny-model: --like a folder that is no model": (
+        lambda d: ["tiny-model", "--out", str(d / "tm"), "--like", str(d / "folder")],
+        ["folder: not a model folder (no config.json)"]),
+    "tiny-model: --like beside another --tokenizer": (
+        lambda d: ["tiny-model", "--out", str(d / "tm"), "--like", shared("models", "Qwen3-VL-8B-Instruct"),
+                   "--tokenizer", shared("models", "Qwen2.5-VL-7B-Instruct")], ["Qwen2.5-VL-7B-Instruct beside --like"]),
+    "tiny-model: --num-heads 3 with hidden size 64": (
+        lambda d: ["tiny-model", "--out", str(d / "tm"), "--num-heads", "3"],
+        ["--hidden-size 64 is not divisible by --num-heads 3"]),
+    "tiny-model: --hidden-size 0": (lambda d: ["tiny-model", "--out", str(d / "tm"), "--hidden-size", "0"],
+                                    ["--hidden-size must be ≥ 1 (got 0)"]),
+    "tiny-model: --from-config without a config": (lambda d: ["tiny-model", "--from-config"],
+                                                   ["--from-config needs a training config"]),
+    "tiny-model: over a folder it did not write": (
+        lambda d: ["tiny-model", "--out", str(d / "stopped"), "--num-layers", "1"],
+        ["stopped holds files tiny-model did not write (checkpoint-10/ and 1 more)", "--overwrite"]),
+    "demo-data: over a folder it did not write": (
+        lambda d: ["demo-data", "--out", str(d / "stopped"), "--num-train", "1", "--num-test", "1"],
+        ["stopped holds files demo-data did not write (checkpoint-10/ and 1 more)", "--overwrite"]),
+    "compare: a run name given twice": (lambda d: ["compare", f"a={d / 'x'}", f"a={d / 'y'}"],
+                                        ["run name 'a' is given twice"]),
+    "train: frame_cache_dir is a file (before the model loads)": (
+        lambda d: [*TRAIN, "--model_name_or_path", str(d / "tiny"), "--train_file",
+                   shared("data", "videos", "annotations.jsonl"), "--output_dir", str(d / "run_fc"),
+                   "--frame_cache_dir", str(d / "a_file")], ["frame_cache_dir: ", "a_file is a file, not a folder"]),
+    "merge-lora: --dtype fp17": (
+        lambda d: ["merge-lora", "--adapter", str(d / "folder"), "--out", str(d / "merged"), "--dtype", "fp17"],
+        ["argument --dtype: invalid choice: 'fp17'"]),
 
     # (end of dev-tools rows)
 

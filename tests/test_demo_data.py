@@ -185,3 +185,41 @@ def test_multi_span_clips_show_the_target_in_one_to_three_windows(tmp_path, caps
         main(["--out", str(tmp_path / "bad"), "--long", "--multi-span"])
     assert err.value.code == 2
     assert "do not combine" in capsys.readouterr().err
+
+
+def test_demo_data_replaces_its_own_folder_and_refuses_a_users_files(tmp_path, capsys):
+    """A rerun into its own folder (demo_data.json) replaces it without a flag, another seed's clips included (only
+    the files the record lists are removed); a user's train.jsonl / test.jsonl beside nothing of demo-data's is refused
+    in one line naming the folder and the file, untouched; --overwrite writes over them (item 3 of issue 52)."""
+    from grounding_rl.cli import main as cli
+
+    own = tmp_path / "own"
+    assert cli(["demo-data", "--out", str(own), "--num-train", "3", "--num-test", "1", "--seed", "0"]) == 0
+    (own / "videos" / "train_00009.mp4").write_bytes(b"old")  # a clip of an earlier, larger run (listed)
+    record = json.loads((own / "demo_data.json").read_text())
+    assert record["files"] == ["test.jsonl", "train.jsonl", "videos/test_00000.mp4", "videos/train_00000.mp4",
+                               "videos/train_00001.mp4", "videos/train_00002.mp4"]
+    (own / "demo_data.json").write_text(json.dumps({**record, "files": record["files"] + ["videos/train_00009.mp4"]}))
+    first = (own / "train.jsonl").read_text()
+    assert cli(["demo-data", "--out", str(own), "--num-train", "2", "--num-test", "1", "--seed", "1"]) == 0
+    assert (own / "train.jsonl").read_text() != first and len((own / "train.jsonl").read_text().splitlines()) == 2
+    assert sorted(p.name for p in (own / "videos").iterdir()) == ["test_00000.mp4", "train_00000.mp4",
+                                                                  "train_00001.mp4"]
+    capsys.readouterr()
+
+    user = tmp_path / "mine"
+    user.mkdir()
+    for name in ("train.jsonl", "test.jsonl"):
+        (user / name).write_text('{"video": "a.mp4", "query": "mine"}\n')
+    assert cli(["demo-data", "--out", str(user), "--num-train", "1", "--num-test", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"grounding-rl demo-data: error: --out {user} holds files demo-data did not write (test.jsonl and "
+                   "1 more); give a new or empty --out, or --overwrite to write over it")
+    assert sorted(p.name for p in user.iterdir()) == ["test.jsonl", "train.jsonl"]
+    assert (user / "train.jsonl").read_text() == '{"video": "a.mp4", "query": "mine"}\n'
+    assert cli(["demo-data", "--out", str(user), "--num-train", "1", "--num-test", "1", "--overwrite"]) == 0
+    assert "demo" in (user / "train.jsonl").read_text() and (user / "demo_data.json").is_file()
+
+    (own / "demo_data.json").unlink()  # a folder demo-data wrote before it left a record: still its own
+    assert cli(["demo-data", "--out", str(own), "--num-train", "1", "--num-test", "1", "--seed", "2"]) == 0
+    assert sorted(p.name for p in (own / "videos").iterdir()) == ["test_00000.mp4", "train_00000.mp4"]

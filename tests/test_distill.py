@@ -156,6 +156,10 @@ def test_fits_counts_the_teacher(capsys):
     assert rows["zero3"]["reference"] == 0
     b = rows["zero3"]
     assert b["total"] == b["model_states"] + b["teacher"] + b["activations"] + b["overhead"]
+    assert report["teacher_divergence_beta"] == 1.0 and report["workload"]["beta"] == 0.0  # the recipe's beta: 1.0
+    assert cli(["fits", "configs/qwen2_5_vl_7b_to_3b_distill.yaml", "--gpus", "8", "--accelerate-config",
+                "configs/accelerate/zero3.yaml"]) == 0
+    assert "bf16, KL beta 0.0, teacher 8.29e9 parameters (divergence beta 1.0)," in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name, student, teacher, template", [

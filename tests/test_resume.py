@@ -258,6 +258,17 @@ def test_one_run_per_output_folder(tmp_path, demo_dir, bpe_tiny_model_dir, capsy
     assert "would delete" in refused("--resume_from_checkpoint", "true", "--replace_output_dir", "true")
     assert cli(sft_argv(demo_dir, bpe_tiny_model_dir, out, "--resume_from_checkpoint", "true")) == 0  # its own run
     (out / "checkpoint-9").mkdir()  # a stale checkpoint of the old run
+    (out / "notes.txt").write_text("mine")  # a user's file: replace_output_dir deletes only what the run wrote
+    (out / "eval").mkdir()
+    before = sorted(p.name for p in out.rglob("*"))
+    assert json.loads((out / "run_fingerprint.json").read_text())["outputs"][:2] == ["run_fingerprint.json",
+                                                                                   "trainer_state.json"]
+    assert refused("--replace_output_dir", "true") == (
+        f"grounding-rl sft: error: replace_output_dir: {out} holds eval, notes.txt, which the run there did not "
+        "write; nothing was deleted: move it out, or give a new --output_dir")
+    assert sorted(p.name for p in out.rglob("*")) == before
+    (out / "notes.txt").unlink()
+    (out / "eval").rmdir()
     assert cli(sft_argv(demo_dir, bpe_tiny_model_dir, out, "--use_peft", "true", "--lora_r", "4",
                         "--replace_output_dir", "true")) == 0
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["checkpoint-1"]

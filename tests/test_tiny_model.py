@@ -207,3 +207,38 @@ def test_like_qwen3_with_the_local_tokenizer(tmp_path, qwen3_processor_dir):
     assert processor.chat_template == AutoProcessor.from_pretrained(qwen3_processor_dir).chat_template
     assert model.config.video_token_id == processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
     assert len(model.model.visual.deepstack_merger_list) == 3
+
+
+def test_tiny_model_refuses_a_run_it_did_not_write(tmp_path, capsys):
+    """Over a finished run (weights, config and trainer state of something else) tiny-model is one line naming the
+    folder and the first such file, and every file is kept; its own folder (tiny_model.json) is rebuilt without a flag,
+    removing only the files its record lists; --overwrite writes over the run and leaves its other files (item 2 of
+    issue 52)."""
+    from grounding_rl.cli import main as cli
+
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "trainer_state.json", "checkpoint-2/model.safetensors"):
+        (run / name).write_text("the run's")
+    small = ["--hidden-size", "32", "--num-layers", "1"]
+    assert cli(["tiny-model", "--out", str(run), *small]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"grounding-rl tiny-model: error: --out {run} holds files tiny-model did not write "
+                   "(checkpoint-2/model.safetensors and 3 more); give a new or empty --out, or --overwrite to write "
+                   "over it")
+    assert all(p.read_text() == "the run's" for p in run.rglob("*") if p.is_file())
+
+    own = tmp_path / "own"
+    assert cli(["tiny-model", "--out", str(own), *small]) == 0
+    record = json.loads((own / "tiny_model.json").read_text())
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(record["files"])
+    (own / "stale.bin").write_text("an earlier build's")
+    (own / "tiny_model.json").write_text(json.dumps({**record, "files": record["files"] + ["stale.bin"]}))
+    assert cli(["tiny-model", "--out", str(own), "--hidden-size", "64", "--num-layers", "1"]) == 0
+    assert json.loads((own / "config.json").read_text())["text_config"]["hidden_size"] == 64
+    assert not (own / "stale.bin").exists()
+
+    assert cli(["tiny-model", "--out", str(run), *small, "--overwrite"]) == 0
+    assert json.loads((run / "config.json").read_text())["text_config"]["hidden_size"] == 32
+    assert (run / "trainer_state.json").read_text() == "the run's"  # left beside it, not listed as tiny-model's
+    assert "trainer_state.json" not in json.loads((run / "tiny_model.json").read_text())["files"]

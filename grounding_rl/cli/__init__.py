@@ -70,13 +70,17 @@ def _one_line_usage_errors():
 def main(argv: list[str] | None = None) -> int:
     """Run ``grounding-rl SUBCOMMAND …``; ``--debug`` (anywhere, or ``GROUNDING_RL_DEBUG=1``) lets user errors raise
     with their traceback. Returns the exit status: the subcommand's, or 2 for a user error
-    (:func:`grounding_rl.errors.user_message`)."""
+    (:func:`grounding_rl.errors.user_message`), for no subcommand (the usage on stderr) and for an unknown one (one
+    line, with the closest subcommand: ``evaluate`` → "did you mean 'eval'?")."""
     argv = list(sys.argv[1:] if argv is None else argv)
     from grounding_rl.errors import debug_enabled, user_message
 
     debug = "--debug" in argv or debug_enabled()
     argv = [a for a in argv if a != "--debug"]
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv:  # a command line missing its subcommand is a mistake: the usage, on stderr, exit 2
+        print(_usage(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
     if argv[0] in ("-V", "--version"):
@@ -86,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
-        print(f"grounding-rl: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        import difflib
+
+        close = difflib.get_close_matches(name, SUBCOMMANDS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        print(f"grounding-rl: error: unknown subcommand {name!r}{hint} (grounding-rl --help lists them)",
+              file=sys.stderr)
         return 2
     from grounding_rl.stopping import Interrupted, exit_code, stop_signals
 

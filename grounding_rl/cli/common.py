@@ -73,9 +73,10 @@ class GroundingScriptArguments:
     )
     replace_output_dir: bool = field(
         default=False,
-        metadata={"help": "Delete the run already in output_dir (its weights, checkpoint-N folders, logs) before "
-                          "training; without it a non-empty output_dir is refused unless this run resumes the one in "
-                          "it (resume_from_checkpoint)."},
+        metadata={"help": "Delete the run already in output_dir (its weights, checkpoint-N folders, logs: the files "
+                          "its run_fingerprint.json lists) before training; refused when the folder holds anything "
+                          "else (nothing is deleted then). Without it a non-empty output_dir is refused unless this "
+                          "run resumes the one in it (resume_from_checkpoint)."},
     )
 
 
@@ -181,7 +182,7 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     argv = _config_path(sys.argv[1:] if argv is None else argv)
     parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog,
                        usage=f"{prog} --config CONFIG.yaml [--key value ...]", description=USAGE.format(
-                           prog=prog, example=f"configs/demo_{'sft' if prog.endswith('sft') else 'grpo'}.yaml"),
+                           prog=prog, example=EXAMPLES.get(prog.rsplit(" ", 1)[-1], "configs/demo_grpo.yaml")),
                        formatter_class=_HelpFormatter)
     config_path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
     config_path = config_path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
@@ -287,6 +288,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     """Defaults shown (as transformers' parser does) and the description kept as written."""
 
 
+# the recipe each trainer's --help shows in its example (distill: a distillation config, not a GRPO one)
+EXAMPLES = {"sft": "configs/demo_sft.yaml", "train": "configs/demo_grpo.yaml",
+            "distill": "configs/qwen2_5_vl_7b_to_3b_distill.yaml"}
 USAGE = """Settings come from a YAML config (--config CONFIG.yaml) and --key value overrides of any of its keys, e.g.
   {prog} --config {example} --learning_rate 2e-6 --output_dir outputs/run1
 The recipes in configs/ (configs/README.md lists each and its source) show the knobs in use; every key is one of the
@@ -451,9 +455,11 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     prompt template, video layout, video and sampling settings, the difficulty-aware data selection, LoRA settings
     (:func:`lora_settings`), seed, data seed, a distillation teacher and its β, and package version (not the git
     commit). ``max_steps``,
-    learning rate and the like are not in it: a finished run may be continued with more steps."""
+    learning rate and the like are not in it: a finished run may be continued with more steps. ``outputs``: the
+    patterns of what the run writes in its folder (:data:`grounding_rl.run_record.RUN_OUTPUTS`, what
+    ``replace_output_dir`` may delete; not compared)."""
     from grounding_rl import __version__
-    from grounding_rl.run_record import file_sha256, model_fingerprint
+    from grounding_rl.run_record import RUN_OUTPUTS, file_sha256, model_fingerprint
     from grounding_rl.update.config import DATA_SELECTION_KEYS
 
     teacher = getattr(training_args, "teacher_model_name_or_path", None)  # distillation: the teacher and its weights
@@ -471,7 +477,7 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         "data_selection": {key: getattr(training_args, key) for key in DATA_SELECTION_KEYS
                            if hasattr(training_args, key)},
         "lora": lora_settings(model_args), "seed": training_args.seed, "data_seed": training_args.data_seed,
-        "version": __version__,
+        "version": __version__, "outputs": list(RUN_OUTPUTS),
     }
 
 
@@ -481,7 +487,8 @@ def _check_fingerprint(path: Path, fingerprint: dict | None, what: str, advice: 
     from grounding_rl.run_record import check_record
 
     if fingerprint is not None:
-        check_record(path, fingerprint, [k for k in fingerprint if k not in ("train_file", "model")], what, advice)
+        check_record(path, fingerprint, [k for k in fingerprint if k not in ("train_file", "model", "outputs")], what,
+                     advice)
 
 
 # What a training run leaves in its output_dir (besides checkpoint-N folders): only a folder holding one of them is
@@ -501,10 +508,14 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     two barriers, so no rank writes before the old files are gone.
 
     Raises:
-        UserError: ``output_dir`` is a file; it is not empty and not resumed; a file there comes from another run (what
-            changed); ``replace_output_dir`` with a resume from that folder, or on a folder holding no training run
-            (nothing of another kind is deleted).
+        UserError: ``output_dir`` or ``frame_cache_dir`` is a file; ``output_dir`` is not empty and not resumed; a file there comes from another run (what
+            changed); ``replace_output_dir`` with a resume from that folder, on a folder holding no training run, or
+            on a run folder holding anything the run did not write (a user's notes, an eval folder: the first such
+            name; :func:`grounding_rl.run_record.foreign_to_run`). Nothing is deleted then.
     """
+    cache = getattr(script_args, "frame_cache_dir", None)  # the other folder a run writes, checked as early
+    if cache and Path(cache).exists() and not Path(cache).is_dir():
+        raise UserError(f"frame_cache_dir: {cache} is a file, not a folder")
     out = Path(training_args.output_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"output_dir: {out} is a file, not a folder")
@@ -531,6 +542,14 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
         how = "resume it with --resume_from_checkpoint true, " if checkpoints else ""
         raise UserError(f"output_dir: {out} already holds a run ({names}); {how}replace it with "
                         "--replace_output_dir true, or give a new --output_dir")
+    from grounding_rl.run_record import foreign_to_run, read_record
+
+    foreign = foreign_to_run(out, read_record(out / FINGERPRINT_FILE))
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise UserError(f"replace_output_dir: {out} holds {', '.join(foreign[:3])}{more}, which the run there did not "
+                        "write; "
+                        "nothing was deleted: move it out, or give a new --output_dir")
     from accelerate import PartialState  # the process group TrainingArguments set up (a no-op in one process)
 
     several = training_args.world_size > 1

@@ -21,7 +21,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="grounding-rl demo-data",
                                      description="Procedural clips with a known event interval (the CPU demo).")
-    parser.add_argument("--out", required=True, help="output folder (videos/, train.jsonl, test.jsonl)")
+    parser.add_argument("--out", required=True,
+                        help="output folder (videos/, train.jsonl, test.jsonl); refused when it holds files demo-data "
+                             "did not write unless --overwrite; its own earlier output (demo_data.json) is replaced")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write over a folder holding other files (train.jsonl and test.jsonl are written over; "
+                             "other files are left)")
     parser.add_argument("--num-train", type=int, default=None,
                         help=f"default {demo.NUM_TRAIN} ({demo.LONG_NUM_TRAIN} with --long)")
     parser.add_argument("--num-test", type=int, default=None,
@@ -56,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = demo.generate_demo(args.out, num_train, num_test, args.seed, lowest, highest,
                                     time_code=args.time_code, long=long,
-                                    multi_span=args.multi_span)
+                                    multi_span=args.multi_span, overwrite=args.overwrite)
     except ValueError as err:
         parser.error(str(err))
     print(json.dumps(result))

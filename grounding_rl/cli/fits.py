@@ -39,7 +39,10 @@ def _frame_size(text: str) -> tuple[int, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grounding-rl fits", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="grounding-rl fits", description=(
+        "Does a GRPO or distillation recipe fit these GPUs? Per-GPU memory under each launch strategy "
+        "(weights, gradients, optimizer states, reference model, teacher, activations), from the model's config.json "
+        "on the meta device, before launching; memory in GiB."))
     parser.add_argument("config", help="a training recipe (YAML), e.g. configs/qwen2_5_vl_7b_charades_timezero.yaml")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs in all (processes)")
     parser.add_argument("--nodes", type=int, default=1, help="machines the GPUs are spread over")
@@ -154,6 +157,7 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     return {"recipe": config, "model": name, "gpus": gpus, "nodes": nodes, "shape": asdict(shape),
             "workload": {**asdict(work), "prompt_tokens": work.prompt_tokens, "sequence_tokens": work.sequence_tokens},
             "video": video, "max_prompt_length": args.max_prompt_length,
+            "teacher_divergence_beta": args.teacher_divergence_beta if teacher else None,
             "prompt_refused": bool(args.max_prompt_length) and work.prompt_tokens > args.max_prompt_length,
             "strategies": rows}
 
@@ -198,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**report, "gpu_memory_gib": args.gpu_memory}))
         return 0
     shape, work = report["shape"], report["workload"]
-    teacher_note = f", teacher {work['teacher_params'] / 1e9:.2f}e9 parameters" if work["teacher_params"] else ""
+    teacher_note = (f", teacher {work['teacher_params'] / 1e9:.2f}e9 parameters (divergence beta "
+                    f"{report['teacher_divergence_beta']})" if work["teacher_params"] else "")
     print(f"{report['recipe']}: {report['model']}, {shape['total_params'] / 1e9:.2f}e9 parameters "
           f"({shape['vision_params'] / 1e9:.2f}e9 vision), {shape['trainable_params'] / 1e9:.3f}e9 trainable; "
-          f"{'bf16' if work['dtype_bytes'] == 2 else 'fp32'}, beta {work['beta']}"
+          f"{'bf16' if work['dtype_bytes'] == 2 else 'fp32'}, KL beta {work['beta']}"
           f"{' (reference model)' if work['beta'] > 0 and not work['use_peft'] else ''}{teacher_note}, "
           f"{work['rows']} completions per micro-batch, {work['generation_rows']} per generation, "
           f"G {work['num_generations']}")

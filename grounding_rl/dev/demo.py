@@ -39,6 +39,7 @@ Deterministic: clip ``i`` of a split depends only on (seed, split, i) — same J
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,7 @@ LONG_FPS = 4  # frames per second of the written long clips (fewer frames to enc
 LONG_NUM_TRAIN, LONG_NUM_TEST = 300, 50  # --long default split sizes
 TIME_BAR_ROWS = 10  # height of the long clips' time bar, pixels
 MULTI_SPAN_WINDOWS = (1, 3)  # --multi-span: windows per clip, inclusive range
+RECORD = "demo_data.json"  # the files generate_demo wrote into its folder (grounding_rl.dev.written)
 
 
 @dataclass(frozen=True)
@@ -294,10 +296,36 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = FPS, codec: str
             container.mux(packet)
 
 
+EARLIER_FILE = re.compile(r"(train|test)\.jsonl|videos/(train|test)_\d{5}\.mp4")
+
+
+def earlier_output(out: Path) -> list[str] | None:
+    """The files of a folder demo-data wrote before it left ``demo_data.json``: nothing but ``train.jsonl`` /
+    ``test.jsonl`` whose every line has ``"source": "demo"`` and clips named as demo-data names them; else None (so
+    ``scripts/demo.sh`` goes on replacing its ``data/demo`` without a flag, and a user's splits stay refused)."""
+    import json
+
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir())
+    if not files or not all(EARLIER_FILE.fullmatch(name) for name in files):
+        return None
+    for name in ("train.jsonl", "test.jsonl"):
+        if name in files:
+            try:
+                lines = (out / name).read_text(encoding="utf-8").splitlines()
+                if not all(json.loads(line).get("source") == "demo" for line in lines if line.strip()):
+                    return None
+            except (ValueError, AttributeError):
+                return None
+    return files
+
+
 def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST, seed: int = 0,
                   min_duration: float = MIN_DURATION, max_duration: float = MAX_DURATION, progress: bool = True,
-                  time_code: bool = True, long: bool = False, multi_span: bool = False) -> dict:
-    """Write ``out/videos/*.mp4`` and ``out/train.jsonl`` / ``out/test.jsonl`` (canonical JSONL).
+                  time_code: bool = True, long: bool = False, multi_span: bool = False,
+                  overwrite: bool = False) -> dict:
+    """Write ``out/videos/*.mp4`` and ``out/train.jsonl`` / ``out/test.jsonl`` (canonical JSONL), and the record of
+    what was written, ``out/demo_data.json`` (:mod:`grounding_rl.dev.written`): a rerun into ``out`` removes those
+    files first (another seed's clips do not linger) and refuses a folder holding anything else.
 
     Args:
         out: output folder (created).
@@ -308,15 +336,24 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
         time_code: burn the time into the background hue (and the time bar of a long clip; module docstring).
         long: long clips (the module docstring; pass the long durations as min/max_duration).
         multi_span: the target appears in one to three windows (module docstring); lines carry ``spans``.
+        overwrite: write over a folder holding files demo-data did not write (a user's ``train.jsonl``); they are
+            left where they are, or written over where the names are the same.
 
     Returns:
         ``{"train": path, "test": path, "clips": n, "seconds": wall time}``.
+
+    Raises:
+        UserError: ``out`` holds files demo-data did not write and ``overwrite`` is false (before anything is
+            written).
     """
     from tqdm import tqdm
 
     from grounding_rl.data.samples import Sample, write_samples
 
+    from grounding_rl.dev.written import claim_folder, record_folder
+
     out = Path(out)
+    before = claim_folder(out, RECORD, overwrite, "demo-data", unrecorded=earlier_output)
     (out / "videos").mkdir(parents=True, exist_ok=True)
     began = time.time()
     jobs = [("train", i) for i in range(num_train)] + [("test", i) for i in range(num_test)]
@@ -331,4 +368,5 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     for split, samples in rows.items():
         paths[split] = str(out / f"{split}.jsonl")
         write_samples(paths[split], samples)
+    record_folder(out, RECORD, "grounding-rl demo-data", before)
     return {**paths, "clips": len(jobs), "seconds": round(time.time() - began, 2)}

@@ -9,6 +9,7 @@ Qwen2.5-VL. Saved with ``save_pretrained`` so ``AutoProcessor`` / ``AutoModelFor
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -34,8 +35,35 @@ def tiny_config(vocab_size: int, token_ids: dict, **sizes):
     return QWEN2_5_VL.tiny_config(vocab_size, token_ids, **sizes)
 
 
+RECORD = "tiny_model.json"  # what build_tiny_model wrote into its folder (grounding_rl.dev.written)
+
+
+def check_like(like: str | Path) -> None:
+    """Refuse a ``--like`` that is no model folder of a supported family, from its ``config.json`` alone.
+
+    Raises:
+        UserError: ``like`` is missing, a file, a folder without a readable ``config.json``, or of an unsupported
+            ``model_type`` (names the folder).
+    """
+    import json
+
+    from grounding_rl.errors import UserError
+
+    folder = Path(like)
+    if folder.is_file():
+        raise UserError(f"--like {like}: a file, not a model folder (config.json, tokenizer and processor files)")
+    if not (folder / "config.json").is_file():
+        raise UserError(f"--like {like}: not a model folder (no config.json)")
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+        family_of(str(model_type))
+    except (ValueError, AttributeError) as err:
+        raise UserError(f"--like {folder / 'config.json'}: not a supported model config "
+                        f"({str(err).splitlines()[0] if str(err) else 'no model_type'})") from None
+
+
 def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed: int = 0,
-                     like: str | Path | None = None, **sizes) -> Path:
+                     like: str | Path | None = None, overwrite: bool = False, **sizes) -> Path:
     """Build and save a random-weight tiny Qwen-VL model and its processor into ``out``.
 
     Args:
@@ -48,20 +76,33 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
         like: a real model folder (``config.json`` plus processor, tokenizer and chat template files, e.g.
             ``../shared/models/Qwen3-VL-8B-Instruct``): its family and architecture at tiny size, with its processor.
             With ``tokenizer="local"`` the processor keeps ``like``'s image/video settings and chat template around
-            a locally trained BPE tokenizer (a small vocabulary, as the demo's); otherwise ``tokenizer`` is ignored.
+            a locally trained BPE tokenizer (a small vocabulary, as the demo's); any other ``tokenizer`` beside
+            ``like`` is refused.
+        overwrite: write over a folder holding files this function did not write (:mod:`grounding_rl.dev.written`;
+            its own earlier output, listed in ``tiny_model.json``, is replaced without it).
         sizes: overrides for the family's ``tiny_config`` (hidden_size, num_layers, ...; None values ignored).
 
     Returns:
         The output directory.
 
     Raises:
-        ValueError: ``like``'s ``model_type`` is not a supported family; sizes the family rejects.
+        UserError: ``like`` is no model folder of a supported family (:func:`check_like`); ``tokenizer`` other than
+            ``"local"`` beside ``like``; sizes the family rejects (hidden size not divisible by the heads, ...);
+            ``out`` holds files of something else (a training run, a user's) and ``overwrite`` is false. All before
+            anything is written.
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
+    from grounding_rl.dev.written import claim_folder, record_folder
+    from grounding_rl.errors import UserError
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     sizes = {k: v for k, v in sizes.items() if v is not None}
+    if like is not None:
+        check_like(like)
+        if tokenizer is not None and str(tokenizer) != "local":
+            raise UserError(f"--tokenizer {tokenizer} beside --like {like}: the tiny model takes --like's tokenizer "
+                            "and processor; drop one of the two (or --tokenizer local for a small trained BPE)")
     real = None
     if like is not None:
         real = AutoConfig.from_pretrained(str(like), trust_remote_code=False)
@@ -93,7 +134,15 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
         token_ids = processor.token_ids
     vocab_size = (len(processor.tokenizer) + 63) // 64 * 64
     torch.manual_seed(seed)
-    config = family.tiny_config(vocab_size, token_ids, like=real, **sizes)
+    try:
+        config = family.tiny_config(vocab_size, token_ids, like=real, **sizes)
+    except ValueError as err:  # the size flags as written: "--hidden-size 64 is not divisible by --num-heads 3"
+        message = str(err)
+        for key in SIZE_KEYS:
+            message = re.sub(rf"\b{key}\b", "--" + key.replace("_", "-"), message)
+        raise UserError(message) from None
+    before = claim_folder(out, RECORD, overwrite, "tiny-model")
+    out.mkdir(parents=True, exist_ok=True)
     model = AutoModelForImageTextToText.from_config(config).eval()
     model.generation_config = GenerationConfig(
         bos_token_id=token_ids["bos_token_id"],
@@ -102,6 +151,7 @@ def build_tiny_model(out: str | Path, tokenizer: str | Path | None = None, seed:
     )
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    record_folder(out, RECORD, "grounding-rl tiny-model", before)
     follow_umask(out)  # safetensors writes 0600
     return out
 

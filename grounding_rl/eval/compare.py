@@ -6,7 +6,8 @@ PATH is a ``metrics.json`` or an evaluation folder holding one. Prints a markdow
 format rate, one row per run (the headline scoring, ``standard``); with ``--scoring`` one row per run and scoring,
 each with its own n — a scoring the ``metrics.json`` lacks is computed from the ``predictions.jsonl`` beside it
 (:func:`with_scorings`), without running the model. With ``--json-key`` a last line of JSON
-``{"<name>_<key>": value}`` follows.
+``{"<name>_<key>": value}`` follows. Runs evaluated on different data files are refused (:func:`data_of`): one
+table compares one test set.
 """
 from __future__ import annotations
 
@@ -36,6 +37,40 @@ def load_metrics(path: str | Path) -> dict:
         raise ValueError(f"{path}: not a metrics.json ({err})") from None
 
 
+def data_of(path: str | Path, metrics: dict) -> tuple[str, str] | None:
+    """``(data file, SHA-256 of its content)`` an evaluation ran on: from the ``eval_config.json`` beside the
+    ``metrics.json`` at ``path`` (``data``, ``data_sha256``), else the ``data`` that ``metrics.json`` names when that
+    file is still here; None when neither tells (``score`` / ``baseline`` metrics)."""
+    from grounding_rl.run_record import file_sha256, read_record
+
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    record = read_record(folder / "eval_config.json") or {}
+    if record.get("data") and record.get("data_sha256"):
+        return str(record["data"]), str(record["data_sha256"])
+    data = metrics.get("data")
+    if isinstance(data, str) and Path(data).is_file():
+        return data, file_sha256(data)
+    return None
+
+
+def check_same_data(data: dict[str, tuple[str, str] | None]) -> None:
+    """Refuse runs (name -> :func:`data_of`) evaluated on data files of different content (runs with None are not
+    compared).
+
+    Raises:
+        UserError: one line naming two runs and their data files.
+    """
+    from grounding_rl.errors import UserError
+
+    known = [(name, d) for name, d in data.items() if d is not None]
+    for name, (file, sha) in known[1:]:
+        first, (first_file, first_sha) = known[0]
+        if sha != first_sha:
+            same = " (the same path, its content changed)" if file == first_file else ""
+            raise UserError(f"runs evaluated on different data: {first} on {first_file}, {name} on {file}{same}; "
+                            "compare runs of one test set")
+
+
 def with_scorings(path: str | Path, metrics: dict, scorings) -> dict:
     """``metrics`` (of the ``metrics.json`` at ``path``) with every scoring of ``scorings`` (names or ``all``, see
     :func:`grounding_rl.reward.metrics.scoring_names`) under ``by_scoring``: those it lacks are computed from the
@@ -53,11 +88,12 @@ def with_scorings(path: str | Path, metrics: dict, scorings) -> dict:
     if all(name in have for name in names):
         return metrics
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    given = Path(path) / "metrics.json" if Path(path).is_dir() else Path(path)
     records, _ = read_predictions(folder / PREDICTIONS)
     if not records:
         missing = [n for n in names if n not in have]
-        raise ValueError(f"{folder}: metrics.json has no scoring {', '.join(missing)} and there is no "
-                         f"{PREDICTIONS} to compute it from")
+        raise ValueError(f"{given}: no scoring {', '.join(missing)} in it and no {folder / PREDICTIONS} to compute "
+                         "it from")
     template = metrics.get("sampling", {}).get("prompt_template") or "default"
     fresh = metrics_from_records(records, template, metrics.get("dropped_annotations", 0), scorings)
     return {**metrics, "by_scoring": {**fresh["by_scoring"], **have}}
