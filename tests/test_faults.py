@@ -111,6 +111,10 @@ def test_incomplete_checkpoints_are_found_from_the_folder(tmp_path, demo_dir, bp
     assert checkpoints.newest_complete(out)[0] is None
     assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--resume_from_checkpoint", "true")]) == 2
     assert "no complete checkpoint-N folder" in capsys.readouterr().err
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--max_steps", "2", "--resume_from_checkpoint",
+                                  "auto")]) == 0  # none complete: this run's torn saves removed, from step 0
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert checkpoints.newest_complete(out)[0] == str(out / "checkpoint-2")
 
     fresh = tmp_path / "fresh"
     assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, fresh, "--max_steps", "1", "--resume_from_checkpoint",
@@ -132,22 +136,33 @@ def signal_at_step(monkeypatch, step: int, signum=None):
     monkeypatch.setattr(preemption.PreemptionCallback, "on_step_begin", on_step_begin)
 
 
-def test_sft_sigterm_saves_at_the_step_end_and_resumes_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir,
-                                                                      monkeypatch, capsys):
-    """SIGTERM during step 2 of 3 (``save_strategy: no``): the step ends, checkpoint-2 is written, one line says so,
-    exit 143, no final files; the same command with ``--resume_from_checkpoint auto`` ends bit-identical to an
-    uninterrupted run."""
+@pytest.fixture(scope="module")
+def sft_reference(tmp_path_factory, demo_dir, bpe_tiny_model_dir):
+    """An uninterrupted 3-step SFT run (``save_strategy: no``)."""
     from grounding_rl.cli import main
 
-    reference_dir, out = tmp_path / "full", tmp_path / "run"
-    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, reference_dir, "--save_strategy", "no")]) == 0
-    signal_at_step(monkeypatch, 2)
+    out = tmp_path_factory.mktemp("sft_reference")
+    assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--save_strategy", "no")]) == 0
+    return out
+
+
+@pytest.mark.parametrize("at", [2, 3], ids=["mid-run", "last-step"])
+def test_sft_sigterm_saves_at_the_step_end_and_resumes_bit_identical(tmp_path, demo_dir, bpe_tiny_model_dir,
+                                                                      sft_reference, monkeypatch, capsys, at):
+    """SIGTERM during step 2 (or the last, 3) of 3 (``save_strategy: no``): the step ends, its checkpoint is
+    written, one line says so, exit 143, no final files; the same command with ``--resume_from_checkpoint auto`` ends
+    bit-identical to an uninterrupted run."""
+    from grounding_rl.cli import main
+
+    reference_dir, out = sft_reference, tmp_path / "run"
+    signal_at_step(monkeypatch, at)
     capsys.readouterr()
     assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--save_strategy", "no")]) == 143
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("grounding-rl sft")]
-    assert err == [f"grounding-rl sft: stopped by SIGTERM at step 2 of 3: {out / 'checkpoint-2'} saved; run the same "
-                   "command with --resume_from_checkpoint auto to continue"]
-    assert checkpoints.checkpoint_problem(out / "checkpoint-2") is None and not (out / "model.safetensors").exists()
+    assert err == [f"grounding-rl sft: stopped by SIGTERM at step {at} of 3: {out / f'checkpoint-{at}'} saved; run the "
+                   "same command with --resume_from_checkpoint auto to continue"]
+    assert checkpoints.checkpoint_problem(out / f"checkpoint-{at}") is None
+    assert not (out / "model.safetensors").exists()
     monkeypatch.undo()
     assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--save_strategy", "no",
                                   "--resume_from_checkpoint", "auto")]) == 0

@@ -535,6 +535,9 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
                                "resume with the settings that wrote it, replace it with --replace_output_dir true, or "
                                "give a new --output_dir")
         return
+    if resume is None and str(training_args.resume_from_checkpoint or "").lower() == "auto" and checkpoints:
+        _restart_cut_short(out, checkpoints, training_args, fingerprint)
+        return
     if not is_run:
         raise UserError(f"output_dir: {out} is not empty ({names}) and holds no training run; give an empty or new "
                         "--output_dir (replace_output_dir removes only a training run's folder)")
@@ -564,6 +567,39 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
                 shutil.rmtree(path)
             else:
                 path.unlink()
+    if several:
+        PartialState().wait_for_everyone()
+
+
+def _restart_cut_short(out: Path, checkpoints: list[Path], training_args, fingerprint: dict | None) -> None:
+    """``resume_from_checkpoint: auto`` on a folder whose every ``checkpoint-N`` was cut short (no complete one: a
+    requeued job killed in its first save): when they are this run's (their records match ``fingerprint``) and nothing
+    else is there, they are removed and the run starts from step 0.
+
+    Raises:
+        UserError: a record differs (what changed), or the folder holds something the run did not write.
+    """
+    from grounding_rl.run_record import foreign_to_run, read_record
+
+    for path in [out / FINGERPRINT_FILE, *(p / FINGERPRINT_FILE for p in checkpoints)]:
+        _check_fingerprint(path, fingerprint, f"output_dir: {path} was written by another run",
+                           "give a new --output_dir, or replace it with --replace_output_dir true")
+    foreign = foreign_to_run(out, read_record(out / FINGERPRINT_FILE))
+    if foreign:
+        raise UserError(f"resume_from_checkpoint: auto: {out} holds {', '.join(foreign[:3])}, which the run there did "
+                        "not write; move it out, or give a new --output_dir")
+    from accelerate import PartialState
+
+    several = training_args.world_size > 1
+    if several:
+        PartialState().wait_for_everyone()
+    if training_args.should_save:
+        import shutil
+
+        logger.info("resume_from_checkpoint auto: no complete checkpoint in %s; removing %s and starting from step 0",
+                    out, ", ".join(p.name for p in checkpoints))
+        for path in checkpoints:
+            shutil.rmtree(path)
     if several:
         PartialState().wait_for_everyone()
 
