@@ -14,6 +14,12 @@
 #                          CPU)
 # A config that names `tiny_model:` (tokenizer folder and sizes) gets its model built by `grounding-rl tiny-model`
 # when model_name_or_path is missing.
+# Preemption: SIGTERM, SIGUSR1 or Ctrl-C stops the run at its next exact-resume point (the end of the current
+# generation window) with a checkpoint, one line, exit 128 + signal (Ctrl-C twice: at once, 130); the same command with
+# --resume_from_checkpoint auto continues bit-identically. A SLURM job that requeues itself:
+#   #SBATCH --signal=B:USR1@300 --requeue --open-mode=append
+#   trap 'kill -USR1 $PID; wait $PID; scontrol requeue $SLURM_JOB_ID' USR1
+#   scripts/train.sh configs/X.yaml --output_dir outputs/X --resume_from_checkpoint auto & PID=$!; wait $PID
 # The script stays in the caller's folder: CONFIG and the paths inside it (train_file, model_name_or_path, output_dir)
 # are relative to the working directory, as for `grounding-rl train`. The recipes in configs/ name theirs relative to
 # the repository root, so run them from there (or override the paths); the package and .venv are found beside the
@@ -53,4 +59,20 @@ if [ "$NUM_MACHINES" -gt 1 ]; then
   LAUNCH+=(--machine_rank "${MACHINE_RANK:?set MACHINE_RANK}" --main_process_ip "${MAIN_PROCESS_IP:?set MAIN_PROCESS_IP}"
            --main_process_port "${MAIN_PROCESS_PORT:-29500}")
 fi
-exec "${LAUNCH[@]}" -m grounding_rl.cli train --config "$CONFIG" "$@"
+# Several processes: the launcher runs in its own session and this script forwards SIGTERM, SIGUSR1 and SIGINT to the
+# training processes (the launcher's children) themselves: each stops at its next exact-resume point with a checkpoint
+# (a launcher that got the signal would kill them instead); then this script exits with 128 + signal.
+setsid "${LAUNCH[@]}" -m grounding_rl.cli train --config "$CONFIG" "$@" &
+LAUNCHER=$!
+STOPPED=0
+forward() { STOPPED=$2; pkill "-$1" -P "$LAUNCHER" 2>/dev/null || true; }
+trap 'forward USR1 138' USR1
+trap 'forward TERM 143' TERM
+trap 'forward INT 130' INT
+while :; do
+  status=0
+  wait "$LAUNCHER" || status=$?
+  kill -0 "$LAUNCHER" 2>/dev/null || break
+done
+if [ "$STOPPED" -ne 0 ] && [ "$status" -eq 0 ]; then exit "$STOPPED"; fi
+exit "$status"

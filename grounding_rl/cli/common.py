@@ -690,8 +690,9 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
     SIGTERM, SIGUSR1 and SIGINT stop the run at the next point where it can resume exactly, with a checkpoint
     there (:class:`grounding_rl.update.preemption.PreemptionCallback`); the final files are then not written (the
     run is not finished), one line says what was kept and how to continue, and the status is ``128 + signal``
-    (:func:`grounding_rl.stopping.exit_code`: 143 for SIGTERM, 138 for SIGUSR1, 130 for SIGINT). A second signal
-    exits at once (:func:`grounding_rl.stopping.stop_signals`).
+    (:func:`grounding_rl.stopping.exit_code`: 143 for SIGTERM, 138 for SIGUSR1, 130 for SIGINT) in one process, 0 on
+    every rank of several (a launcher such as torchrun reports any other status as a failure; ``scripts/train.sh``
+    exits with ``128 + signal`` then). A second signal exits at once (:func:`grounding_rl.stopping.stop_signals`).
     """
     import signal
 
@@ -722,9 +723,12 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
             print(f"{prog}: stopped by {signal.Signals(signum).name} at step {callback.stopped_at} of "
                   f"{trainer.state.max_steps}: {folder} saved; run the same command with --resume_from_checkpoint "
                   "auto to continue", file=sys.stderr, flush=True)
+        several = trainer.accelerator.num_processes > 1
         trainer.accelerator.wait_for_everyone()
         trainer.accelerator.end_training()
-    return exit_code(signum)
+    # under a launcher every rank exits 0, so it ends without a failure report; scripts/train.sh, which forwarded the
+    # signal, exits with 128 + signal itself
+    return 0 if several else exit_code(signum)
 
 
 def finish_training(trainer, result) -> None:
