@@ -9,12 +9,14 @@ rank, so the G copies of a group, which may sit on different ranks, stay one cli
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from torch.utils.data import Dataset
 
 from grounding_rl.data.video import SampledVideo, VideoLoadError, VideoSettings, sample_frames
+from grounding_rl.data.workers import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +136,8 @@ class VideoCollator:
 
     Each distinct index is decoded once per call (a group's G copies share one decode). When a clip fails, the
     item becomes the first loadable :func:`substitute_index` candidate, with ``"substituted_from"`` set to the failed
-    item's index (None otherwise).
+    item's index (None otherwise). Called in a DataLoader worker, the worker ends when the process that made the
+    collator dies (:func:`grounding_rl.data.workers.die_with_parent`).
 
     Args:
         dataset: the :class:`GroundingDataset` (for substitutes).
@@ -153,6 +156,7 @@ class VideoCollator:
         self.max_attempts = max_attempts
         self._last_key, self._last = None, []
         self._bad_paths: set[str] = set()
+        self._parent_pid = os.getpid()  # the process that makes the trainer's DataLoader
 
     def _load(self, path: str) -> SampledVideo:
         if path in self._bad_paths:
@@ -184,6 +188,7 @@ class VideoCollator:
                              f"({first_error})")
 
     def __call__(self, items: list[dict]) -> list[dict]:
+        die_with_parent(self._parent_pid)  # in a DataLoader worker: end with the trainer, however it dies
         # TRL's RepeatSampler yields each generation batch steps_per_generation × num_iterations times in a row and
         # the trainer generates from the first only: decode a repeated batch once
         key = tuple(item["index"] for item in items)
