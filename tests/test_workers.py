@@ -1,5 +1,7 @@
-"""Decoding workers end when their parent is killed with SIGKILL (grounding_rl.data.workers.die_with_parent): the
-eval loader (clip_batches) and the trainers' (a DataLoader whose collate_fn is a VideoCollator)."""
+"""Clip-decoding workers: they end when their parent is killed with SIGKILL (grounding_rl.data.workers.die_with_parent),
+for the eval loader (clip_batches) and the trainers' (a DataLoader whose collate_fn is a VideoCollator); the trainers'
+first batch shows its decoding clip by clip."""
+import logging
 import os
 import signal
 import subprocess
@@ -58,3 +60,22 @@ def test_workers_end_when_the_parent_is_killed(videos_dir):
         for pid in workers:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_first_batch_logs_its_decoding_clip_by_clip(videos_dir, caplog):
+    from grounding_rl.data.dataset import GroundingDataset, VideoCollator
+    from grounding_rl.data.video import VideoSettings
+
+    dataset = GroundingDataset([{"video": str(videos_dir / name), "query": "q", "start": 1.0, "end": 2.0,
+                                 "duration": 10.0, "qid": name} for name in ("mmaction2_pool_cleaning.mp4",
+                                                                              "mmaction2_basketball_drill.mp4")])
+    collator = VideoCollator(dataset, VideoSettings(fps=1.0, min_pixels=4 * 28 * 28, max_pixels=4 * 28 * 28))
+    with caplog.at_level(logging.INFO, logger="grounding_rl.data.dataset"):
+        collator([dataset[0], dataset[0], dataset[1], dataset[1]])  # G = 2 copies of each clip: 2 decodes
+        first = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        collator([dataset[1], dataset[0]])
+    assert first[0].startswith("first batch: decoding 2 clip(s)")
+    assert [m.split(" decoded in ")[0] for m in first[1:]] == ["first batch: clip 1 of 2", "first batch: clip 2 of 2"]
+    assert first[2].endswith("(%s)" % (videos_dir / "mmaction2_basketball_drill.mp4"))
+    assert caplog.records == []  # later batches: silent
