@@ -23,11 +23,12 @@ min_tokens · factor²`` with the family's pixel factor, so one number means the
 (32). ``budget_lowers_fps`` lowers T once the frames would fall to ``min_pixels`` (:func:`budget_max_frames`);
 ``cover_tail`` puts the T frames on the scale T / duration, which covers the clip to its end (by default up to about
 three frame periods at the end are never sampled: :func:`sampling_plan`). :func:`sample_window` samples [a, b] of a
-video on the whole video's time grid, with absolute times, decoded with PyAV from the key frame before it (from the
-file's start when that key frame is no clean start, where decord's seeking returns grey frames).
+video on the whole video's time grid, with absolute times. A file whose key frames are no clean decoder starts
+(:func:`seeks_cleanly`; decord's seeking returns grey frames there) is decoded by PyAV from its start.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import asdict, dataclass, replace
@@ -461,49 +462,29 @@ def _decode_pyav(path: str, settings: VideoSettings, num_threads: int, plan=None
     raise ValueError(f"PyAV decoded a different number of frames on each pass (last {decoded})")
 
 
-def _decode_window_pyav(path: str, settings: VideoSettings, num_threads: int, plan):
-    """Decode a window's frames with PyAV from the key frame at or before its first frame, choosing frames by
-    presentation time: :func:`sample_window`'s decoder. Return value as :func:`_decode_decord`.
-
-    A demux pass (no decoding) gives the frame count, the sorted pts (frame i of the plan is the i-th in display
-    order) and the key packets. The seek is trusted only when the first decoded frame is a key frame with the seek
-    target's pts; otherwise (a "key" packet that is not a decoder refresh point, e.g. x264's intra-refresh recovery
-    points, where decord's ``get_batch`` returns grey frames with blocky debris) the file is decoded from its start, as
-    :func:`_decode_pyav` does. A container without pts on every packet goes that way too.
+def seeks_cleanly(path: str) -> bool:
+    """Whether decoding from the file's second key frame starts cleanly: seeking there (PyAV) and decoding, the first
+    frame is a key frame with that packet's pts. False for files whose "key frames" are no decoder refresh points,
+    e.g. x264's intra-refresh recovery points (which the mp4 muxer flags as key frames): from them decord's
+    ``get_batch``, which seeks to the key frame before a frame it has not reached, returns grey frames with blocky
+    debris (mean absolute difference 78-106 per pixel against a sequential decode). True when there is no second key
+    frame or PyAV cannot read the file (decord then decides). Cost: a demux up to that key frame and one decode.
     """
     import av
 
-    with av.open(path) as container:
-        stream = container.streams.video[0]
-        source_fps = float(stream.average_rate or stream.guessed_rate or 0)
-        packets = [(packet.pts, packet.is_keyframe) for packet in container.demux(stream) if packet.size]
-    if not packets or any(pts is None for pts, _ in packets):
-        return _decode_pyav(path, settings, num_threads, plan)
-    order = sorted(pts for pts, _ in packets)
-    indices, f = plan(len(order), source_fps)
-    seek_to = max((pts for pts, key in packets if key and pts <= order[indices[0]]), default=order[0])
-    wanted = set(indices)
-    kept: dict[int, np.ndarray] = {}
-    size = None
-    with av.open(path) as container:
-        stream = container.streams.video[0]
-        stream.thread_type = "FRAME"
-        stream.thread_count = num_threads
-        container.seek(seek_to, stream=stream, backward=True)
-        # Frames come in display order: the key frame is frame order.index(seek_to), each next one the next index
-        # (as _pyav_pass counts; an AVI's decoded pts need not be in display order).
-        for index, frame in enumerate(container.decode(stream), start=order.index(seek_to)):
-            if index == order.index(seek_to) and not (frame.key_frame and frame.pts == seek_to):
-                return _decode_pyav(path, settings, num_threads, plan)  # not a clean start: decode from the start
-            if index in wanted:
-                rgb = frame.to_ndarray(format="rgb24")[None]
-                size = size or frame_size(rgb.shape[1], rgb.shape[2], len(indices), settings)
-                kept[index] = resize_frames(rgb, *size)[0]
-            if index >= indices[-1]:
-                break
-    if len(kept) < len(wanted):
-        return _decode_pyav(path, settings, num_threads, plan)
-    return np.stack([kept[i] for i in indices]), len(order), source_fps, indices, f
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            keys = [packet.pts for packet in itertools.islice(
+                (packet for packet in container.demux(stream) if packet.size and packet.is_keyframe), 2)]
+            if len(keys) < 2 or keys[1] is None:  # no second key frame, or no pts
+                return True
+            target = keys[1]
+            container.seek(target, stream=stream, backward=True)
+            frame = next(container.decode(stream), None)
+            return frame is not None and bool(frame.key_frame) and frame.pts == target
+    except (av.error.FFmpegError, StopIteration, IndexError):
+        return True
 
 
 def presentation_times(path: str, total_frames: int, source_fps: float) -> list[float]:
@@ -541,10 +522,10 @@ def decode_threads() -> int:
     return max(1, min(8, cpus))
 
 
-def _decode(path: str, settings: VideoSettings, num_threads: int | None, plan=None, decoders=None):
+def _decode(path: str, settings: VideoSettings, num_threads: int | None, plan=None):
     """Decode with decord, else PyAV: ``(frames, total_frames, source_fps, indices, f, backend)`` (``plan`` as in
-    :func:`_decode_decord`; ``num_threads`` None = :func:`decode_threads`; ``decoders`` the ``(backend, function)``
-    pairs to try in order instead).
+    :func:`_decode_decord`; ``num_threads`` None = :func:`decode_threads`). PyAV alone (sequential, no seeking) when
+    the file does not :func:`seeks_cleanly`.
 
     Raises:
         WindowError: from ``plan`` (the same for every decoder).
@@ -553,7 +534,8 @@ def _decode(path: str, settings: VideoSettings, num_threads: int | None, plan=No
     if num_threads is None:
         num_threads = decode_threads()
     errors = []
-    for backend, decode in decoders or (("decord", _decode_decord), ("pyav", _decode_pyav)):
+    decoders = (("decord", _decode_decord), ("pyav", _decode_pyav))
+    for backend, decode in decoders if seeks_cleanly(path) else decoders[1:]:
         try:
             return (*decode(path, settings, num_threads, plan), backend)
         except WindowError:
@@ -570,7 +552,8 @@ def sample_frames(
 
     Decodes with decord (batched ``get_batch`` over chunks of :data:`CHUNK_FRAMES` source frames, each chunk resized
     at once by :func:`resize_frames` to :func:`frame_size`), falling back to PyAV when decord cannot open the file or
-    fetch the frames. Peak memory: one chunk of source-size frames plus the output.
+    fetch the frames, or when the file does not :func:`seeks_cleanly` (decord's seeking would give grey frames).
+    Peak memory: one chunk of source-size frames plus the output.
 
     Args:
         path: a video file (anything decord or PyAV reads).
@@ -630,10 +613,8 @@ def sample_window(path: str | Path, start: float, end: float, settings: VideoSet
     :func:`sample_frames` takes in [start, end], unless a frame cap or ``cover_tail`` puts them on the scale
     T / (end − start)) and sized by :func:`frame_size` for T frames. ``timestamps`` are presentation times from the
     start of the video, so Qwen3-VL's ``<t seconds>`` are absolute; Qwen2.5-VL's ``second_per_grid_ts`` = 2 / f
-    carries only the spacing (its time starts at the window's first frame, ``timestamps[0]``). Decoded by
-    :func:`_decode_window_pyav` (decord when PyAV cannot read the file): the frames of a sequential decode, also where
-    the file's key frames are not clean starts (decord's seeking gives grey frames there); about 1.25 times decord's
-    time on the clips in ../shared (measured on 2 CPU cores, 6-10 s windows).
+    carries only the spacing (its time starts at the window's first frame, ``timestamps[0]``). Decoded as
+    :func:`sample_frames` decodes (PyAV from the start where the file does not :func:`seeks_cleanly`).
 
     Raises:
         WindowError: an empty window, or one outside the clip or too short (:func:`window_indices`).
@@ -646,8 +627,7 @@ def sample_window(path: str | Path, start: float, end: float, settings: VideoSet
     if not Path(path).is_file():
         raise VideoLoadError(f"{path}: no such video file")
     frames, total, source_fps, indices, f, backend = _decode(
-        path, settings, num_threads, lambda total, rate: window_indices(total, rate, settings, start, end),
-        (("pyav", _decode_window_pyav), ("decord", _decode_decord)))
+        path, settings, num_threads, lambda total, rate: window_indices(total, rate, settings, start, end))
     times = presentation_times(path, total, source_fps)
     return SampledVideo(path=path, frames=frames, source_fps=source_fps, duration=total / source_fps,
                         frame_indices=indices, timestamps=[times[i] for i in indices], sampled_fps=f,
