@@ -62,7 +62,7 @@ def test_window_reward_and_coverage_values():
     assert window_reward([], (5, 9)) == 0.0
     assert window_reward([(0, 30)], (5, 9)) == pytest.approx(4 / 30)  # the whole video is not rewarded
     assert crop_window_reward(["x", "y"], crop_windows=[[[4, 12]], []], start=[5, 5], end=[9, 9]) == [0.5, 0.0]
-    assert crop_cost_reward(["x", "y"], crop_calls=[0, 2]) == [-0.0, -2.0]
+    assert str(crop_cost_reward(["x", "y"], crop_calls=[0, 2])) == "[0.0, -2.0]"  # not -0.0
     with pytest.raises(ValueError, match="max_tool_calling_iterations"):
         crop_window_reward(["x"], start=[5], end=[9])
 
@@ -431,11 +431,13 @@ def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume
 
     from grounding_rl.cli import main as cli
 
+    crops = [True]
+
     def scripted(model, processor, params, pad_token_id):  # every query crops 4-12 s, then answers 5-9 s
         tok = processor.tokenizer
         end = tok.convert_tokens_to_ids("<|im_end|>")
-        return lambda trajectories: [tok(CROP_4_12 if not t.turns else ANSWER, add_special_tokens=False)["input_ids"]
-                                     + [end] for t in trajectories]
+        return lambda trajectories: [tok(CROP_4_12 if not t.turns and crops[0] else ANSWER,
+                                         add_special_tokens=False)["input_ids"] + [end] for t in trajectories]
 
     monkeypatch.setattr(conv, "hf_turns", scripted)
     out = tmp_path / "turns"
@@ -449,8 +451,14 @@ def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["turns"]["turns_mean"] == 2.0 and metrics["turns"]["call_frequency"] == 1.0
     assert metrics["sampling"]["max_turns"] == 2
+    assert f"ground truth coverage of the last window {metrics['turns']['coverage']}" in capsys.readouterr().out
     assert cli(command) == 2  # single-turn over multi-turn predictions: refused, one line
     assert "max_turns: 2 → 0" in capsys.readouterr().err
+    crops[0] = False  # no query asks for a window: no coverage to report, said in words (not "None")
+    assert cli(command[:command.index("--out") + 1] + [str(tmp_path / "direct")] + command[command.index("--out") + 2:]
+               + ["--max-turns", "2", "--limit", "1"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("eval: crop tool:"))
+    assert line.endswith("(0.0 of them refused); no window was sampled"), line
 
 
 def test_crop_tool_settings_are_checked(tmp_path):

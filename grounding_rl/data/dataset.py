@@ -9,12 +9,15 @@ rank, so the G copies of a group, which may sit on different ranks, stay one cli
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from torch.utils.data import Dataset
 
 from grounding_rl.data.video import SampledVideo, VideoLoadError, VideoSettings, sample_frames
+from grounding_rl.data.workers import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +137,10 @@ class VideoCollator:
 
     Each distinct index is decoded once per call (a group's G copies share one decode). When a clip fails, the
     item becomes the first loadable :func:`substitute_index` candidate, with ``"substituted_from"`` set to the failed
-    item's index (None otherwise).
+    item's index (None otherwise). Called in a DataLoader worker, the worker ends when the process that made the
+    collator dies (:func:`grounding_rl.data.workers.die_with_parent`). The first call (in the main process or worker
+    0) logs each clip as it is decoded (INFO, ``first batch: clip k of n decoded in s (path)``): long
+    high-resolution clips take tens of seconds before the first step shows anything.
 
     Args:
         dataset: the :class:`GroundingDataset` (for substitutes).
@@ -153,6 +159,8 @@ class VideoCollator:
         self.max_attempts = max_attempts
         self._last_key, self._last = None, []
         self._bad_paths: set[str] = set()
+        self._parent_pid = os.getpid()  # the process that makes the trainer's DataLoader
+        self._first = True  # the first batch's decoding is logged clip by clip
 
     def _load(self, path: str) -> SampledVideo:
         if path in self._bad_paths:
@@ -184,6 +192,7 @@ class VideoCollator:
                              f"({first_error})")
 
     def __call__(self, items: list[dict]) -> list[dict]:
+        die_with_parent(self._parent_pid)  # in a DataLoader worker: end with the trainer, however it dies
         # TRL's RepeatSampler yields each generation batch steps_per_generation × num_iterations times in a row and
         # the trainer generates from the first only: decode a repeated batch once
         key = tuple(item["index"] for item in items)
@@ -191,13 +200,31 @@ class VideoCollator:
             return [dict(item) for item in self._last]
         loaded: dict[int, dict] = {}
         out = []
+        show = self._first and _first_worker()
+        if show:
+            count = len({item["index"] for item in items})
+            logger.info("first batch: decoding %d clip(s) (long high-resolution clips take a while)", count)
         for item in items:
             index = item["index"]
             if index not in loaded:
+                started = time.perf_counter()
                 loaded[index] = self.load_item(index)
+                if show:
+                    logger.info("first batch: clip %d of %d decoded in %.1f s (%s)", len(loaded), count,
+                                time.perf_counter() - started, loaded[index]["video"])
             out.append(dict(loaded[index]))
+        self._first = False
         self._last_key, self._last = key, out
         return [dict(item) for item in out]
+
+
+def _first_worker() -> bool:
+    """True in the main process and in DataLoader worker 0 (which decodes the first batch), so the first batch's
+    progress is logged once."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return info is None or info.id == 0
 
 
 def resumable_repeat_sampler(data_source, mini_repeat_count: int, batch_size: int, repeat_count: int,

@@ -23,10 +23,12 @@ min_tokens · factor²`` with the family's pixel factor, so one number means the
 (32). ``budget_lowers_fps`` lowers T once the frames would fall to ``min_pixels`` (:func:`budget_max_frames`);
 ``cover_tail`` puts the T frames on the scale T / duration, which covers the clip to its end (by default up to about
 three frame periods at the end are never sampled: :func:`sampling_plan`). :func:`sample_window` samples [a, b] of a
-video on the whole video's time grid, with absolute times.
+video on the whole video's time grid, with absolute times. A file whose key frames are no clean decoder starts
+(:func:`seeks_cleanly`; decord's seeking returns grey frames there) is decoded by PyAV from its start.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import asdict, dataclass, replace
@@ -460,6 +462,31 @@ def _decode_pyav(path: str, settings: VideoSettings, num_threads: int, plan=None
     raise ValueError(f"PyAV decoded a different number of frames on each pass (last {decoded})")
 
 
+def seeks_cleanly(path: str) -> bool:
+    """Whether decoding from the file's second key frame starts cleanly: seeking there (PyAV) and decoding, the first
+    frame is a key frame with that packet's pts. False for files whose "key frames" are no decoder refresh points,
+    e.g. x264's intra-refresh recovery points (which the mp4 muxer flags as key frames): from them decord's
+    ``get_batch``, which seeks to the key frame before a frame it has not reached, returns grey frames with blocky
+    debris (mean absolute difference 78-106 per pixel against a sequential decode). True when there is no second key
+    frame or PyAV cannot read the file (decord then decides). Cost: a demux up to that key frame and one decode.
+    """
+    import av
+
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            keys = [packet.pts for packet in itertools.islice(
+                (packet for packet in container.demux(stream) if packet.size and packet.is_keyframe), 2)]
+            if len(keys) < 2 or keys[1] is None:  # no second key frame, or no pts
+                return True
+            target = keys[1]
+            container.seek(target, stream=stream, backward=True)
+            frame = next(container.decode(stream), None)
+            return frame is not None and bool(frame.key_frame) and frame.pts == target
+    except (av.error.FFmpegError, StopIteration, IndexError):
+        return True
+
+
 def presentation_times(path: str, total_frames: int, source_fps: float) -> list[float]:
     """Seconds of every frame in display order, measured from the first frame: the sorted pts of the first video
     stream's packets (one demux pass, no decoding), minus the smallest.
@@ -497,7 +524,8 @@ def decode_threads() -> int:
 
 def _decode(path: str, settings: VideoSettings, num_threads: int | None, plan=None):
     """Decode with decord, else PyAV: ``(frames, total_frames, source_fps, indices, f, backend)`` (``plan`` as in
-    :func:`_decode_decord`; ``num_threads`` None = :func:`decode_threads`).
+    :func:`_decode_decord`; ``num_threads`` None = :func:`decode_threads`). PyAV alone (sequential, no seeking) when
+    the file does not :func:`seeks_cleanly`.
 
     Raises:
         WindowError: from ``plan`` (the same for every decoder).
@@ -506,7 +534,8 @@ def _decode(path: str, settings: VideoSettings, num_threads: int | None, plan=No
     if num_threads is None:
         num_threads = decode_threads()
     errors = []
-    for backend, decode in (("decord", _decode_decord), ("pyav", _decode_pyav)):
+    decoders = (("decord", _decode_decord), ("pyav", _decode_pyav))
+    for backend, decode in decoders if seeks_cleanly(path) else decoders[1:]:
         try:
             return (*decode(path, settings, num_threads, plan), backend)
         except WindowError:
@@ -523,7 +552,8 @@ def sample_frames(
 
     Decodes with decord (batched ``get_batch`` over chunks of :data:`CHUNK_FRAMES` source frames, each chunk resized
     at once by :func:`resize_frames` to :func:`frame_size`), falling back to PyAV when decord cannot open the file or
-    fetch the frames. Peak memory: one chunk of source-size frames plus the output.
+    fetch the frames, or when the file does not :func:`seeks_cleanly` (decord's seeking would give grey frames).
+    Peak memory: one chunk of source-size frames plus the output.
 
     Args:
         path: a video file (anything decord or PyAV reads).
@@ -583,7 +613,8 @@ def sample_window(path: str | Path, start: float, end: float, settings: VideoSet
     :func:`sample_frames` takes in [start, end], unless a frame cap or ``cover_tail`` puts them on the scale
     T / (end − start)) and sized by :func:`frame_size` for T frames. ``timestamps`` are presentation times from the
     start of the video, so Qwen3-VL's ``<t seconds>`` are absolute; Qwen2.5-VL's ``second_per_grid_ts`` = 2 / f
-    carries only the spacing (its time starts at the window's first frame, ``timestamps[0]``).
+    carries only the spacing (its time starts at the window's first frame, ``timestamps[0]``). Decoded as
+    :func:`sample_frames` decodes (PyAV from the start where the file does not :func:`seeks_cleanly`).
 
     Raises:
         WindowError: an empty window, or one outside the clip or too short (:func:`window_indices`).

@@ -642,8 +642,8 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     if request.max_turns:
         t = metrics["turns"]
         print(f"eval: crop tool: {t['turns_mean']} model turns and {t['call_frequency']} crop requests per query "
-              f"({t['failure_frequency']} of them refused); ground truth coverage of the last window "
-              f"{t['coverage']}")
+              f"({t['failure_frequency']} of them refused); " + ("no window was sampled" if t["coverage"] is None
+              else f"ground truth coverage of the last window {t['coverage']}"))
     print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
     unreadable = sorted({r.get("video") or r["qid"] for r in records if r.get("error")})
     check_fraction(unreadable, plan_.num_videos, request.max_missing_fraction,

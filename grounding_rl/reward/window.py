@@ -54,7 +54,7 @@ def crop_cost_reward(completions, crop_calls=None, **columns) -> list[float]:
     """
     if crop_calls is None:
         raise ValueError("reward crop_cost needs the crop tool (max_tool_calling_iterations > 0)")
-    return [-float(calls) for calls in crop_calls]
+    return [0.0 - calls for calls in crop_calls]  # 0.0, not -0.0, for no request (logs would show -0.0)
 
 
 WINDOW_REWARDS = {"crop_window": crop_window_reward, "crop_cost": crop_cost_reward}

@@ -13,12 +13,15 @@ every caller shares; turning its answers into scored records is the reward stage
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 from collections.abc import Iterator, Sequence
 
 import torch
 
 from grounding_rl.data.video import VideoLoadError, VideoSettings, sample_frames
+from grounding_rl.data.workers import die_with_parent
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
@@ -100,12 +103,14 @@ def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, b
 
     The rows of one video share the decoded clip object (so they share its vision encoding); a video with more
     queries than ``batch_size`` continues into the next batch with the same clip. Clips are decoded by
-    ``num_workers`` background processes (0 = in this process), ``PREFETCH_FACTOR`` videos ahead each.
+    ``num_workers`` background processes (0 = in this process), ``PREFETCH_FACTOR`` videos ahead each; they end
+    when this process dies, however it dies (:func:`grounding_rl.data.workers.die_with_parent`).
     """
     dataset = VideoClips([video for video, _ in groups], settings, frame_cache, frame_cache_bytes)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=None, shuffle=False, num_workers=max(0, num_workers), collate_fn=_identity,
-        prefetch_factor=PREFETCH_FACTOR if num_workers > 0 else None)
+        prefetch_factor=PREFETCH_FACTOR if num_workers > 0 else None,
+        worker_init_fn=functools.partial(die_with_parent, os.getpid()))
     batch: list = []
     for index, video, error in loader:
         for position in groups[index][1]:
