@@ -258,10 +258,10 @@ def test_a_full_disk_in_a_checkpoint_save_is_one_line_and_loses_nothing(tmp_path
                                                                        monkeypatch, capsys):
     """ENOSPC while checkpoint-2's optimizer state is written: one line naming the folder and the cause, exit 2,
     checkpoint-1 intact and the torn checkpoint-2 removed; with space again, ``auto`` resumes and ends bit-identical
-    to an uninterrupted run. A real file-size limit (``prlimit --fsize`` between the weights' size and the optimizer
-    state's: EFBIG) in a child process does the same at checkpoint-1."""
+    to an uninterrupted run. Then the same on a real full disk: a small tmpfs in a private mount namespace
+    (``unshare -m``; skipped where the machine does not allow it), enlarged before the rerun."""
     import errno
-    import shutil as shell
+    import shlex
 
     from grounding_rl.cli import main
 
@@ -287,21 +287,27 @@ def test_a_full_disk_in_a_checkpoint_save_is_one_line_and_loses_nothing(tmp_path
     assert main(["sft", *sft_argv(demo_dir, bpe_tiny_model_dir, out, "--resume_from_checkpoint", "auto")]) == 0
     assert_identical(load_file(str(out / "model.safetensors")), load_file(str(reference / "model.safetensors")))
 
-    if shell.which("prlimit") is None:
-        pytest.skip("no prlimit here")
-    sizes = {p.name: p.stat().st_size for p in (reference / "checkpoint-1").iterdir() if p.is_file()}
-    others = max(size for name, size in sizes.items() if name != "optimizer.pt")
-    if sizes["optimizer.pt"] <= others:
-        pytest.skip("the optimizer state is not the largest file of a checkpoint of this model")
-    limited = tmp_path / "limited"
-    proc = subprocess.run(["prlimit", f"--fsize={(others + sizes['optimizer.pt']) // 2}", sys.executable, "-m",
-                           "grounding_rl.cli", "sft", *sft_argv(demo_dir, bpe_tiny_model_dir, limited)],
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, cwd=REPO_ROOT,
-                          timeout=300)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"grounding-rl sft: error: {limited / 'checkpoint-1'}: "
-                                                           "writing the checkpoint failed (")
-    assert not (limited / "checkpoint-1").exists()
+    # a real full disk: a tmpfs in a private mount namespace, holding one checkpoint and a half; then made larger
+    sizes = sum(p.stat().st_size for p in (reference / "checkpoint-1").rglob("*") if p.is_file())
+    mount, run, kept = tmp_path / "mnt", tmp_path / "mnt" / "run", tmp_path / "kept.safetensors"
+    mount.mkdir()
+    argv = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "grounding_rl.cli", "sft",
+                                               *sft_argv(demo_dir, bpe_tiny_model_dir, run)])
+    script = (f"mount -t tmpfs -o size={sizes * 3 // 2} tmpfs {mount} || exit 99\n"
+              f"{argv}; echo first=$?\n"
+              f"ls {run}\n"
+              f"mount -o remount,size=256m {mount}\n"
+              f"{argv} --resume_from_checkpoint auto; echo second=$?\n"
+              f"cp {run}/model.safetensors {kept}\n")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+    if proc.returncode == 99 or "unshare:" in proc.stderr:
+        pytest.skip(f"no private tmpfs here: {proc.stderr.strip()[:200]}")
+    assert "first=2" in proc.stdout and "second=0" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert "checkpoint-1\n" in proc.stdout and "checkpoint-2\n" not in proc.stdout  # the torn one removed
+    line = next(line for line in proc.stderr.splitlines() if line.startswith("grounding-rl sft: error:"))
+    assert line.startswith(f"grounding-rl sft: error: {run / 'checkpoint-2'}: writing the checkpoint failed (")
+    assert_identical(load_file(str(kept)), load_file(str(reference / "model.safetensors")))
 
 
 def test_a_file_size_limit_on_predictions_keeps_only_complete_rows(tmp_path):
@@ -352,3 +358,25 @@ def test_a_full_disk_turns_the_frame_cache_off(tmp_path, monkeypatch, caplog):
     assert cache.put(video_file, VideoSettings(), clip) is False and len(calls) == 1  # off: no second try
     assert "writing failed (No space left on device); the cache is off" in caplog.text
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_disk_errors_are_recognised_through_the_libraries():
+    """An ``OSError`` with ENOSPC/EFBIG/EDQUOT anywhere in the chain, safetensors' text and torch's zip writer are a
+    full disk; other errors are not."""
+    import errno
+
+    from grounding_rl.errors import disk_error
+
+    assert disk_error(OSError(errno.ENOSPC, "x")) == "No space left on device"
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "quota")
+        except OSError as inner:
+            raise RuntimeError("saving failed") from inner
+    except RuntimeError as outer:
+        assert disk_error(outer) == "Disk quota exceeded"
+    assert disk_error(Exception('Error while serializing: IoError(Os { code: 27, kind: FileTooLarge, message: '
+                                '"File too large" })')) == "File too large"
+    assert disk_error(RuntimeError("basic_ios::clear: iostream error")).startswith(("File too large",
+                                                                                   "the write failed"))
+    assert disk_error(OSError(errno.EACCES, "denied")) is None and disk_error(ValueError("code: 5")) is None
