@@ -49,7 +49,7 @@ def test_config_mistakes_are_one_line_and_exit_2(sub, tmp_path, capsys):
 @pytest.mark.parametrize("sub", ["merge-lora", "fits", "compare", "tiny-model", "demo-data", "distill"])
 def test_help_is_plain_text_and_whole(sub, capsys):
     """--help of the dev tools, compare, fits, merge-lora and distill: no reST markup, a description ending in a full
-    stop, every option with help; distill's example is a distillation recipe (item 15 of issue 52)."""
+    stop, every option with help; distill's example is a distillation recipe."""
     with pytest.raises(SystemExit) as exit_info:
         main([sub, "--help"])
     assert exit_info.value.code == 0

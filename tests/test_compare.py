@@ -1,5 +1,5 @@
 """``grounding-rl compare``: a run name given twice, runs evaluated on different data files, and a scoring a
-metrics.json lacks are one line naming what is wrong (items 8, 11 and 12 of issue 52)."""
+metrics.json lacks are one line naming what is wrong."""
 import json
 
 from grounding_rl.cli import main as cli

@@ -190,7 +190,7 @@ def test_multi_span_clips_show_the_target_in_one_to_three_windows(tmp_path, caps
 def test_demo_data_replaces_its_own_folder_and_refuses_a_users_files(tmp_path, capsys):
     """A rerun into its own folder (demo_data.json) replaces it without a flag, another seed's clips included (only
     the files the record lists are removed); a user's train.jsonl / test.jsonl beside nothing of demo-data's is refused
-    in one line naming the folder and the file, untouched; --overwrite writes over them (item 3 of issue 52)."""
+    in one line naming the folder and the file, untouched; --overwrite writes over them."""
     from grounding_rl.cli import main as cli
 
     own = tmp_path / "own"

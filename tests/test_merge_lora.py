@@ -1,5 +1,5 @@
 """``grounding-rl merge-lora --base``: a base of another family or architecture than the adapter was trained on is
-one line and exit 2 before anything is written (item 6 of issue 52); the base it was trained on merges."""
+one line and exit 2 before anything is written; the base it was trained on merges."""
 import json
 import shutil
 

@@ -212,8 +212,7 @@ def test_like_qwen3_with_the_local_tokenizer(tmp_path, qwen3_processor_dir):
 def test_tiny_model_refuses_a_run_it_did_not_write(tmp_path, capsys):
     """Over a finished run (weights, config and trainer state of something else) tiny-model is one line naming the
     folder and the first such file, and every file is kept; its own folder (tiny_model.json) is rebuilt without a flag,
-    removing only the files its record lists; --overwrite writes over the run and leaves its other files (item 2 of
-    issue 52)."""
+    removing only the files its record lists; --overwrite writes over the run and leaves its other files."""
     from grounding_rl.cli import main as cli
 
     run = tmp_path / "run"
