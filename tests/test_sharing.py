@@ -192,7 +192,8 @@ def _assert_equivalent(on, off):
     assert torch.equal(batch_on["advantages"], batch_off["advantages"])
     torch.testing.assert_close(batch_on["sampled_ref_logps"], batch_off["sampled_ref_logps"], rtol=1e-5, atol=1e-5)
     assert abs(loss_on.item()) > 1e-4  # a loss that could be wrong
-    assert abs(loss_on.item() - loss_off.item()) <= 1e-6 * abs(loss_off.item())
+    # float32 sums in another order: 1.5e-6 apart with AVX-512 kernels (Intel Xeon, 2026-12-06), within 1e-6 with AVX2
+    assert abs(loss_on.item() - loss_off.item()) <= 1e-5 * abs(loss_off.item())
     assert grads_on.keys() == grads_off.keys() and any("visual" in name for name in grads_on)
     for name, g_off in grads_off.items():
         norm = g_off.norm().item()
