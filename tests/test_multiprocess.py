@@ -426,6 +426,7 @@ def test_two_processes_dead_or_hung_rank_ends_the_run_and_restarts_resume_bit_id
     ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete", 1,
      "rank 0 of 2 lost (it stopped answering for ddp_timeout=5 s: Timed out waiting)"),
     ("CUDA out of memory", 0, None),
+    ("[Errno 32] Broken pipe", 0, None),  # not from a collective
 ])
 def test_peer_lost_names_the_rank_from_gloos_messages(message, rank, line):
     """The messages gloo raised on this machine (torch 2.14) when the other of 2 ranks was SIGKILLed / SIGSTOPped

@@ -770,11 +770,14 @@ def peer_lost(err: BaseException, rank: int, world_size: int, timeout_s: float) 
         timeout_s: the collective timeout (``ddp_timeout``, seconds) a hung rank is waited for.
     Returns:
         ``"rank 1 of 2 lost (...)"`` — with 2 ranks the lost one is the other; with more, gloo names only its
-        address, so the line names this rank — or None when ``err`` is not a lost peer.
+        address, so the line names this rank — or None when ``err`` is not a lost peer (a message of gloo, NCCL or a
+        ``torch.distributed`` error with one of :data:`PEER_LOST`).
     """
     text = str(err)
     cause = next((marker for marker in PEER_LOST if marker in text), None)
-    if cause is None or world_size < 2:
+    from_collective = "gloo" in text or "NCCL" in text or type(err).__name__ in ("DistError", "DistBackendError",
+                                                                                 "DistNetworkError")
+    if cause is None or world_size < 2 or not from_collective:
         return None
     how = (f"it stopped answering for ddp_timeout={timeout_s:g} s" if "Time" in cause
            else "it died: its connection closed")
