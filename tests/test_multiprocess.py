@@ -337,3 +337,103 @@ def test_two_processes_zero3_distill_shards_the_teacher(tmp_path, tiny_model_dir
         assert r["logs"][1]["distillation/divergence"] > 1e-6
     assert reports[0]["logs"] == reports[1]["logs"]
     assert "| teacher |" in (tmp_path / "out" / "README.md").read_text()
+
+
+# Attempt 0 (TORCHELASTIC_RESTART_COUNT=0): the fault hook hangs rank 1 (SIGSTOP: its connections stay open) inside
+# checkpoint-2's save, once its RNG state is written, after it sent SIGTERM to rank 0 (a preemption that reaches a rank
+# whose peer is gone); 28 s later a watcher kills it (the launcher would wait 30 s more). Attempt 1: rank 0 first keeps
+# the step-2 weights attempt 0 wrote before the hang; rank 1 is SIGKILLed right after sampling step 2's completions.
+# Attempt 2 runs undisturbed.
+RESTART_WORKER = """
+import os, shutil, signal, subprocess, sys
+from pathlib import Path
+from grounding_rl.update import checkpoints
+
+report, attempt, rank = Path(sys.argv[1]), os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+if attempt == "0":
+    if rank == "0":
+        report.with_suffix(".pid0").write_text(str(os.getpid()))
+    def hang():
+        if rank == "1":
+            os.kill(int(report.with_suffix(".pid0").read_text()), signal.SIGTERM)
+            subprocess.Popen(["sh", "-c", f"sleep 28; kill -9 {os.getpid()}"])
+            os.kill(os.getpid(), signal.SIGSTOP)
+    checkpoints._die = hang
+else:
+    del os.environ[checkpoints.FAULT_ENV]
+    if rank == "0" and attempt == "1":
+        shutil.copy(Path(sys.argv[2]) / "checkpoint-2" / "model.safetensors", report.with_suffix(".step2"))
+if attempt == "1" and rank == "1":
+    from grounding_rl.rollout.generation import HFGenerateEngine
+    sample = HFGenerateEngine.generate
+    def generate_then_die(self, *args, **kwargs):
+        sample(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+    HFGenerateEngine.generate = generate_then_die
+from grounding_rl.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_dead_or_hung_rank_ends_the_run_and_restarts_resume_bit_identical(tmp_path, tiny_model_dir,
+                                                                                          videos_dir):
+    """DDP on 2 CPU processes (gloo) under ``accelerate launch --max_restarts 2 --rdzv_backend c10d`` with
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (the static rendezvous, and c10d's store shared with the workers, keep
+    the first attempt's keys: a restarted rank then dialled the dead rank 0's address in 2 of 3 tries, pytorch#135712),
+    ``--resume_from_checkpoint auto``, ``ddp_timeout: 20``. Attempt 0: rank 1 hangs (SIGSTOP) inside checkpoint-2's
+    save and rank 0 gets SIGTERM meanwhile; rank 0 fails its barrier after the timeout and exits with one line naming
+    rank 1 and the signal, without a save; checkpoint-2 never gets its mark. Attempt 1 (the same command) resumes
+    checkpoint-1; rank 1 is SIGKILLed in step 2's generation and rank 0 exits with one line naming it. Attempt 2
+    resumes checkpoint-1 again and ends with the bytes of the step-2 weights attempt 0 computed before the hang (what
+    an uninterrupted run ends with)."""
+    from safetensors.torch import load_file
+
+    from grounding_rl.update.checkpoints import FAULT_ENV
+
+    out = tmp_path / "run"
+    (tmp_path / "worker.py").write_text(RESTART_WORKER)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": str(REPO_ROOT), FAULT_ENV: "checkpoint-2/rng_state_1.pth",
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # else a restarted rank may read the dead one's address
+    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+           str(REPO_ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_processes", "2", "--max_restarts", "2",
+           "--rdzv_backend", "c10d", "--monitor_interval", "1", str(tmp_path / "worker.py"), str(tmp_path / "report"),
+           str(out), "train", "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"),
+           "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--reward_funcs", REWARD_SPEC,
+           "--reward_weights", "1.0", "--learning_rate", "1e-3", "--max_completion_length", "8",
+           "--per_device_train_batch_size", "2", "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1",
+           "--ddp_timeout", "20", "--resume_from_checkpoint", "auto"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    lost = [line for line in proc.stderr.splitlines() if "grounding-rl train: error:" in line]
+    assert len(lost) == 2, proc.stderr[-6000:]
+    assert "rank 1 of 2 lost (it stopped answering for ddp_timeout=20 s" in lost[0] \
+        and "SIGTERM received: exiting without a save" in lost[0], lost
+    assert "rank 1 of 2 lost (it died: its connection closed" in lost[1], lost
+    assert proc.stderr.count("resume_from_checkpoint: skipped checkpoint-2 (") == 2  # the hung save has no mark
+    step2 = load_file(str(tmp_path / "report.step2"))
+    final = load_file(str(out / "model.safetensors"))
+    assert final.keys() == step2.keys() and [k for k in final if not torch.equal(final[k], step2[k])] == []
+    start = load_file(str(out / "checkpoint-1" / "model.safetensors"))
+    assert any(not torch.equal(start[k], final[k]) for k in final)  # step 2 moved the weights
+
+
+@pytest.mark.parametrize("message, rank, line", [
+    ("[gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:22709: Connection reset by peer. This is typically "
+     "caused by a remote worker hanging", 0, "rank 1 of 2 lost (it died: its connection closed: Connection reset by "
+                                             "peer)"),
+    ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete", 1,
+     "rank 0 of 2 lost (it stopped answering for ddp_timeout=5 s: Timed out waiting)"),
+    ("CUDA out of memory", 0, None),
+    ("[Errno 32] Broken pipe", 0, None),  # not from a collective
+])
+def test_peer_lost_names_the_rank_from_gloos_messages(message, rank, line):
+    """The messages gloo raised on this machine (torch 2.14) when the other of 2 ranks was SIGKILLed / SIGSTOPped
+    with a 5 s timeout; any other error is not a lost peer."""
+    from grounding_rl.cli.common import peer_lost
+
+    assert peer_lost(RuntimeError(message), rank, 2, 5) == line
+    assert peer_lost(RuntimeError(message), rank, 1, 5) is None
+    if line:
+        assert peer_lost(RuntimeError(message), 3, 8, 5).startswith("a peer of rank 3 (of 8) lost (")

@@ -305,16 +305,28 @@ def setup_logging(training_args) -> None:
 
 
 def init_deepspeed_comm(training_args) -> None:
-    """Hand an existing process group to DeepSpeed before any model loads.
+    """Set the collective timeout from ``ddp_timeout``, then hand an existing process group to DeepSpeed before any
+    model loads.
 
-    With ``use_cpu`` (gloo) the process group is created by accelerate's ``PartialState`` while building the
-    TrainingArguments, but ``deepspeed.comm`` stays uninitialised, so ZeRO-3's ``zero.Init`` inside
-    ``from_pretrained`` would see a world size of 1 and reject the batch sizes. No-op without DeepSpeed.
+    ``ddp_timeout`` (seconds, default 1800) bounds every collective of the run: a rank that hangs (stopped, a node
+    frozen) makes the others fail after it and exit (:func:`train_and_finish`). transformers passes it to
+    ``init_process_group`` on GPUs but not with ``use_cpu`` (gloo), so it is set here on the default group either way
+    (``torch.distributed.distributed_c10d.set_timeout``; DeepSpeed's ``comm`` wraps the same group). With ``use_cpu``
+    the process group is created by accelerate's ``PartialState`` while building the TrainingArguments, but
+    ``deepspeed.comm`` stays uninitialised, so ZeRO-3's ``zero.Init`` inside ``from_pretrained`` would see a world size
+    of 1 and reject the batch sizes. No-op in one process.
     """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        from datetime import timedelta
+
+        from torch.distributed.distributed_c10d import set_timeout
+
+        set_timeout(timedelta(seconds=training_args.ddp_timeout))
     if not (training_args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"):
         return
     import deepspeed
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and not deepspeed.comm.is_initialized():
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
@@ -693,6 +705,13 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
     (:func:`grounding_rl.stopping.exit_code`: 143 for SIGTERM, 138 for SIGUSR1, 130 for SIGINT) in one process, 0 on
     every rank of several (a launcher such as torchrun reports any other status as a failure; ``scripts/train.sh``
     exits with ``128 + signal`` then). A second signal exits at once (:func:`grounding_rl.stopping.stop_signals`).
+
+    A rank that dies (its connections close: the others fail at their next collective, within a second) or hangs
+    (the others fail after ``ddp_timeout`` seconds, :func:`init_deepspeed_comm`) ends the run on every other rank: one
+    line naming the lost rank (:func:`peer_lost`) and exit 2 at once, without a save, also when a stop signal had
+    arrived (exit ``128 + signal`` then); the checkpoint being saved, if any, never gets its mark, so
+    ``--resume_from_checkpoint auto`` (or ``accelerate launch --max_restarts N``, which reruns the same command)
+    continues from the newest complete one.
     """
     import signal
 
@@ -703,12 +722,18 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
         callback = PreemptionCallback(request, getattr(trainer.args, "generation_window", 1),
                                       any_rank(trainer.accelerator))
         trainer.add_callback(callback)
-        result = trainer.train(resume_from_checkpoint=resume)
+        try:
+            result = trainer.train(resume_from_checkpoint=resume)
+        except Exception as err:  # noqa: BLE001 - only a lost peer ends here; the rest re-raise
+            _exit_if_peer_lost(err, trainer, prog, request.signum)
+            raise
         if callback.stopped_at is None:
             try:
                 finish_training(trainer, result)
             except Exception as err:  # noqa: BLE001 - only a full disk becomes the user's line; the rest re-raise
                 from grounding_rl.errors import disk_error
+
+                _exit_if_peer_lost(err, trainer, prog, request.signum)
 
                 why = disk_error(err)
                 if why is None:
@@ -729,6 +754,54 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
     # under a launcher every rank exits 0, so it ends without a failure report; scripts/train.sh, which forwarded the
     # signal, exits with 128 + signal itself
     return 0 if several else exit_code(signum)
+
+
+# what gloo and NCCL say when a peer process died (its connections closed) or hung past the collective timeout
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out waiting",
+             "Socket Timeout", "NCCL communicator was aborted", "Watchdog caught collective operation timeout")
+
+
+def peer_lost(err: BaseException, rank: int, world_size: int, timeout_s: float) -> str | None:
+    """The one line for a collective that failed because another rank is gone, or None for any other error.
+
+    Args:
+        err: the error training raised (gloo raises a ``RuntimeError``, ``torch.distributed.DistError`` subclasses).
+        rank, world_size: this process's rank and the number of ranks.
+        timeout_s: the collective timeout (``ddp_timeout``, seconds) a hung rank is waited for.
+    Returns:
+        ``"rank 1 of 2 lost (...)"`` — with 2 ranks the lost one is the other; with more, gloo names only its
+        address, so the line names this rank — or None when ``err`` is not a lost peer (a message of gloo, NCCL or a
+        ``torch.distributed`` error with one of :data:`PEER_LOST`).
+    """
+    text = str(err)
+    cause = next((marker for marker in PEER_LOST if marker in text), None)
+    from_collective = "gloo" in text or "NCCL" in text or type(err).__name__ in ("DistError", "DistBackendError",
+                                                                                 "DistNetworkError")
+    if cause is None or world_size < 2 or not from_collective:
+        return None
+    how = (f"it stopped answering for ddp_timeout={timeout_s:g} s" if "Time" in cause
+           else "it died: its connection closed")
+    who = f"rank {1 - rank} of 2" if world_size == 2 else f"a peer of rank {rank} (of {world_size})"
+    return f"{who} lost ({how}: {cause})"
+
+
+def _exit_if_peer_lost(err: BaseException, trainer, prog: str, signum: int | None) -> None:
+    """When ``err`` is a lost peer (:func:`peer_lost`): one line on stderr and ``os._exit`` at once — 2, or ``128 +
+    signal`` when a stop signal had arrived — without a save (a collective save would wait on the dead peer; the
+    checkpoint being saved never gets its mark) and without the interpreter's teardown, which can block on the dead
+    peer too. Returns for any other error."""
+    line = peer_lost(err, trainer.args.process_index, trainer.args.world_size, trainer.args.ddp_timeout)
+    if line is None:
+        return
+    import signal
+
+    from grounding_rl.stopping import exit_code
+
+    stopped = f"; {signal.Signals(signum).name} received: exiting without a save" if signum else ""
+    print(f"{prog}: error: {line}{stopped}; the last complete checkpoint is kept: run the same command with "
+          "--resume_from_checkpoint auto (accelerate launch --max_restarts N does it by itself)",
+          file=sys.stderr, flush=True)
+    os._exit(exit_code(signum) if signum else 2)
 
 
 def finish_training(trainer, result) -> None:
