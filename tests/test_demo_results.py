@@ -57,3 +57,17 @@ def test_record_replaces_the_entry_of_the_same_family_and_seed(tmp_path):
     path.write_text("[]")
     with pytest.raises(ValueError, match=r"r\.json: not a demo results file"):
         read_results(path)
+
+
+def test_the_data_digest_leaves_out_the_tools_record(tmp_path):
+    """demo-data's own record (what it wrote) is not part of the data's digest: the clips and splits are."""
+    from grounding_rl.dev import demo, tiny
+    from grounding_rl.dev.demo_results import TOOL_RECORDS, tree_sha256
+
+    assert set(TOOL_RECORDS) == {demo.RECORD, tiny.RECORD}
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    before = tree_sha256(tmp_path)
+    (tmp_path / demo.RECORD).write_text('{"tool": "demo-data", "files": ["train.jsonl"]}')
+    assert tree_sha256(tmp_path) == before
+    (tmp_path / "test.jsonl").write_text("{}\n")
+    assert tree_sha256(tmp_path) != before

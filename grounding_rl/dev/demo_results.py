@@ -33,9 +33,14 @@ def row_of(metrics: dict) -> dict:
     return {key: metrics[key] for key in ROW_KEYS if metrics.get(key) is not None}
 
 
+TOOL_RECORDS = ("demo_data.json", "tiny_model.json")  # grounding_rl.dev.demo.RECORD, grounding_rl.dev.tiny.RECORD
+
+
 def tree_sha256(path: str | Path) -> str:
     """SHA-256 of a file's bytes, or of a folder: each file's path relative to it (sorted, ``/``-separated) and its
-    bytes' SHA-256, one ``path\tdigest\n`` line each, hashed in turn.
+    bytes' SHA-256, one ``path\tdigest\n`` line each, hashed in turn. The records the development tools leave
+    (``demo_data.json``, ``tiny_model.json``: what they wrote) are not part of a folder's digest, so the demo data's
+    digest is that of its clips and splits.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -46,7 +51,7 @@ def tree_sha256(path: str | Path) -> str:
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such file or folder")
     lines = "".join(f"{f.relative_to(path).as_posix()}\t{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
-                    for f in sorted(p for p in path.rglob("*") if p.is_file()))
+                    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name not in TOOL_RECORDS))
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
