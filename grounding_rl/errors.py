@@ -123,11 +123,17 @@ def _write_failure() -> str:
 def user_message(err: BaseException) -> str | None:
     """The one line to print for an error the user caused, or None for a programming error (which must raise).
 
-    Covers :class:`UserError` (and its subclasses such as :class:`grounding_rl.data.samples.AnnotationError`) and
-    ``OSError`` naming a file (missing, a folder, not writable).
+    Covers :class:`UserError` (and its subclasses such as :class:`grounding_rl.data.samples.AnnotationError`), a full
+    disk, file-size limit or quota (:func:`disk_error`; the file named when the writer gave it) and ``OSError`` naming
+    a file (missing, a folder, not writable).
     """
     if isinstance(err, UserError):
         return _one_line(str(err))
+    why = disk_error(err)
+    if why is not None:  # a full disk, a file-size limit or a quota: where, when the writer said
+        where = getattr(err, "filename", None) or "a file"
+        return _one_line(f"{where}: writing failed ({why}); what was complete is kept: free space and run the same "
+                         "command again")
     if isinstance(err, OSError) and getattr(err, "filename", None) is not None:
         return _one_line(f"{err.filename}: {err.strerror or err}")
     return None

@@ -118,8 +118,10 @@ def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict | str]) -> i
             os.fsync(handle.fileno())
         follow_umask(tmp)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename is None:  # a failed write names no file: name the one meant
+            raise OSError(err.errno, err.strerror, str(path)) from err
         raise
     return count
 

@@ -380,3 +380,25 @@ def test_disk_errors_are_recognised_through_the_libraries():
     assert disk_error(RuntimeError("basic_ios::clear: iostream error")).startswith(("File too large",
                                                                                    "the write failed"))
     assert disk_error(OSError(errno.EACCES, "denied")) is None and disk_error(ValueError("code: 5")) is None
+
+
+def test_a_full_disk_in_the_end_of_run_files_is_one_line_naming_the_file(tmp_path):
+    """``metrics.json`` (and every file written through the atomic writers) on a full disk: the dispatcher's one line
+    names the file and the cause; nothing half-written is left beside it."""
+    import errno
+    from unittest import mock
+
+    from grounding_rl.errors import user_message
+    from grounding_rl.eval.report import write_metrics_json
+    from grounding_rl.jsonl_files import write_jsonl_atomic
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for write, path in ((lambda p: write_metrics_json(p, {"n": 1}, {}), tmp_path / "metrics.json"),
+                        (lambda p: write_jsonl_atomic(p, [{"a": 1}]), tmp_path / "rows.jsonl")):
+        with mock.patch("os.replace", full), pytest.raises(OSError) as info:
+            write(path)
+        assert user_message(info.value) == (f"{path}: writing failed (No space left on device); what was complete is "
+                                            "kept: free space and run the same command again")
+        assert list(tmp_path.iterdir()) == []

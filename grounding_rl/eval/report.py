@@ -42,9 +42,11 @@ def _atomic_write_text(path: Path, text: str) -> None:
             handle.write(text)
         follow_umask(tmp)  # mkstemp creates 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename is None:  # a failed write names no file: name the one meant
+            raise OSError(err.errno, err.strerror, str(path)) from err
         raise
 
 
