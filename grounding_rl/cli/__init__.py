@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help)
@@ -38,6 +39,19 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 GRACEFUL = ("train", "sft", "distill")  # subcommands that stop at a checkpoint on SIGTERM, SIGUSR1 and SIGINT
+
+
+def _leave_now(status: int) -> None:
+    """End a training process of several at once, its files written and its process group destroyed: flush, then
+    ``os._exit`` without the interpreter's teardown, where a communicator's C++ thread still running can abort the
+    process ("terminate called without an active exception", SIGABRT: the launcher then reports the finished run as
+    failed; seen once in 2-process ZeRO-3 CPU runs under load)."""
+    import logging
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(status)
 
 
 def _usage() -> str:
@@ -104,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(SUBCOMMANDS[name][0])
         with _one_line_usage_errors(), stops:
-            return int(module.main(rest) or 0)
+            status = int(module.main(rest) or 0)
+        if name in GRACEFUL and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            _leave_now(status)
+        return status
     except Interrupted as stop:
         print(f"grounding-rl {name}: stopped by {stop}; what was finished is kept (eval and difficulty write each "
               "prediction as it comes): run the same command again to go on", file=sys.stderr)
