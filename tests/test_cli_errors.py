@@ -345,6 +345,21 @@ CASES = {
         lambda d: ["prepare", "--out", str(d / "o.jsonl")], ["give --format and --annotations, or --benchmark"]),
 
     # (end of data rows)
+
+    # ---- answering modes (eval, infer, difficulty, validation) (rows below this line) ----
+
+
+    # ---- reports and pictures (eval's report, plot) (rows below this line) ----
+
+
+    # ---- several machines (rows below this line) ----
+
+
+    # ---- trackers, curves and quiet output (rows below this line) ----
+
+
+    # ---- hub push and model card (rows below this line) ----
+
 }
 
 
