@@ -359,6 +359,13 @@ CASES = {
 
 
     # ---- hub push and model card (rows below this line) ----
+    "train: push_to_hub offline": (lambda d: [*TRAIN, "--push_to_hub", "true", "--hub_model_id", "me/run"],
+                                   ["demo_grpo.yaml: push_to_hub: true needs the Hub, but HF_HUB_OFFLINE is set"]),
+    "sft: hub_model_id without push_to_hub": (
+        lambda d: [*SFT, "--hub_model_id", "me/run"],
+        ["demo_sft.yaml: hub_model_id 'me/run' is set without push_to_hub: true"]),
+    "sft: hub_always_push": (lambda d: [*SFT, "--push_to_hub", "true", "--hub_always_push", "true"],
+                             ["hub_always_push True is refused: every push here waits for the one before"]),
 
 }
 

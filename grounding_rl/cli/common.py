@@ -226,7 +226,10 @@ def _check_honoured(script_args, model_args, training_args, where: str, stage: s
     """
     from grounding_rl.update.fields import refused_settings
 
-    refused = refused_settings(script_args, stage) + refused_settings(model_args, stage)
+    from grounding_rl.update.hub import settings_problems
+
+    refused = refused_settings(script_args, stage) + refused_settings(model_args, stage) + \
+        settings_problems(training_args)  # push_to_hub offline, hub_* without push_to_hub
     if refused:
         raise UserError(f"{where}: {'; '.join(refused)}")
     if not (model_args.load_in_4bit or model_args.load_in_8bit):
@@ -722,6 +725,9 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
         callback = PreemptionCallback(request, getattr(trainer.args, "generation_window", 1),
                                       any_rank(trainer.accelerator))
         trainer.add_callback(callback)
+        from grounding_rl.update.hub import attach
+
+        attach(trainer)  # push_to_hub: each complete checkpoint, after its mark
         try:
             result = trainer.train(resume_from_checkpoint=resume)
         except Exception as err:  # noqa: BLE001 - only a lost peer ends here; the rest re-raise
@@ -808,7 +814,8 @@ def finish_training(trainer, result) -> None:
     """Save the final model into ``output_dir`` (with processor, ``grounding_config.json`` and model card, through
     :class:`grounding_rl.update.saving.GroundingSaveMixin`), then the files open-r1 and TRL scripts leave:
     ``train_results.json`` / ``all_results.json`` (``save_metrics``) and ``trainer_state.json`` with
-    ``log_history`` (``save_state``), also when ``save_strategy`` is ``"no"``. All ranks leave together."""
+    ``log_history`` (``save_state``), also when ``save_strategy`` is ``"no"``. All ranks leave together; then, with
+    ``push_to_hub``, the main process pushes the folder (:func:`grounding_rl.update.hub.push_run`)."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     metrics = dict(result.metrics)
@@ -821,3 +828,6 @@ def finish_training(trainer, result) -> None:
     # leave together: a rank exiting while another still tears down its communicator can abort at interpreter exit
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
+    from grounding_rl.update.hub import push_run
+
+    push_run(trainer)  # push_to_hub: after every file of the run, on the main process alone (the others have left)

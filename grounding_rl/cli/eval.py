@@ -206,9 +206,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        evaluate(request_from_args(args))
+        payload = evaluate(request_from_args(args))
     except VideoProbeError as err:
         raise UserError(str(err)) from None
+    if payload is not None:  # a training run's folder: its model card gets this evaluation (main process)
+        from pathlib import Path
+
+        from grounding_rl.eval.evaluate import REPORT
+        from grounding_rl.update.saving import add_evaluation
+
+        card = add_evaluation(args.model, payload, Path(args.out) / REPORT)
+        if card is not None:
+            print(f"eval: added the results to the model card {card}")
     return 0
 
 

@@ -47,8 +47,8 @@ def _grpo(who: str, why: str = "") -> Honour:
 _T, _O, _P = _both(TRAINER), _both(OURS), _both(PEFT)  # shorthands below
 _NO_EVAL_SFT = "sft has no evaluation set (run grounding-rl eval on its checkpoints)"
 _GRPO_EVAL = "GRPO validates with its own greedy evaluate(), not Trainer's loss loop"
-_HUB = ("Trainer pushes before grounding_config.json is written, so the hub copy would lack the settings eval needs; "
-        "upload output_dir after training")
+_HUB = ("every push here waits for the one before and none is skipped (grounding_rl.update.hub), as "
+        "hub_always_push: true would ask")
 _SAMPLER = "GRPO's sampler repeats each clip num_generations times (TRL's RepeatSampler)"
 _SAMPLER_SFT = "the samples have no length column before the collator tokenises them"
 
@@ -122,9 +122,9 @@ FIELDS: dict[str, Honour] = {
     "save_only_model": _T, "save_strategy": _T, "save_steps": _T, "save_on_each_node": _T, "save_total_limit": _T,
     "enable_jit_checkpoint": _refused("a checkpoint written on SIGTERM may sit inside a generation window, which "
                                       "cannot resume exactly"),
-    "push_to_hub": _both(REFUSED, _HUB), "hub_token": _both(REFUSED, _HUB), "hub_private_repo": _both(REFUSED, _HUB),
-    "hub_model_id": _both(REFUSED, _HUB), "hub_strategy": _both(REFUSED, _HUB),
-    "hub_always_push": _both(REFUSED, _HUB), "hub_revision": _both(REFUSED, _HUB),
+    # grounding_rl.update.hub pushes after the run's files and checkpoints' marks; Trainer creates the repository
+    "push_to_hub": _O, "hub_token": _O, "hub_private_repo": _T, "hub_model_id": _O, "hub_strategy": _O,
+    "hub_revision": _O, "hub_always_push": _both(REFUSED, _HUB),
     "load_best_model_at_end": Honour(TRAINER, REFUSED, _NO_EVAL_SFT),
     "metric_for_best_model": Honour(OURS, REFUSED, _NO_EVAL_SFT),  # GRPO: one of EVAL_METRICS
     "greater_is_better": Honour(TRAINER, REFUSED, _NO_EVAL_SFT),
