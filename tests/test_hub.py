@@ -80,6 +80,13 @@ def test_grpo_pushes_after_the_run_files_and_only_complete_checkpoints(tmp_path,
     assert {"grounding-rl", "video-temporal-grounding", "grpo"} <= set(card.data.tags)
     assert "| prompt template | `default` |" in card.text and "| video layout |" in card.text
     assert "| video fps | `2.0` |" in card.text
+    # eval on the run's folder puts its table into the card (what a later push carries)
+    assert main(["eval", "--model", str(out), "--data", str(demo_dir / "test.jsonl"), "--limit", "2", "--out",
+                 str(tmp_path / "ev")]) == 0
+    card = ModelCard.load(out / "README.md")
+    section = card.text.split("\n## Evaluation\n\n### test.jsonl\n\n| n | R1@0.3 |", 1)[1]
+    assert section.splitlines()[2].startswith("| 2 | ") and f"report: `{tmp_path / 'ev' / 'report.md'}`" in section
+    assert card.data.base_model == str(bpe_tiny_model_dir)  # the metadata kept
 
 
 def test_sft_all_checkpoints_pushes_each_checkpoint_with_its_mark_last(tmp_path, demo_dir, bpe_tiny_model_dir,
