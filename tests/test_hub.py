@@ -14,6 +14,7 @@ import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard, RepoUrl, constants
 
+from grounding_rl.errors import UserError
 from grounding_rl.paths import REPO_ROOT
 from grounding_rl.update import checkpoints, hub
 
@@ -115,6 +116,40 @@ def test_an_incomplete_checkpoint_is_never_pushed(tmp_path, recorder):
                               hub_model_id="me/run", state=SimpleNamespace(global_step=3))
     assert hub.push_checkpoint(trainer, folder) is False
     assert recorder["commits"] == []
+
+
+def test_a_failed_push_is_one_line(tmp_path, demo_dir, bpe_tiny_model_dir, recorder, monkeypatch, capsys):
+    """The repository cannot be created (a token, a name): one line before training, nothing written; the final
+    upload fails: one line saying the run is complete on disk."""
+    from grounding_rl.cli import main
+
+    def refuse(self, repo_id, **kwargs):  # the text of huggingface_hub's HfHubHTTPError for a bad token
+        raise RuntimeError("401 Client Error: Unauthorized for url: https://huggingface.co/api/repos/create")
+
+    monkeypatch.setattr(HfApi, "create_repo", refuse)
+    out = tmp_path / "run"
+    assert main(["sft", "--config", str(REPO_ROOT / "configs" / "demo_sft.yaml"), "--model_name_or_path",
+                 str(bpe_tiny_model_dir), "--train_file", str(demo_dir / "train.jsonl"), "--output_dir", str(out),
+                 "--max_train_samples", "2", "--push_to_hub", "true", "--hub_model_id", "me/run"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()
+             and not line.startswith("Loading weights")]
+    assert lines == ["grounding-rl sft: error: push_to_hub: creating the Hub repository me/run failed (401 Client "
+                     "Error: Unauthorized for url: https://huggingface.co/api/repos/create); log in with hf auth login "
+                     "(or set hub_token) and check hub_model_id"]
+    assert not out.exists()
+
+    def fail(self, **kwargs):
+        raise OSError("Connection reset")
+
+    monkeypatch.setattr(HfApi, "create_commit", fail)
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "model.safetensors").write_bytes(b"x")
+    trainer = SimpleNamespace(args=SimpleNamespace(push_to_hub=True, output_dir=str(tmp_path / "done"),
+                                                   hub_token=None, hub_revision=None),
+                              hub_model_id="me/run", is_world_process_zero=lambda: True)
+    with pytest.raises(UserError, match=r"pushing .*done to me/run failed \(Connection reset\); the run is complete "
+                                        r"there: upload it with hf upload me/run .*done$"):
+        hub.push_run(trainer)
 
 
 def test_hub_settings_problems(monkeypatch):

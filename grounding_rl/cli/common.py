@@ -216,7 +216,9 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
 def _check_honoured(script_args, model_args, training_args, where: str, stage: str) -> None:
     """What the training config's own validation cannot see, before any model loads (also when the model folder does
     not exist yet): a refused field of the script arguments or ``trl.ModelConfig`` set
-    (:func:`grounding_rl.update.fields.refused_settings`), and the k-bit rules of ``load_in_4bit`` / ``load_in_8bit``:
+    (:func:`grounding_rl.update.fields.refused_settings`), the Hub settings
+    (:func:`grounding_rl.update.hub.settings_problems`: ``push_to_hub`` offline, ``hub_*`` without it), and the k-bit
+    rules of ``load_in_4bit`` / ``load_in_8bit``:
     CUDA and bitsandbytes present (:func:`grounding_rl.models.loading.kbit_unavailable`), only with ``use_peft`` (the
     quantized weights cannot be trained; ``trl.ModelConfig`` itself refuses both at once), and no 8-bit under DeepSpeed ZeRO-3 (transformers
     partitions no int8 weights).

@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from transformers import TrainerCallback
+
 from grounding_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,8 @@ def settings_problems(args) -> list[str]:
     if not getattr(args, "push_to_hub", False):
         defaults = {"hub_strategy": "every_save"}
         stray = [name for name in HUB_FIELDS if _value(getattr(args, name, None)) not in (None, defaults.get(name))]
-        shown = {name: "" if name == "hub_token" else f" {_value(getattr(args, name))!r}" for name in stray}  # no secret
+        # the token's value is a secret: never in a message
+        shown = {name: "" if name == "hub_token" else f" {_value(getattr(args, name))!r}" for name in stray}
         return [f"{name}{shown[name]} is set without push_to_hub: true, so nothing would be pushed; add push_to_hub: "
                 "true or drop it" for name in stray]
     from huggingface_hub import constants
@@ -169,12 +172,6 @@ def attach(trainer) -> None:
     ``hub_strategy`` other than ``end``)."""
     if trainer.args.push_to_hub and _value(trainer.args.hub_strategy) != "end":
         trainer.add_callback(HubPushCallback(trainer))
-
-
-try:
-    from transformers import TrainerCallback
-except ImportError:  # pragma: no cover - transformers is a dependency
-    TrainerCallback = object
 
 
 class HubPushCallback(TrainerCallback):
