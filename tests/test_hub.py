@@ -219,4 +219,7 @@ def test_eval_adds_and_replaces_its_section_in_the_card(tmp_path):
     (foreign / "grounding_config.json").write_text(json.dumps({}))
     (foreign / "README.md").write_text("---\nlicense: mit\n---\n# someone's card\n")
     assert add_evaluation(foreign, metrics, "r.md") is None
+    (tmp_path / checkpoints.MARK).write_text("{}")  # a complete checkpoint: its mark lists the card's size
+    before = (tmp_path / "README.md").read_text()
+    assert add_evaluation(tmp_path, metrics, "r.md") is None and (tmp_path / "README.md").read_text() == before
     assert (foreign / "README.md").read_text() == "---\nlicense: mit\n---\n# someone's card\n"

@@ -138,7 +138,8 @@ def add_evaluation(model: str | Path, metrics: dict, report: str | Path) -> Path
 
     The rule: only a local folder holding ``grounding_config.json`` and a ``README.md`` whose metadata tags include
     ``grounding-rl`` (a card written by this package) and that this user may write; anything else (a hub id, a
-    foreign folder) is left alone.
+    foreign folder) is left alone, and so is a ``checkpoint-N`` with its mark (``checkpoint_complete.json`` lists
+    every file's size: a longer card would make it incomplete, :mod:`grounding_rl.update.checkpoints`).
 
     Args:
         model: eval's ``--model``.
@@ -155,7 +156,10 @@ def add_evaluation(model: str | Path, metrics: dict, report: str | Path) -> Path
 
     folder = Path(model)
     path = folder / MODEL_CARD
-    if not ((folder / "grounding_config.json").is_file() and path.is_file() and os.access(path, os.W_OK)):
+    from grounding_rl.update.checkpoints import MARK
+
+    if not ((folder / "grounding_config.json").is_file() and path.is_file() and os.access(path, os.W_OK)) or \
+            (folder / MARK).exists():
         return None
     card = ModelCard.load(path)
     if "grounding-rl" not in (card.data.tags or []):
