@@ -152,6 +152,18 @@ def test_a_failed_push_is_one_line(tmp_path, demo_dir, bpe_tiny_model_dir, recor
         hub.push_run(trainer)
 
 
+def test_the_token_is_never_pushed(tmp_path, recorder):
+    from grounding_rl.update.saving import training_command
+
+    assert training_command(["grounding-rl", "train", "--hub_token", "hf_a", "--hub_token=hf_b", "--seed", "1"]) == \
+        "grounding-rl train --hub_token '***' '--hub_token=***' --seed 1"
+    (tmp_path / "training_args.bin").write_bytes(b"pickled args with the token")
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    args = SimpleNamespace(push_to_hub=True, output_dir=str(tmp_path), hub_token="hf_a", hub_revision=None)
+    hub.push_run(SimpleNamespace(args=args, hub_model_id="me/run", is_world_process_zero=lambda: True))
+    assert recorder["commits"][-1][1] == ["model.safetensors"]
+
+
 def test_hub_settings_problems(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     args = SimpleNamespace(push_to_hub=True, hub_model_id="me/run", hub_strategy="end", hub_revision=None,

@@ -97,9 +97,13 @@ def _operations(folder: Path, prefix: str = "", top_level_only_model: bool = Fal
 
 
 def _commit(trainer, operations: list, message: str) -> None:
+    """One ``HfApi.create_commit`` of ``operations`` to the run's repository; with ``hub_token`` set, without any
+    ``training_args.bin`` (Trainer pickles the whole ``TrainingArguments`` into it, the token included)."""
     from huggingface_hub import HfApi
 
     args = trainer.args
+    if args.hub_token:
+        operations = [op for op in operations if op.path_in_repo.rsplit("/", 1)[-1] != "training_args.bin"]
     HfApi().create_commit(repo_id=trainer.hub_model_id, operations=operations, commit_message=message,
                           token=args.hub_token, revision=args.hub_revision)
 

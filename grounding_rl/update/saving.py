@@ -19,10 +19,22 @@ from grounding_rl.run_record import write_record
 MODEL_CARD = "README.md"
 
 
+SECRET_FLAGS = ("--hub_token",)  # their values never reach the card (it may be pushed to a public repository)
+
+
 def training_command(argv: list[str] | None = None) -> str:
-    """The command line of this run, quoted for a shell (``grounding-rl <subcommand> …``)."""
+    """The command line of this run, quoted for a shell (``grounding-rl <subcommand> …``), the value of
+    ``--hub_token`` replaced by ``***``."""
     argv = list(sys.argv if argv is None else argv)
-    return " ".join(shlex.quote(a) for a in argv)
+    shown = []
+    for i, arg in enumerate(argv):
+        flag = arg.split("=", 1)[0]
+        if flag in SECRET_FLAGS and "=" in arg:
+            arg = f"{flag}=***"
+        elif i and argv[i - 1] in SECRET_FLAGS:
+            arg = "***"
+        shown.append(arg)
+    return " ".join(shlex.quote(a) for a in shown)
 
 
 def model_card(grounding_config, base_model: str | None, stage: str, command: str | None,
