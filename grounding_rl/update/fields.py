@@ -208,7 +208,7 @@ def refused_settings(settings, stage: str) -> list[str]:
     (:func:`is_default`). Read before the dataclass's own ``__post_init__`` changes any value.
 
     Returns:
-        ``["push_to_hub True is refused: Trainer pushes ... (default False)", ...]``; empty when nothing refused is set.
+        ``["torch_compile True is refused: not wired into ... (default False)", ...]``; empty when nothing refused is set.
     """
     problems = []
     for f in dataclasses.fields(settings):
