@@ -165,11 +165,10 @@ def add_evaluation(model: str | Path, metrics: dict, report: str | Path) -> Path
     from huggingface_hub import ModelCard
 
     from grounding_rl.reward.metrics import METRIC_NAMES, SET_METRIC_NAMES, format_metrics_table
+    from grounding_rl.update.checkpoints import MARK
 
     folder = Path(model)
     path = folder / MODEL_CARD
-    from grounding_rl.update.checkpoints import MARK
-
     if not ((folder / "grounding_config.json").is_file() and path.is_file() and os.access(path, os.W_OK)) or \
             (folder / MARK).exists():
         return None
