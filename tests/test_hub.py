@@ -90,8 +90,9 @@ def test_grpo_pushes_after_the_run_files_and_only_complete_checkpoints(tmp_path,
     assert card.data.base_model == str(bpe_tiny_model_dir)  # the metadata kept
 
 
-def test_sft_all_checkpoints_pushes_each_checkpoint_with_its_mark_last(tmp_path, demo_dir, bpe_tiny_model_dir,
-                                                                        recorder):
+@pytest.mark.parametrize("strategy", ["all_checkpoints", "every_save", "end"])
+def test_sft_pushes_each_complete_checkpoint_as_the_strategy_asks(tmp_path, demo_dir, bpe_tiny_model_dir, recorder,
+                                                                  strategy):
     from grounding_rl.cli import main
 
     out = tmp_path / "run"
@@ -99,23 +100,17 @@ def test_sft_all_checkpoints_pushes_each_checkpoint_with_its_mark_last(tmp_path,
                  str(bpe_tiny_model_dir), "--train_file", str(demo_dir / "train.jsonl"), "--output_dir", str(out),
                  "--max_train_samples", "2", "--per_device_train_batch_size", "2", "--max_steps", "2",
                  "--save_strategy", "steps", "--save_steps", "1", "--disable_tqdm", "true", "--report_to", "none",
-                 "--push_to_hub", "true", "--hub_model_id", "me/run", "--hub_strategy", "all_checkpoints"]) == 0
-    assert [c[2] for c in recorder["commits"]] == [{"checkpoint-1": True}, {"checkpoint-2": True}, {}]
-    for step, (_, paths, _) in zip((1, 2), recorder["commits"]):
+                 "--push_to_hub", "true", "--hub_model_id", "me/run", "--hub_strategy", strategy]) == 0
+    expected = [] if strategy == "end" else [{"checkpoint-1": True}, {"checkpoint-2": True}]
+    assert [c[2] for c in recorder["commits"]] == expected + [{}]
+    for step, (_, paths, _) in zip((1, 2), recorder["commits"][:-1]):
         assert_run_files_first(paths)
-        assert paths[-1] == f"checkpoint-{step}/{checkpoints.MARK}"
+        if strategy == "all_checkpoints":
+            assert paths[-1] == f"checkpoint-{step}/{checkpoints.MARK}"
+        else:  # the checkpoint's model and run files at the top, no training state
+            assert "model.safetensors" in paths and not [p for p in paths if "/" in p or p == "optimizer.pt"]
+    assert_run_files_first(recorder["commits"][-1][1])
     assert "sft" in ModelCard.load(out / "README.md").data.tags
-
-
-def test_an_incomplete_checkpoint_is_never_pushed(tmp_path, recorder):
-    folder = tmp_path / "checkpoint-3"
-    folder.mkdir()
-    (folder / checkpoints.SAVING).touch()
-    (folder / "model.safetensors").write_bytes(b"x")
-    trainer = SimpleNamespace(args=SimpleNamespace(hub_strategy="checkpoint", hub_token=None, hub_revision=None),
-                              hub_model_id="me/run", state=SimpleNamespace(global_step=3))
-    assert hub.push_checkpoint(trainer, folder) is False
-    assert recorder["commits"] == []
 
 
 def test_a_failed_push_is_one_line(tmp_path, demo_dir, bpe_tiny_model_dir, recorder, monkeypatch, capsys):
