@@ -78,6 +78,31 @@ def set_examples_table(records: Sequence[Mapping], limit: int = SET_EXAMPLES) ->
     return "\n".join(lines)
 
 
+def _scoring_notes(metrics: Mapping) -> list[str]:
+    """report.md's lines under the headline for a ``metrics_by_scoring`` output: every scoring side by side, what
+    each means, their sources, and the interval-set scorings when present."""
+    lines = ["", f"The headline numbers above use the `{metrics.get('scoring')}` scoring. Every scoring side by "
+             "side, each with its own n:", "",
+             scoring_table(metrics), "",
+             "`standard`: the published evaluators' shared rule (TimeZero, VideoChat-R1, TimeLens: IoU ≥ m) in "
+             "exact arithmetic — ground truth as annotated, prediction as parsed. `clamped`: ours, the training "
+             "reward's rule — both clamped into [0, duration]. Other rows reproduce one evaluator each, its "
+             "parser, denominator and float comparisons included. Sources:", "", scoring_sources(metrics)]
+    extra = [name for name in metrics["by_scoring"] if name in ("set", "qvhighlights")]
+    if "precision" in metrics or extra:
+        lines += ["", "Interval sets: a query with several ground-truth spans (or every query of a template that "
+                  "asks for a set) is scored by the IoU of the merged predicted set with the merged ground-truth "
+                  "set; `precision` = |pred ∩ gt| / |pred| and `recall` = |pred ∩ gt| / |gt| (clamped, mean "
+                  "over all queries, percent)."
+                  + (" `set`: the same against every span a TimeLens-Bench entry lists (`spans_all`)."
+                     if "set" in extra else "")
+                  + (" `qvhighlights`: moment_detr's metric — R1@m of the first predicted window against the "
+                     "ground-truth window it overlaps most; mAP@0.5, mAP@0.75 and mAP (IoU 0.5:0.05:0.95) of up "
+                     "to 10 windows ranked by their score, else in written order (windows as annotated and as "
+                     "written: not merged, not clamped)." if "qvhighlights" in extra else "")]
+    return lines
+
+
 def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_md: str | None = None,
                     hist_name: str | None = "iou_hist.png", sets_md: str | None = None) -> str:
     """Write ``report.md``: title, the metrics table, run details, the anchors table when known, the histogram.
@@ -100,25 +125,7 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
              "R1@m: percent of queries with IoU ≥ m (exact ties count); mIoU: mean IoU in percent. Every query "
              "counts: an unparseable answer or a clip that failed to load is IoU 0."]
     if "by_scoring" in metrics:
-        lines += ["", f"The headline numbers above use the `{metrics.get('scoring')}` scoring. Every scoring side by "
-                  "side, each with its own n:", "",
-                  scoring_table(metrics), "",
-                  "`standard`: the published evaluators' shared rule (TimeZero, VideoChat-R1, TimeLens: IoU ≥ m) in "
-                  "exact arithmetic — ground truth as annotated, prediction as parsed. `clamped`: ours, the training "
-                  "reward's rule — both clamped into [0, duration]. Other rows reproduce one evaluator each, its "
-                  "parser, denominator and float comparisons included. Sources:", "", scoring_sources(metrics)]
-        extra = [name for name in metrics["by_scoring"] if name in ("set", "qvhighlights")]
-        if "precision" in metrics or extra:
-            lines += ["", "Interval sets: a query with several ground-truth spans (or every query of a template that "
-                      "asks for a set) is scored by the IoU of the merged predicted set with the merged ground-truth "
-                      "set; `precision` = |pred ∩ gt| / |pred| and `recall` = |pred ∩ gt| / |gt| (clamped, mean "
-                      "over all queries, percent)."
-                      + (" `set`: the same against every span a TimeLens-Bench entry lists (`spans_all`)."
-                         if "set" in extra else "")
-                      + (" `qvhighlights`: moment_detr's metric — R1@m of the first predicted window against the "
-                         "ground-truth window it overlaps most; mAP@0.5, mAP@0.75 and mAP (IoU 0.5:0.05:0.95) of up "
-                         "to 10 windows ranked by their score, else in written order (windows as annotated and as "
-                         "written: not merged, not clamped)." if "qvhighlights" in extra else "")]
+        lines += _scoring_notes(metrics)
     lines += ["",
              "## Run", "",
              f"- model: `{info.get('model')}`",
