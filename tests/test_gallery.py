@@ -33,7 +33,8 @@ def _records(videos_dir):
                                         {"text": "<answer>2.5 to 4</answer>", "kind": "answer", "window": None}],
                               "windows": [[2.0, 5.0]], "calls": 1, "failures": 0}}
     return [_record("0", clip, 0.5, 1.0, 2.5), _record("1", clip, 0.9, 1.2, 4.0, **zoom),
-            _record("2", clip, 0.0, None, None), _record("3", clip, 0.6, 2.5, 4.0, **turns),
+            _record("2", clip, 0.0, None, None, zoom_error="window not sampled"),
+            _record("3", clip, 0.6, 2.5, 4.0, **turns),
             {**_record("4", videos_dir / "absent.mp4", 0.0, None, None, duration=10.0), "answer": None,
              "reasoning": None, "error": "video not found"}]
 
@@ -41,7 +42,8 @@ def _records(videos_dir):
 def test_pick_shows_each_query_once_worst_best_then_random():
     records = [{"qid": str(i), "iou": iou} for i, iou in enumerate([0.5, 0.1, 0.9, 0.1, 0.7, 0.3, 0.0])]
     sections = pick(records, n=2)
-    assert [[r["qid"] for r in chosen] for _, chosen in sections] == [["6", "1"], ["2", "4"], ["3", "5"]]  # random: 2 of 0, 3, 5
+    # worst (ties in annotation order), best of the rest, then 2 drawn from 0, 3 and 5
+    assert [[r["qid"] for r in chosen] for _, chosen in sections] == [["6", "1"], ["2", "4"], ["3", "5"]]
     assert [title for title, _ in pick(records[:3], n=2)] == ["Worst 2 queries (lowest IoU)",
                                                               "Best 1 queries (highest IoU)"]
 
@@ -84,7 +86,7 @@ def test_report_html_renders_offline_in_chromium(videos_dir, tmp_path):
         image.load()
         assert image.format.lower() in mime and image.width > 100
     assert "pass 2 (window 0.00–5.50 s)" in text and "turn 1 (call, crop 2.00–5.00 s)" in text
-    assert "video not found" in text and "why 0" in text
+    assert "error: video not found" in text and "zoom error: window not sampled" in text and "why 0" in text
     chromium = _chromium()
     dom = subprocess.run(chromium + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=60,
                          check=True).stdout
@@ -95,3 +97,13 @@ def test_report_html_renders_offline_in_chromium(videos_dir, tmp_path):
                    capture_output=True, timeout=60, check=True)
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
     assert pixels.shape == (1400, 1000) and pixels.std() > 10
+
+
+def test_without_chromium_the_render_test_skips_naming_the_install_outside_ci_and_fails_in_ci(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=re.escape(INSTALL)):
+        _chromium()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=re.escape(INSTALL)):
+        _chromium()

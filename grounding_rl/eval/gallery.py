@@ -262,7 +262,8 @@ def _query_html(record: Mapping, video) -> str:
         return ", ".join(f"{a:.2f}–{b:.2f}" for a, b in value) + " s" if value else "none"
 
     facts = (f"IoU {float(record.get('iou') or 0.0):.3f} · ground truth {spans(item['gts'])} · prediction "
-             f"{spans(item['spans'])}" + (f" · error: {record['error']}" if record.get("error") else ""))
+             f"{spans(item['spans'])}" + "".join(f" · {key.replace('_', ' ')}: {record[key]}"
+                                                  for key in ("error", "zoom_error") if record.get(key)))
     reasoning = record.get("reasoning")
     return (f"<section><h3>{html.escape(str(record.get('qid')))}: {html.escape(str(record.get('query')))}</h3>"
             f"<p>{html.escape(facts)}</p><img src=\"{_figure_uri(fig)}\" alt=\"timeline of query "
