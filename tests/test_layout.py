@@ -163,8 +163,8 @@ def test_the_checker_sees_a_sibling_import_and_a_circle(tmp_path):
 
 LONGEST = 60  # lines of a function, ``def`` to its body's last line (decorators excluded)
 SHORT_FOLDERS = ("eval", "rollout", "cli")
-# (path under grounding_rl/, function) still longer than LONGEST while issue 44's other parts shorten them; the lead
-# empties this set when merging them. cli/common.py's claim_output_dir grew past 60 after the issue counted.
+# (path under grounding_rl/, function) still longer than LONGEST: being shortened in parallel work (the one answering
+# module and its callers); empty this set once that work is merged. cli/common.py's claim_output_dir has no one yet.
 NOT_YET_SHORT = {("eval/evaluate.py", "plan"), ("eval/evaluate.py", "run"), ("eval/evaluate.py", "report"),
                  ("eval/difficulty_scores.py", "score_difficulty"), ("rollout/conversation.py", "step"),
                  ("cli/infer.py", "main"), ("cli/common.py", "claim_output_dir")}
