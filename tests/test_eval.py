@@ -142,7 +142,7 @@ def test_eval_writes_all_files_with_the_right_keys(family_model_dir, videos_dir,
     assert _eval(tiny_model_dir, videos_dir / "annotations.jsonl", out) == 0
     stdout = capsys.readouterr().out
     assert "built-in defaults" in stdout  # the tiny model has no grounding_config.json: it says so
-    for name in ("predictions.jsonl", "metrics.json", "report.md", "iou_hist.png", "eval_config.json"):
+    for name in ("predictions.jsonl", "metrics.json", "report.md", "report.html", "iou_hist.png", "eval_config.json"):
         assert (out / name).is_file(), name
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["n"] == 15

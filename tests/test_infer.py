@@ -12,7 +12,7 @@ from grounding_rl.data import video as video_module
 from grounding_rl.data.video import VideoSettings, sample_frames
 from grounding_rl.eval import engines
 from grounding_rl.eval import infer as inf
-from grounding_rl.eval.report import plot_timeline
+from grounding_rl.eval.gallery import plot_timeline
 from grounding_rl.paths import REPO_ROOT
 
 torch.set_num_threads(1)

@@ -87,7 +87,7 @@ def test_timeline_plot_draws_one_bar_per_span(tmp_path):
     import numpy as np
 
     from grounding_rl.eval.infer import answer_result
-    from grounding_rl.eval.report import plot_timeline
+    from grounding_rl.eval.gallery import plot_timeline
     from types import SimpleNamespace
 
     result = answer_result("q", "[[0, 3.5], [10, 12], [19, 40]]", 20.0, set_answers=True)

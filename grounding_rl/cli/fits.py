@@ -93,6 +93,23 @@ def video_prompt(settings, seconds: float, frame_size: tuple[int, int], token_pi
             "video_tokens": (frames // 2) * round(height * width / token_pixels**2), "time_tokens": time_tokens}
 
 
+def _workload(script_args, args, model_args, video: dict, teacher: dict):
+    """The :class:`grounding_rl.dev.memory.Workload` of a parsed recipe (:func:`parse_recipe`) with ``video``
+    (:func:`video_prompt`) and ``teacher`` (``{"teacher_params", "teacher_vocab"}`` or empty)."""
+    from grounding_rl.dev import memory
+
+    return memory.Workload(
+        rows=args.per_device_train_batch_size,
+        generation_rows=args.per_device_train_batch_size * args.steps_per_generation,
+        num_generations=args.num_generations,
+        video_tokens=video["video_tokens"], time_tokens=video["time_tokens"],
+        completion_tokens=args.max_completion_length,
+        dtype_bytes=4 if model_args.dtype in ("float32", None) and not args.bf16 else 2,
+        checkpointing=bool(args.gradient_checkpointing), beta=args.kl_beta, use_peft=bool(model_args.use_peft),
+        freeze_vision=bool(script_args.freeze_vision_tower), share_video_encoding=bool(args.share_video_encoding),
+        **teacher)
+
+
 def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], model: str | None = None,
                     video_seconds: float = 30.0, frame_size: tuple[int, int] = (480, 640), nodes: int = 1,
                     video_tokens: int | None = None) -> dict:
@@ -135,16 +152,7 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
         teacher = {"teacher_params": teacher_shape.total_params, "teacher_vocab": teacher_shape.vocab}
     if video_tokens is not None:
         video["video_tokens"] = video_tokens
-    work = memory.Workload(
-        rows=args.per_device_train_batch_size,
-        generation_rows=args.per_device_train_batch_size * args.steps_per_generation,
-        num_generations=args.num_generations,
-        video_tokens=video["video_tokens"], time_tokens=video["time_tokens"],
-        completion_tokens=args.max_completion_length,
-        dtype_bytes=4 if model_args.dtype in ("float32", None) and not args.bf16 else 2,
-        checkpointing=bool(args.gradient_checkpointing), beta=args.kl_beta, use_peft=bool(model_args.use_peft),
-        freeze_vision=bool(script_args.freeze_vision_tower), share_video_encoding=bool(args.share_video_encoding),
-        **teacher)
+    work = _workload(script_args, args, model_args, video, teacher)
     rows = []
     for path in accelerate_configs:
         try:
@@ -201,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({**report, "gpu_memory_gib": args.gpu_memory}))
         return 0
+    _print_report(report, args)
+    return 0
+
+
+def _print_report(report: dict, args: argparse.Namespace) -> None:
+    """The table ``fits`` prints without ``--json``: the recipe's shape and workload, the sequence, then per strategy
+    the per-GPU memory in GiB and whether it fits, and DeepSpeed's own tables."""
     shape, work = report["shape"], report["workload"]
     teacher_note = (f", teacher {work['teacher_params'] / 1e9:.2f}e9 parameters (divergence beta "
                     f"{report['teacher_divergence_beta']})" if work["teacher_params"] else "")
@@ -240,7 +255,6 @@ def main(argv: list[str] | None = None) -> int:
     if stages:
         print("\nDeepSpeed's estimators (model states only):")
         print(_deepspeed_tables(shape, stages, args.gpus, args.nodes), end="")
-    return 0
 
 
 if __name__ == "__main__":

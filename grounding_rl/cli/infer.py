@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_text(results, video))
     sys.stdout.flush()
     if args.plot:
-        from grounding_rl.eval.report import plot_timeline
+        from grounding_rl.eval.gallery import plot_timeline
 
         try:
             path = plot_timeline(video, results, plot, gts=args.gt)

@@ -124,36 +124,9 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_d
         raise BenchmarkError(f"{path}: unknown format {data['format']!r}; known: {', '.join(READERS)}")
     root = data_root(data_root_dir)
     protocol = data.get("protocol") or {}
-    config = None
-    if build_protocol:
-        from grounding_rl.data.video import VideoSettings
-        from grounding_rl.prompts.preprocessing import GroundingConfig
-
-        video = dict(protocol.get("video") or {})
-        known = set(VideoSettings.__dataclass_fields__)
-        if set(video) - known:
-            raise BenchmarkError(f"{path}: unknown protocol.video setting(s) {sorted(set(video) - known)}")
-        try:
-            config = GroundingConfig(prompt_template=protocol.get("prompt_template", "default"),
-                                     video=VideoSettings(**video))
-        except (TypeError, ValueError) as err:
-            raise BenchmarkError(f"{path}: protocol: {err}") from err
-    anchors = data.get("anchors") or []
-    for i, anchor in enumerate(anchors):
-        if not isinstance(anchor, dict) or not anchor.get("method") or not anchor.get("source"):
-            raise BenchmarkError(f"{path}: anchors[{i}] needs at least 'method' and 'source'")
-        for key in ANCHOR_METRICS:
-            value = anchor.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise BenchmarkError(f"{path}: anchors[{i}].{key} must be a number or null, got {value!r}")
-    scorings = data.get("scorings") or []
-    if not isinstance(scorings, list) or not all(isinstance(name, str) for name in scorings):
-        raise BenchmarkError(f"{path}: scorings must be a list of scoring names, got {scorings!r}")
-    from grounding_rl.reward.scorings import REGISTRY
-
-    unknown = [name for name in scorings if name not in REGISTRY]
-    if unknown:
-        raise BenchmarkError(f"{path}: unknown scoring(s) {unknown}; known: {', '.join(REGISTRY)}")
+    config = _protocol_config(protocol, path) if build_protocol else None
+    anchors = _checked_anchors(data.get("anchors") or [], path)
+    scorings = _checked_scorings(data.get("scorings") or [], path)
     return Benchmark(
         name=str(data["name"]),
         format=str(data["format"]),
@@ -168,6 +141,48 @@ def load_benchmark(path: str | Path, *, build_protocol: bool = True, data_root_d
         path=str(path),
         scorings=tuple(scorings),
     )
+
+
+def _protocol_config(protocol: dict, path: Path):
+    """The benchmark's ``protocol`` as a :class:`~grounding_rl.prompts.preprocessing.GroundingConfig` (imports
+    transformers). Raises BenchmarkError naming ``path`` for an unknown or invalid setting."""
+    from grounding_rl.data.video import VideoSettings
+    from grounding_rl.prompts.preprocessing import GroundingConfig
+
+    video = dict(protocol.get("video") or {})
+    known = set(VideoSettings.__dataclass_fields__)
+    if set(video) - known:
+        raise BenchmarkError(f"{path}: unknown protocol.video setting(s) {sorted(set(video) - known)}")
+    try:
+        return GroundingConfig(prompt_template=protocol.get("prompt_template", "default"), video=VideoSettings(**video))
+    except (TypeError, ValueError) as err:
+        raise BenchmarkError(f"{path}: protocol: {err}") from err
+
+
+def _checked_anchors(anchors: list, path: Path) -> list:
+    """``anchors`` as written, each a mapping with ``method`` and ``source`` and numbers (or null) for
+    :data:`ANCHOR_METRICS`. Raises BenchmarkError naming ``path`` and the anchor otherwise."""
+    for i, anchor in enumerate(anchors):
+        if not isinstance(anchor, dict) or not anchor.get("method") or not anchor.get("source"):
+            raise BenchmarkError(f"{path}: anchors[{i}] needs at least 'method' and 'source'")
+        for key in ANCHOR_METRICS:
+            value = anchor.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise BenchmarkError(f"{path}: anchors[{i}].{key} must be a number or null, got {value!r}")
+    return anchors
+
+
+def _checked_scorings(scorings, path: Path) -> list[str]:
+    """``scorings`` as written: a list of names of :data:`grounding_rl.reward.scorings.REGISTRY`. Raises
+    BenchmarkError naming ``path`` otherwise."""
+    if not isinstance(scorings, list) or not all(isinstance(name, str) for name in scorings):
+        raise BenchmarkError(f"{path}: scorings must be a list of scoring names, got {scorings!r}")
+    from grounding_rl.reward.scorings import REGISTRY
+
+    unknown = [name for name in scorings if name not in REGISTRY]
+    if unknown:
+        raise BenchmarkError(f"{path}: unknown scoring(s) {unknown}; known: {', '.join(REGISTRY)}")
+    return scorings
 
 
 def anchors_table(anchors: list[dict], ours: dict | None = None, ours_label: str = "this run") -> str:

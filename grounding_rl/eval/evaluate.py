@@ -585,6 +585,7 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     """
     from grounding_rl.data.missing import check_fraction
     from grounding_rl.eval import report as files
+    from grounding_rl.eval.gallery import write_report_html
 
     request, config = plan_.request, plan_.config
     outdir = Path(request.out)
@@ -630,6 +631,7 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
                                    ours_label=Path(plan_.model_id).name or "this run")
     files.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM,
                           sets_md=files.set_examples_table(records))
+    html = write_report_html(outdir / "report.html", metrics, info, records, outdir / HISTOGRAM, config.video)
     print(format_metrics_table(metrics))
     print(f"eval: {metrics['n']} queries; {metrics['video_load_failures']} failed clips (IoU 0; "
           f"{len(plan_.absent)} of {plan_.num_videos} videos missing), {metrics['missing_predictions']} without a "
@@ -644,7 +646,7 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
         print(f"eval: crop tool: {t['turns_mean']} model turns and {t['call_frequency']} crop requests per query "
               f"({t['failure_frequency']} of them refused); " + ("no window was sampled" if t["coverage"] is None
               else f"ground truth coverage of the last window {t['coverage']}"))
-    print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {outdir / HISTOGRAM}")
+    print(f"eval: wrote {outdir / PREDICTIONS}, {outdir / METRICS}, {outdir / REPORT}, {html}, {outdir / HISTOGRAM}")
     unreadable = sorted({r.get("video") or r["qid"] for r in records if r.get("error")})
     check_fraction(unreadable, plan_.num_videos, request.max_missing_fraction,
                    f"{request.data}: missing or unreadable", f"metrics in {outdir / METRICS} count them as IoU 0")

@@ -61,7 +61,6 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         raise UserError(f"--scoring: {err}") from None
     from grounding_rl.data.samples import iter_samples, validate
     from grounding_rl.prompts.templates import is_set_template
-    from grounding_rl.reward.records import is_set_scored
 
     set_answers = is_set_template(prompt_template)
 
@@ -79,34 +78,8 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     if unknown:
         shown = ", ".join(repr(q) for q in unknown[:10]) + (" …" if len(unknown) > 10 else "")
         print(f"score: {len(unknown)} prediction(s) for qids not in {annotations}: {shown}", file=sys.stderr)
-    records = []
-    for qid, gt in gts.items():
-        pred = preds.get(qid, (None, {}))[1]
-        answer = pred.get("answer")
-        if answer is not None and not isinstance(answer, str):
-            raise UserError(f"{predictions}:{preds[qid][0]}: 'answer' must be a string, got {excerpt(answer)}")
-        for key in ("start", "end"):
-            value = pred.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise UserError(f"{predictions}:{preds[qid][0]}: {key!r} must be seconds or null, got {excerpt(value)}")
-        record = {
-            "qid": f"{qid} ({annotations})", "video": gt.video, "query": gt.query,
-            "start": gt.start, "end": gt.end, "duration": gt.duration, "raw_start": gt.raw_start, "raw_end": gt.raw_end,
-            "answer": answer, "pred_start": pred.get("start"), "pred_end": pred.get("end"),
-        }
-        pred_spans = pred.get("pred_spans")
-        if pred_spans is not None and not (isinstance(pred_spans, list) and all(
-                isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            for v in p) for p in pred_spans)):
-            raise UserError(f"{predictions}:{preds[qid][0]}: 'pred_spans' must be [[start, end], ...] in seconds, "
-                            f"got {excerpt(pred_spans)}")
-        if pred_spans is not None:
-            record["pred_spans"] = pred_spans  # the set scorings read it; standard/clamped only for set queries
-        if is_set_scored(gt, set_answers):
-            record["spans"] = [list(s) for s in gt.gt_spans()]
-        if gt.spans_all is not None:
-            record["spans_all"] = [list(s) for s in gt.spans_all]
-        records.append(record)
+    records = [_record(gt, preds.get(qid, (None, {})), predictions, annotations, set_answers)
+               for qid, gt in gts.items()]
     metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"], scorings=scorings)
     metrics["unknown_qids"] = len(unknown)
     metrics["missing_predictions"] = sum(1 for qid in gts if qid not in preds)
@@ -114,3 +87,41 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         print(f"score: {metrics['missing_predictions']} of {len(gts)} queries have no prediction in {predictions} "
               "(each counted as IoU 0)", file=sys.stderr)
     return metrics
+
+
+def _record(gt, line: tuple[int | None, dict], predictions: Path, annotations: Path, set_answers: bool) -> dict:
+    """The scoring record of one annotated query ``gt`` (a validated :class:`~grounding_rl.data.samples.Sample`)
+    with its prediction ``line`` (``(line number, object)`` from :func:`_index`; ``(None, {})`` when it has none).
+
+    Raises:
+        UserError: an ``answer`` that is not a string, ``start``/``end`` that are not seconds or null, ``pred_spans``
+            that are not ``[[start, end], …]`` (naming the predictions file and line).
+    """
+    from grounding_rl.reward.records import is_set_scored
+
+    number, pred = line
+    answer = pred.get("answer")
+    if answer is not None and not isinstance(answer, str):
+        raise UserError(f"{predictions}:{number}: 'answer' must be a string, got {excerpt(answer)}")
+    for key in ("start", "end"):
+        value = pred.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UserError(f"{predictions}:{number}: {key!r} must be seconds or null, got {excerpt(value)}")
+    record = {
+        "qid": f"{gt.qid} ({annotations})", "video": gt.video, "query": gt.query,
+        "start": gt.start, "end": gt.end, "duration": gt.duration, "raw_start": gt.raw_start, "raw_end": gt.raw_end,
+        "answer": answer, "pred_start": pred.get("start"), "pred_end": pred.get("end"),
+    }
+    pred_spans = pred.get("pred_spans")
+    if pred_spans is not None and not (isinstance(pred_spans, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                        for v in p) for p in pred_spans)):
+        raise UserError(f"{predictions}:{number}: 'pred_spans' must be [[start, end], ...] in seconds, "
+                        f"got {excerpt(pred_spans)}")
+    if pred_spans is not None:
+        record["pred_spans"] = pred_spans  # the set scorings read it; standard/clamped only for set queries
+    if is_set_scored(gt, set_answers):
+        record["spans"] = [list(s) for s in gt.gt_spans()]
+    if gt.spans_all is not None:
+        record["spans_all"] = [list(s) for s in gt.spans_all]
+    return record
