@@ -437,3 +437,34 @@ def test_peer_lost_names_the_rank_from_gloos_messages(message, rank, line):
     assert peer_lost(RuntimeError(message), rank, 1, 5) is None
     if line:
         assert peer_lost(RuntimeError(message), 3, 8, 5).startswith("a peer of rank 3 (of 8) lost (")
+
+
+def test_each_nodes_saving_process_writes_the_weights(tmp_path, tiny_model_dir, monkeypatch):
+    """``save_on_each_node``: node 1's first process (rank 1, ``should_save``) gets the weights and ``config.json`` in
+    its checkpoint; transformers (5.24) writes them on ``torch.distributed`` rank 0 alone, whatever
+    ``is_main_process`` says (were it to stop, the first assert fails and the override can go)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForImageTextToText
+    from transformers.distributed import mixin
+
+    from grounding_rl.update.checkpoints import CompleteCheckpointMixin
+
+    monkeypatch.setattr(mixin, "_is_torch_distributed_initialized", lambda: True)
+    monkeypatch.setattr(mixin, "_get_torch_distributed_rank", lambda: 1)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    model.save_pretrained(tmp_path / "plain", is_main_process=True)
+    assert not (tmp_path / "plain" / "model.safetensors").exists()  # transformers' own rule
+
+    class Trainer:  # transformers.Trainer._save's call, as a rank that should_save
+        def save_model(self, output_dir, _internal_call=False):
+            self.model.save_pretrained(output_dir, is_main_process=self.args.should_save)
+
+    class Saving(CompleteCheckpointMixin, Trainer):
+        pass
+
+    trainer = Saving()
+    trainer.model, trainer.accelerator = model, SimpleNamespace(unwrap_model=lambda m: m)
+    trainer.args = SimpleNamespace(should_save=True, process_index=1, output_dir=str(tmp_path / "node1"))
+    trainer.save_model(str(tmp_path / "node1"))
+    assert {"model.safetensors", "config.json"} <= {p.name for p in (tmp_path / "node1").iterdir()}
