@@ -439,6 +439,18 @@ def test_peer_lost_names_the_rank_from_gloos_messages(message, rank, line):
         assert peer_lost(RuntimeError(message), 3, 8, 5).startswith("a peer of rank 3 (of 8) lost (")
 
 
+def test_ranks_that_found_different_checkpoints_are_refused():
+    """Per-node output folders without ``save_on_each_node``: node 1's folder holds no complete checkpoint (only
+    its RNG state), so its rank would start from step 0 beside a resumed rank 0; refused naming each rank's find."""
+    from grounding_rl.cli.common import same_checkpoint_on_every_rank
+    from grounding_rl.errors import UserError
+
+    same_checkpoint_on_every_rank(["checkpoint-2", "checkpoint-2"], "out")
+    same_checkpoint_on_every_rank([None, None], "out")
+    with pytest.raises(UserError, match=r"in out \(rank 0: checkpoint-2, rank 1: none\); .*save_on_each_node: true"):
+        same_checkpoint_on_every_rank(["checkpoint-2", None], "out")
+
+
 def test_each_nodes_saving_process_writes_the_weights(tmp_path, tiny_model_dir, monkeypatch):
     """``save_on_each_node``: node 1's first process (rank 1, ``should_save``) gets the weights and ``config.json`` in
     its checkpoint; transformers (5.24) writes them on ``torch.distributed`` rank 0 alone, whatever

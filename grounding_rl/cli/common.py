@@ -625,8 +625,12 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
     Weights, optimizer, scheduler, RNG states and the data order are restored exactly
     (:mod:`grounding_rl.update.resume`): the resumed run ends with the same weights as an uninterrupted one.
 
+    Under several processes the ranks compare what they found (:func:`same_checkpoint_on_every_rank`): with an
+    ``output_dir`` on each node's own disk, ``save_on_each_node: true`` gives every node its own checkpoints.
+
     Raises:
-        UserError: ``true`` / ``last`` with no complete checkpoint in ``output_dir``, a path that is not a folder, an
+        UserError: ``true`` / ``last`` with no complete checkpoint in ``output_dir``, ranks that found different
+            newest complete checkpoints, a path that is not a folder, an
             incomplete checkpoint named explicitly (what is missing or cut short), a checkpoint without optimizer
             state, or one whose ``run_fingerprint.json`` differs from ``fingerprint`` (:func:`run_fingerprint`; the
             message names what changed).
@@ -638,7 +642,13 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
         return None
     if isinstance(resume, str) and resume.lower() in ("true", "last", "auto"):
         found, skipped = newest_complete(training_args.output_dir)
-        if skipped and training_args.process_index == 0:
+        if training_args.world_size > 1:
+            import torch.distributed as dist
+
+            names = [None] * training_args.world_size
+            dist.all_gather_object(names, Path(found).name if found else None)
+            same_checkpoint_on_every_rank(names, training_args.output_dir)
+        if skipped and training_args.should_save:  # each node's own folder with save_on_each_node
             print("resume_from_checkpoint: skipped " + "; ".join(f"{Path(folder).name} ({why}: a save cut short)"
                                                                    for folder, why in skipped), file=sys.stderr)
         if found is None:
@@ -654,6 +664,21 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
                        f"resume_from_checkpoint: {resume} was written by another run",
                        "resume with the settings that wrote it, or start afresh with a new --output_dir")
     return _check_resumable(resume)
+
+
+def same_checkpoint_on_every_rank(names: list[str | None], output_dir: str) -> None:
+    """Every rank resumes from the same step: ``names[r]`` is the newest complete ``checkpoint-N`` rank ``r`` found in
+    its ``output_dir`` (None: none). They differ when the nodes' folders are their own disks and only the main
+    process saved (``save_on_each_node: false``): the other nodes hold no checkpoint to resume from.
+
+    Raises:
+        UserError: the names differ (each rank's, and what to set).
+    """
+    if len(set(names)) > 1:
+        found = ", ".join(f"rank {rank}: {name or 'none'}" for rank, name in enumerate(names))
+        raise UserError(f"resume_from_checkpoint: the ranks found different newest complete checkpoints in "
+                        f"{output_dir} ({found}); where each node's output_dir is its own disk, train with "
+                        "save_on_each_node: true so that every node keeps its own copy of each checkpoint")
 
 
 def _check_resumable(folder: str) -> str:
