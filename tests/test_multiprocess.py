@@ -9,8 +9,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -437,6 +439,145 @@ def test_peer_lost_names_the_rank_from_gloos_messages(message, rank, line):
     assert peer_lost(RuntimeError(message), rank, 1, 5) is None
     if line:
         assert peer_lost(RuntimeError(message), 3, 8, 5).startswith("a peer of rank 3 (of 8) lost (")
+
+
+# One process per "machine": records the ranks it ran as and every file it opened for writing from Python (JSON, the
+# model card, the tokenizer, the checkpoint's mark; not torch's or safetensors' own writers); with STOP_AFTER_STEP_1,
+# machine 1 gets SIGTERM as step 1 begins (a preemption: both stop after step 1 with checkpoint-1 saved).
+MACHINE_WORKER = """
+import json, os, signal, sys
+import torch
+torch.set_num_threads(1)
+written = set()
+def audit(event, args):
+    if event != "open":
+        return
+    path, mode, flags = args
+    if isinstance(path, str) and (
+            mode is None and flags & (os.O_WRONLY | os.O_RDWR) or isinstance(mode, str) and set(mode) & set("wax+")):
+        written.add(os.path.abspath(path))
+sys.addaudithook(audit)
+if os.environ.get("STOP_AFTER_STEP_1") and os.environ["RANK"] == "1":
+    from grounding_rl.update import preemption
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return control
+    preemption.PreemptionCallback.on_step_begin = on_step_begin
+from importlib import import_module
+rc = import_module("grounding_rl.cli." + sys.argv[2]).main(sys.argv[3:])
+from accelerate import PartialState
+state = PartialState()
+report = {"rc": rc, "rank": state.process_index, "world_size": state.num_processes, "written": sorted(written)}
+with open(f"{sys.argv[1]}.rank{state.process_index}.json", "w") as f:
+    json.dump(report, f)
+"""
+
+
+def _two_machines(tmp_path, name, per_machine, env_extra=()):
+    """``accelerate launch`` of :data:`MACHINE_WORKER` as machine 0 and machine 1 of 2 on 127.0.0.1 (the DDP config,
+    one process each, a free port), ``per_machine[r]`` its arguments; both must exit 0. Returns the two reports."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    worker = tmp_path / "machine_worker.py"
+    worker.write_text(MACHINE_WORKER)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": str(REPO_ROOT), **dict(env_extra)}
+    launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+              str(REPO_ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_machines", "2", "--num_processes", "2",
+              "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]
+    logs = [tmp_path / f"{name}.machine{rank}.log" for rank in (0, 1)]
+    procs = []
+    for rank, (args, log) in enumerate(zip(per_machine, logs)):
+        with log.open("w") as handle:  # a session each: ended with its workers below if need be
+            procs.append(subprocess.Popen([*launch, "--machine_rank", str(rank), str(worker), str(tmp_path / name),
+                                           *args], cwd=REPO_ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+    deadline = time.monotonic() + 300
+    # a machine that failed leaves the other waiting for it (the rendezvous, a collective): end both then
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline and \
+            not any(p.returncode for p in procs):
+        time.sleep(0.5)
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert [proc.returncode for proc in procs] == [0, 0], "".join(log.read_text()[-4000:] for log in logs)
+    reports = [json.loads((tmp_path / f"{name}.rank{rank}.json").read_text()) for rank in (0, 1)]
+    # world size 2 on both: `--cpu --num_machines 2` would run each machine alone as rank 0 of 1
+    assert [(r["rank"], r["world_size"], r["rc"]) for r in reports] == [(0, 2, 0), (1, 2, 0)]
+    return reports
+
+
+@pytest.mark.slow
+def test_two_machines_on_one_host_train_resume_and_eval_as_one_machine(tmp_path, tiny_model_dir, videos_dir):
+    """Two "machines" on one host (``--num_machines 2 --machine_rank {0,1} --main_process_ip 127.0.0.1``, the DDP
+    config, ``use_cpu: true``, one process each). (a) One shared ``output_dir``, 2 steps: rank 1 writes no file there
+    from Python (only its ``rng_state_1.pth``), every run file is there once. (b) Each machine its own ``output_dir``
+    with ``save_on_each_node: true``: preempted on machine 1 after step 1, then the same command resumes on both from
+    their own checkpoint-1 (each folder a complete checkpoint with the weights, rank 1's holding only its own RNG
+    state and none of the global main's files) and ends with the bytes of (a); then a sharded ``eval`` of each
+    machine's own folder into one shared folder gives the predictions and metrics of a one-process eval."""
+    from safetensors.torch import load_file
+
+    from grounding_rl.cli.eval import main as evaluate
+    from grounding_rl.update.checkpoints import checkpoint_problem
+
+    train = ["train", "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path",
+             str(tiny_model_dir), "--reward_funcs", REWARD_SPEC, "--reward_weights", "1.0", "--learning_rate", "1e-3",
+             "--max_completion_length", "8", "--per_device_train_batch_size", "2", "--max_steps", "2",
+             "--save_strategy", "steps", "--save_steps", "1", "--resume_from_checkpoint", "auto"]
+    shared = tmp_path / "shared"
+    reports = _two_machines(tmp_path, "a", [[*train, "--output_dir", str(shared)]] * 2)
+    assert [p for p in reports[1]["written"] if p.startswith(str(shared))] == []
+    assert {"model.safetensors", "trainer_state.json", "train_results.json"} <= {p.name for p in shared.iterdir()}
+    for step in (1, 2):
+        assert checkpoint_problem(shared / f"checkpoint-{step}") is None
+        assert sorted(p.name for p in (shared / f"checkpoint-{step}").glob("rng_state*")) == \
+            ["rng_state_0.pth", "rng_state_1.pth"]
+    weights = load_file(str(shared / "model.safetensors"))
+
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    per_node = [[*train, "--output_dir", str(node), "--save_on_each_node", "true"] for node in nodes]
+    _two_machines(tmp_path, "b1", per_node, env_extra={"STOP_AFTER_STEP_1": "1"})
+    for node in nodes:
+        assert checkpoint_problem(node / "checkpoint-1") is None and not (node / "checkpoint-2").exists()
+        assert not (node / "model.safetensors").exists()  # stopped, not finished
+    reports = _two_machines(tmp_path, "b2", per_node)
+    assert [p for p in reports[1]["written"] if p.startswith(str(nodes[0]))] == []
+    assert any(p.startswith(str(nodes[1] / "checkpoint-2")) for p in reports[1]["written"])
+    for rank, node in enumerate(nodes):
+        final = load_file(str(node / "model.safetensors"))
+        assert final.keys() == weights.keys() and [k for k in final if not torch.equal(final[k], weights[k])] == []
+        for step in (1, 2):
+            folder = node / f"checkpoint-{step}"
+            assert checkpoint_problem(folder) is None and (folder / "model.safetensors").is_file()
+            assert [p.name for p in folder.glob("rng_state*")] == [f"rng_state_{rank}.pth"]
+    global_main_only = {"trainer_state.json", "train_results.json", "all_results.json"}
+    assert global_main_only <= {p.name for p in nodes[0].iterdir()}
+    assert global_main_only.isdisjoint(p.name for p in nodes[1].iterdir())
+
+    lines = (videos_dir / "annotations.jsonl").read_text().splitlines()
+    data = tmp_path / "test.jsonl"  # two clips: one per rank
+    rows = [json.loads(lines[i]) for i in (5, 14)]
+    data.write_text("".join(json.dumps({**row, "video": str(videos_dir / row["video"])}) + "\n" for row in rows))
+    eval_args = ["--data", str(data), "--out", str(tmp_path / "eval2"), "--max-new-tokens", "8"]
+    reports = _two_machines(tmp_path, "e", [["eval", "--model", str(node), *eval_args] for node in nodes])
+    assert [p for p in reports[1]["written"] if "eval2" in p] == [str(tmp_path / "eval2" / "predictions.rank1.jsonl")]
+    assert evaluate(["--model", str(shared), "--data", str(data), "--out", str(tmp_path / "eval1"),
+                     "--max-new-tokens", "8"]) == 0
+    one, two = ((tmp_path / name / "predictions.jsonl").read_text() for name in ("eval1", "eval2"))
+    assert len(one.splitlines()) == 2 and one == two
+    metrics = [json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("eval1", "eval2")]
+    assert metrics[0]["num_processes"] == 1 and metrics[1]["num_processes"] == 2
+    for m in metrics:  # what differs by design: the folder read, the process count, the clock
+        for key in ("num_processes", "run", "model", "created"):
+            m.pop(key)
+        m["sampling"].pop("source")
+    assert metrics[0] == metrics[1]
 
 
 def test_ranks_that_found_different_checkpoints_are_refused():
