@@ -520,7 +520,8 @@ def test_two_machines_on_one_host_train_resume_and_eval_as_one_machine(tmp_path,
     with ``save_on_each_node: true``: preempted on machine 1 after step 1, then the same command resumes on both from
     their own checkpoint-1 (each folder a complete checkpoint with the weights, rank 1's holding only its own RNG
     state and none of the global main's files) and ends with the bytes of (a); then a sharded ``eval`` of each
-    machine's own folder into one shared folder gives the predictions and metrics of a one-process eval."""
+    machine's own folder into one shared folder, resuming an eval cut short, gives the predictions and metrics of a
+    one-process eval."""
     from safetensors.torch import load_file
 
     from grounding_rl.cli.eval import main as evaluate
@@ -561,16 +562,19 @@ def test_two_machines_on_one_host_train_resume_and_eval_as_one_machine(tmp_path,
     assert global_main_only.isdisjoint(p.name for p in nodes[1].iterdir())
 
     lines = (videos_dir / "annotations.jsonl").read_text().splitlines()
-    data = tmp_path / "test.jsonl"  # two clips: one per rank
-    rows = [json.loads(lines[i]) for i in (5, 14)]
+    data = tmp_path / "test.jsonl"  # three clips: the first done before, then one per rank
+    rows = [json.loads(lines[i]) for i in (5, 14, 13)]
     data.write_text("".join(json.dumps({**row, "video": str(videos_dir / row["video"])}) + "\n" for row in rows))
-    eval_args = ["--data", str(data), "--out", str(tmp_path / "eval2"), "--max-new-tokens", "8"]
-    reports = _two_machines(tmp_path, "e", [["eval", "--model", str(node), *eval_args] for node in nodes])
+    eval_args = ["--data", str(data), "--max-new-tokens", "8"]
+    # an eval of machine 0's copy cut short after one query; the sharded rerun resumes it, each machine reading its
+    # own copy (rank 1 judges the record by the main process's model: its own copy's path and fingerprint differ)
+    assert evaluate(["--model", str(nodes[0]), "--out", str(tmp_path / "eval2"), "--limit", "1", *eval_args]) == 0
+    reports = _two_machines(tmp_path, "e", [["eval", "--model", str(node), "--out", str(tmp_path / "eval2"),
+                                             *eval_args] for node in nodes])
     assert [p for p in reports[1]["written"] if "eval2" in p] == [str(tmp_path / "eval2" / "predictions.rank1.jsonl")]
-    assert evaluate(["--model", str(shared), "--data", str(data), "--out", str(tmp_path / "eval1"),
-                     "--max-new-tokens", "8"]) == 0
+    assert evaluate(["--model", str(shared), "--out", str(tmp_path / "eval1"), *eval_args]) == 0
     one, two = ((tmp_path / name / "predictions.jsonl").read_text() for name in ("eval1", "eval2"))
-    assert len(one.splitlines()) == 2 and one == two
+    assert len(one.splitlines()) == 3 and one == two
     metrics = [json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("eval1", "eval2")]
     assert metrics[0]["num_processes"] == 1 and metrics[1]["num_processes"] == 2
     for m in metrics:  # what differs by design: the folder read, the process count, the clock
