@@ -625,3 +625,14 @@ def test_each_nodes_saving_process_writes_the_weights(tmp_path, tiny_model_dir, 
     trainer.args = SimpleNamespace(should_save=True, process_index=1, output_dir=str(tmp_path / "node1"))
     trainer.save_model(str(tmp_path / "node1"))
     assert {"model.safetensors", "config.json"} <= {p.name for p in (tmp_path / "node1").iterdir()}
+
+
+def test_a_folder_two_nodes_share_is_seen_by_their_probes(tmp_path):
+    """``save_on_each_node``: a saving process sees another rank's probe of the same launch in its folder (a shared
+    folder), not its own nor an earlier launch's."""
+    from grounding_rl.cli.common import PROBE, probing_ranks
+
+    for name in (f"{PROBE}.abc.0", f"{PROBE}.abc.8", f"{PROBE}.old.4"):
+        (tmp_path / name).touch()
+    assert probing_ranks(tmp_path, "abc", 0) == [8] and probing_ranks(tmp_path, "abc", 8) == [0]
+    assert probing_ranks(tmp_path, "new", 0) == []

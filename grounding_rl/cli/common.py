@@ -11,6 +11,7 @@ are an error. Multi-process runs go through ``accelerate launch`` or ``torchrun`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -517,10 +518,12 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     A resume of the run in it: ``resume`` (:func:`resolve_resume`) is a ``checkpoint-N`` of ``output_dir`` and every
     ``run_fingerprint.json`` there (top level and checkpoints) matches ``fingerprint``. Every rank checks alike; then
     the ranks that save (``should_save``: the main process, or each node's with ``save_on_each_node``) remove, between
-    two barriers, so no rank writes before the old files are gone.
+    two barriers, so no rank writes before the old files are gone. With ``save_on_each_node`` the nodes' folders must
+    be their own (:func:`_check_own_folders`).
 
     Raises:
-        UserError: ``output_dir`` or ``frame_cache_dir`` is a file; ``output_dir`` is not empty and not resumed; a file there comes from another run (what
+        UserError: ``output_dir`` or ``frame_cache_dir`` is a file; two nodes' saving processes share ``output_dir``
+            under ``save_on_each_node``; ``output_dir`` is not empty and not resumed; a file there comes from another run (what
             changed); ``replace_output_dir`` with a resume from that folder, on a folder holding no training run, or
             on a run folder holding anything the run did not write (a user's notes, an eval folder: the first such
             name; :func:`grounding_rl.run_record.foreign_to_run`). Nothing is deleted then.
@@ -531,6 +534,7 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     out = Path(training_args.output_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"output_dir: {out} is a file, not a folder")
+    _check_own_folders(training_args)
     entries = sorted(out.iterdir()) if out.is_dir() else []
     if not entries:
         return
@@ -581,6 +585,53 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
                 path.unlink()
     if several:
         PartialState().wait_for_everyone()
+
+
+PROBE = ".node_probe"  # PROBE.{launch}.{rank}: a saving process's mark in its output_dir while the folders are compared
+
+
+def probing_ranks(folder: Path, launch: str, rank: int) -> list[int]:
+    """The ranks other than ``rank`` whose probe of launch ``launch`` is in ``folder`` (:func:`_check_own_folders`)."""
+    ranks = (int(p.name.rsplit(".", 1)[1]) for p in folder.glob(f"{PROBE}.{launch}.*"))
+    return sorted(r for r in ranks if r != rank)
+
+
+def _check_own_folders(training_args) -> None:
+    """``save_on_each_node: true`` with several processes: each node's saving process writes a whole run into its
+    ``output_dir``, so no two of them may share the folder (two nodes would write the same files at once). Each saving
+    process leaves a probe named after this launch and its rank in its folder (created if need be); after a barrier
+    each lists its folder; the probes are removed. No-op otherwise.
+
+    Raises:
+        UserError: on every rank, when a saving process found another's probe (both ranks and the folder).
+    """
+    if not training_args.save_on_each_node or training_args.world_size < 2:
+        return
+    import uuid
+
+    import torch.distributed as dist
+
+    args, out = training_args, Path(training_args.output_dir)
+    launch = [uuid.uuid4().hex[:12]]
+    dist.broadcast_object_list(launch, src=0)
+    probe, created = out / f"{PROBE}.{launch[0]}.{args.process_index}", not out.exists()
+    if args.should_save:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+    dist.barrier()
+    seen = probing_ranks(out, launch[0], args.process_index) if args.should_save else []
+    shared: list = [None] * args.world_size
+    dist.all_gather_object(shared, seen)  # every folder is listed before any probe goes
+    if args.should_save:
+        probe.unlink()
+        if created:
+            with contextlib.suppress(OSError):  # another node's process may have created it, or wrote into it
+                out.rmdir()
+    pairs = [sorted((rank, other)) for rank, others in enumerate(shared) for other in others]
+    if pairs:
+        raise UserError(f"save_on_each_node: true, but ranks {pairs[0][0]} and {pairs[0][1]} (each its node's saving "
+                        f"process) share {out}: they would write the same files; drop save_on_each_node (the main "
+                        "process alone writes a shared folder), or give each node an output_dir on its own disk")
 
 
 def _restart_cut_short(out: Path, checkpoints: list[Path], training_args, fingerprint: dict | None) -> None:
