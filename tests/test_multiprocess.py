@@ -9,8 +9,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -437,3 +439,200 @@ def test_peer_lost_names_the_rank_from_gloos_messages(message, rank, line):
     assert peer_lost(RuntimeError(message), rank, 1, 5) is None
     if line:
         assert peer_lost(RuntimeError(message), 3, 8, 5).startswith("a peer of rank 3 (of 8) lost (")
+
+
+# One process per "machine": records the ranks it ran as and every file it opened for writing from Python (JSON, the
+# model card, the tokenizer, the checkpoint's mark; not torch's or safetensors' own writers); with STOP_AFTER_STEP_1,
+# machine 1 gets SIGTERM as step 1 begins (a preemption: both stop after step 1 with checkpoint-1 saved).
+MACHINE_WORKER = """
+import json, os, signal, sys
+import torch
+torch.set_num_threads(1)
+written = set()
+def audit(event, args):
+    if event != "open":
+        return
+    path, mode, flags = args
+    if isinstance(path, str) and (
+            mode is None and flags & (os.O_WRONLY | os.O_RDWR) or isinstance(mode, str) and set(mode) & set("wax+")):
+        written.add(os.path.abspath(path))
+sys.addaudithook(audit)
+if os.environ.get("STOP_AFTER_STEP_1") and os.environ["RANK"] == "1":
+    from grounding_rl.update import preemption
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return control
+    preemption.PreemptionCallback.on_step_begin = on_step_begin
+from importlib import import_module
+rc = import_module("grounding_rl.cli." + sys.argv[2]).main(sys.argv[3:])
+from accelerate import PartialState
+state = PartialState()
+report = {"rc": rc, "rank": state.process_index, "world_size": state.num_processes, "written": sorted(written)}
+with open(f"{sys.argv[1]}.rank{state.process_index}.json", "w") as f:
+    json.dump(report, f)
+"""
+
+
+def _two_machines(tmp_path, name, per_machine, env_extra=()):
+    """``accelerate launch`` of :data:`MACHINE_WORKER` as machine 0 and machine 1 of 2 on 127.0.0.1 (the DDP config,
+    one process each, a free port), ``per_machine[r]`` its arguments; both must exit 0. Returns the two reports."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    worker = tmp_path / "machine_worker.py"
+    worker.write_text(MACHINE_WORKER)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": str(REPO_ROOT), **dict(env_extra)}
+    launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+              str(REPO_ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_machines", "2", "--num_processes", "2",
+              "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]
+    logs = [tmp_path / f"{name}.machine{rank}.log" for rank in (0, 1)]
+    procs = []
+    for rank, (args, log) in enumerate(zip(per_machine, logs)):
+        with log.open("w") as handle:  # a session each: ended with its workers below if need be
+            procs.append(subprocess.Popen([*launch, "--machine_rank", str(rank), str(worker), str(tmp_path / name),
+                                           *args], cwd=REPO_ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+    deadline = time.monotonic() + 300
+    # a machine that failed leaves the other waiting for it (the rendezvous, a collective): end both then
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline and \
+            not any(p.returncode for p in procs):
+        time.sleep(0.5)
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert [proc.returncode for proc in procs] == [0, 0], "".join(log.read_text()[-4000:] for log in logs)
+    reports = [json.loads((tmp_path / f"{name}.rank{rank}.json").read_text()) for rank in (0, 1)]
+    # world size 2 on both: `--cpu --num_machines 2` would run each machine alone as rank 0 of 1
+    assert [(r["rank"], r["world_size"], r["rc"]) for r in reports] == [(0, 2, 0), (1, 2, 0)]
+    return reports
+
+
+@pytest.mark.slow
+def test_two_machines_on_one_host_train_resume_and_eval_as_one_machine(tmp_path, tiny_model_dir, videos_dir):
+    """Two "machines" on one host (``--num_machines 2 --machine_rank {0,1} --main_process_ip 127.0.0.1``, the DDP
+    config, ``use_cpu: true``, one process each). (a) One shared ``output_dir``, 2 steps: rank 1 writes no file there
+    from Python (only its ``rng_state_1.pth``), every run file is there once. (b) Each machine its own ``output_dir``
+    with ``save_on_each_node: true``: preempted on machine 1 after step 1, then the same command resumes on both from
+    their own checkpoint-1 (each folder a complete checkpoint with the weights, rank 1's holding only its own RNG
+    state and none of the global main's files) and ends with the bytes of (a); then a sharded ``eval`` of each
+    machine's own folder into one shared folder, resuming an eval cut short, gives the predictions and metrics of a
+    one-process eval."""
+    from safetensors.torch import load_file
+
+    from grounding_rl.cli.eval import main as evaluate
+    from grounding_rl.update.checkpoints import checkpoint_problem
+
+    train = ["train", "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path",
+             str(tiny_model_dir), "--reward_funcs", REWARD_SPEC, "--reward_weights", "1.0", "--learning_rate", "1e-3",
+             "--max_completion_length", "8", "--per_device_train_batch_size", "2", "--max_steps", "2",
+             "--save_strategy", "steps", "--save_steps", "1", "--resume_from_checkpoint", "auto"]
+    shared = tmp_path / "shared"
+    reports = _two_machines(tmp_path, "a", [[*train, "--output_dir", str(shared)]] * 2)
+    assert [p for p in reports[1]["written"] if p.startswith(str(shared))] == []
+    assert {"model.safetensors", "trainer_state.json", "train_results.json"} <= {p.name for p in shared.iterdir()}
+    for step in (1, 2):
+        assert checkpoint_problem(shared / f"checkpoint-{step}") is None
+        assert sorted(p.name for p in (shared / f"checkpoint-{step}").glob("rng_state*")) == \
+            ["rng_state_0.pth", "rng_state_1.pth"]
+    weights = load_file(str(shared / "model.safetensors"))
+
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    per_node = [[*train, "--output_dir", str(node), "--save_on_each_node", "true"] for node in nodes]
+    _two_machines(tmp_path, "b1", per_node, env_extra={"STOP_AFTER_STEP_1": "1"})
+    for node in nodes:
+        assert checkpoint_problem(node / "checkpoint-1") is None and not (node / "checkpoint-2").exists()
+        assert not (node / "model.safetensors").exists()  # stopped, not finished
+    reports = _two_machines(tmp_path, "b2", per_node)
+    assert [p for p in reports[1]["written"] if p.startswith(str(nodes[0]))] == []
+    assert any(p.startswith(str(nodes[1] / "checkpoint-2")) for p in reports[1]["written"])
+    for rank, node in enumerate(nodes):
+        final = load_file(str(node / "model.safetensors"))
+        assert final.keys() == weights.keys() and [k for k in final if not torch.equal(final[k], weights[k])] == []
+        for step in (1, 2):
+            folder = node / f"checkpoint-{step}"
+            assert checkpoint_problem(folder) is None and (folder / "model.safetensors").is_file()
+            assert [p.name for p in folder.glob("rng_state*")] == [f"rng_state_{rank}.pth"]
+    global_main_only = {"trainer_state.json", "train_results.json", "all_results.json"}
+    assert global_main_only <= {p.name for p in nodes[0].iterdir()}
+    assert global_main_only.isdisjoint(p.name for p in nodes[1].iterdir())
+
+    lines = (videos_dir / "annotations.jsonl").read_text().splitlines()
+    data = tmp_path / "test.jsonl"  # three clips: the first done before, then one per rank
+    rows = [json.loads(lines[i]) for i in (5, 14, 13)]
+    data.write_text("".join(json.dumps({**row, "video": str(videos_dir / row["video"])}) + "\n" for row in rows))
+    eval_args = ["--data", str(data), "--max-new-tokens", "8"]
+    # an eval of machine 0's copy cut short after one query; the sharded rerun resumes it, each machine reading its
+    # own copy (rank 1 judges the record by the main process's model: its own copy's path and fingerprint differ)
+    assert evaluate(["--model", str(nodes[0]), "--out", str(tmp_path / "eval2"), "--limit", "1", *eval_args]) == 0
+    reports = _two_machines(tmp_path, "e", [["eval", "--model", str(node), "--out", str(tmp_path / "eval2"),
+                                             *eval_args] for node in nodes])
+    assert [p for p in reports[1]["written"] if "eval2" in p] == [str(tmp_path / "eval2" / "predictions.rank1.jsonl")]
+    assert evaluate(["--model", str(shared), "--out", str(tmp_path / "eval1"), *eval_args]) == 0
+    one, two = ((tmp_path / name / "predictions.jsonl").read_text() for name in ("eval1", "eval2"))
+    assert len(one.splitlines()) == 3 and one == two
+    metrics = [json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("eval1", "eval2")]
+    assert metrics[0]["num_processes"] == 1 and metrics[1]["num_processes"] == 2
+    for m in metrics:  # what differs by design: the folder read, the process count, the clock
+        for key in ("num_processes", "run", "model", "created"):
+            m.pop(key)
+        m["sampling"].pop("source")
+    assert metrics[0] == metrics[1]
+
+
+def test_ranks_that_found_different_checkpoints_are_refused():
+    """Per-node output folders without ``save_on_each_node``: node 1's folder holds no complete checkpoint (only
+    its RNG state), so its rank would start from step 0 beside a resumed rank 0; refused naming each rank's find."""
+    from grounding_rl.cli.common import same_checkpoint_on_every_rank
+    from grounding_rl.errors import UserError
+
+    same_checkpoint_on_every_rank(["checkpoint-2", "checkpoint-2"], "out")
+    same_checkpoint_on_every_rank([None, None], "out")
+    with pytest.raises(UserError, match=r"in out \(rank 0: checkpoint-2, rank 1: none\); .*save_on_each_node: true"):
+        same_checkpoint_on_every_rank(["checkpoint-2", None], "out")
+
+
+def test_each_nodes_saving_process_writes_the_weights(tmp_path, tiny_model_dir, monkeypatch):
+    """``save_on_each_node``: node 1's first process (rank 1, ``should_save``) gets the weights and ``config.json`` in
+    its checkpoint; transformers (5.24) writes them on ``torch.distributed`` rank 0 alone, whatever
+    ``is_main_process`` says (were it to stop, the first assert fails and the override can go)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForImageTextToText
+    from transformers.distributed import mixin
+
+    from grounding_rl.update.checkpoints import CompleteCheckpointMixin
+
+    monkeypatch.setattr(mixin, "_is_torch_distributed_initialized", lambda: True)
+    monkeypatch.setattr(mixin, "_get_torch_distributed_rank", lambda: 1)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    model.save_pretrained(tmp_path / "plain", is_main_process=True)
+    assert not (tmp_path / "plain" / "model.safetensors").exists()  # transformers' own rule
+
+    class Trainer:  # transformers.Trainer._save's call, as a rank that should_save
+        def save_model(self, output_dir, _internal_call=False):
+            self.model.save_pretrained(output_dir, is_main_process=self.args.should_save)
+
+    class Saving(CompleteCheckpointMixin, Trainer):
+        pass
+
+    trainer = Saving()
+    trainer.model, trainer.accelerator = model, SimpleNamespace(unwrap_model=lambda m: m)
+    trainer.args = SimpleNamespace(should_save=True, process_index=1, output_dir=str(tmp_path / "node1"))
+    trainer.save_model(str(tmp_path / "node1"))
+    assert {"model.safetensors", "config.json"} <= {p.name for p in (tmp_path / "node1").iterdir()}
+
+
+def test_a_folder_two_nodes_share_is_seen_by_their_probes(tmp_path):
+    """``save_on_each_node``: a saving process sees another rank's probe of the same launch in its folder (a shared
+    folder), not its own nor an earlier launch's."""
+    from grounding_rl.cli.common import PROBE, probing_ranks
+
+    for name in (f"{PROBE}.abc.0", f"{PROBE}.abc.8", f"{PROBE}.old.4"):
+        (tmp_path / name).touch()
+    assert probing_ranks(tmp_path, "abc", 0) == [8] and probing_ranks(tmp_path, "abc", 8) == [0]
+    assert probing_ranks(tmp_path, "new", 0) == []

@@ -11,6 +11,7 @@ are an error. Multi-process runs go through ``accelerate launch`` or ``torchrun`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -522,10 +523,12 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     A resume of the run in it: ``resume`` (:func:`resolve_resume`) is a ``checkpoint-N`` of ``output_dir`` and every
     ``run_fingerprint.json`` there (top level and checkpoints) matches ``fingerprint``. Every rank checks alike; then
     the ranks that save (``should_save``: the main process, or each node's with ``save_on_each_node``) remove, between
-    two barriers, so no rank writes before the old files are gone.
+    two barriers, so no rank writes before the old files are gone. With ``save_on_each_node`` the nodes' folders must
+    be their own (:func:`_check_own_folders`).
 
     Raises:
-        UserError: ``output_dir`` or ``frame_cache_dir`` is a file; ``output_dir`` is not empty and not resumed; a file there comes from another run (what
+        UserError: ``output_dir`` or ``frame_cache_dir`` is a file; two nodes' saving processes share ``output_dir``
+            under ``save_on_each_node``; ``output_dir`` is not empty and not resumed; a file there comes from another run (what
             changed); ``replace_output_dir`` with a resume from that folder, on a folder holding no training run, or
             on a run folder holding anything the run did not write (a user's notes, an eval folder: the first such
             name; :func:`grounding_rl.run_record.foreign_to_run`). Nothing is deleted then.
@@ -536,6 +539,7 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     out = Path(training_args.output_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"output_dir: {out} is a file, not a folder")
+    _check_own_folders(training_args)
     entries = sorted(out.iterdir()) if out.is_dir() else []
     if not entries:
         return
@@ -588,6 +592,53 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
         PartialState().wait_for_everyone()
 
 
+PROBE = ".node_probe"  # PROBE.{launch}.{rank}: a saving process's mark in its output_dir while the folders are compared
+
+
+def probing_ranks(folder: Path, launch: str, rank: int) -> list[int]:
+    """The ranks other than ``rank`` whose probe of launch ``launch`` is in ``folder`` (:func:`_check_own_folders`)."""
+    ranks = (int(p.name.rsplit(".", 1)[1]) for p in folder.glob(f"{PROBE}.{launch}.*"))
+    return sorted(r for r in ranks if r != rank)
+
+
+def _check_own_folders(training_args) -> None:
+    """``save_on_each_node: true`` with several processes: each node's saving process writes a whole run into its
+    ``output_dir``, so no two of them may share the folder (two nodes would write the same files at once). Each saving
+    process leaves a probe named after this launch and its rank in its folder (created if need be); after a barrier
+    each lists its folder; the probes are removed. No-op otherwise.
+
+    Raises:
+        UserError: on every rank, when a saving process found another's probe (both ranks and the folder).
+    """
+    if not training_args.save_on_each_node or training_args.world_size < 2:
+        return
+    import uuid
+
+    import torch.distributed as dist
+
+    args, out = training_args, Path(training_args.output_dir)
+    launch = [uuid.uuid4().hex[:12]]
+    dist.broadcast_object_list(launch, src=0)
+    probe, created = out / f"{PROBE}.{launch[0]}.{args.process_index}", not out.exists()
+    if args.should_save:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+    dist.barrier()
+    seen = probing_ranks(out, launch[0], args.process_index) if args.should_save else []
+    shared: list = [None] * args.world_size
+    dist.all_gather_object(shared, seen)  # every folder is listed before any probe goes
+    if args.should_save:
+        probe.unlink()
+        if created:
+            with contextlib.suppress(OSError):  # another node's process may have created it, or wrote into it
+                out.rmdir()
+    pairs = [sorted((rank, other)) for rank, others in enumerate(shared) for other in others]
+    if pairs:
+        raise UserError(f"save_on_each_node: true, but ranks {pairs[0][0]} and {pairs[0][1]} (each its node's saving "
+                        f"process) share {out}: they would write the same files; drop save_on_each_node (the main "
+                        "process alone writes a shared folder), or give each node an output_dir on its own disk")
+
+
 def _restart_cut_short(out: Path, checkpoints: list[Path], training_args, fingerprint: dict | None) -> None:
     """``resume_from_checkpoint: auto`` on a folder whose every ``checkpoint-N`` was cut short (no complete one: a
     requeued job killed in its first save): when they are this run's (their records match ``fingerprint``) and nothing
@@ -630,8 +681,12 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
     Weights, optimizer, scheduler, RNG states and the data order are restored exactly
     (:mod:`grounding_rl.update.resume`): the resumed run ends with the same weights as an uninterrupted one.
 
+    Under several processes the ranks compare what they found (:func:`same_checkpoint_on_every_rank`): with an
+    ``output_dir`` on each node's own disk, ``save_on_each_node: true`` gives every node its own checkpoints.
+
     Raises:
-        UserError: ``true`` / ``last`` with no complete checkpoint in ``output_dir``, a path that is not a folder, an
+        UserError: ``true`` / ``last`` with no complete checkpoint in ``output_dir``, ranks that found different
+            newest complete checkpoints, a path that is not a folder, an
             incomplete checkpoint named explicitly (what is missing or cut short), a checkpoint without optimizer
             state, or one whose ``run_fingerprint.json`` differs from ``fingerprint`` (:func:`run_fingerprint`; the
             message names what changed).
@@ -643,7 +698,13 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
         return None
     if isinstance(resume, str) and resume.lower() in ("true", "last", "auto"):
         found, skipped = newest_complete(training_args.output_dir)
-        if skipped and training_args.process_index == 0:
+        if training_args.world_size > 1:
+            import torch.distributed as dist
+
+            names = [None] * training_args.world_size
+            dist.all_gather_object(names, Path(found).name if found else None)
+            same_checkpoint_on_every_rank(names, training_args.output_dir)
+        if skipped and training_args.should_save:  # each node's own folder with save_on_each_node
             print("resume_from_checkpoint: skipped " + "; ".join(f"{Path(folder).name} ({why}: a save cut short)"
                                                                    for folder, why in skipped), file=sys.stderr)
         if found is None:
@@ -659,6 +720,21 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
                        f"resume_from_checkpoint: {resume} was written by another run",
                        "resume with the settings that wrote it, or start afresh with a new --output_dir")
     return _check_resumable(resume)
+
+
+def same_checkpoint_on_every_rank(names: list[str | None], output_dir: str) -> None:
+    """Every rank resumes from the same step: ``names[r]`` is the newest complete ``checkpoint-N`` rank ``r`` found in
+    its ``output_dir`` (None: none). They differ when the nodes' folders are their own disks and only the main
+    process saved (``save_on_each_node: false``): the other nodes hold no checkpoint to resume from.
+
+    Raises:
+        UserError: the names differ (each rank's, and what to set).
+    """
+    if len(set(names)) > 1:
+        found = ", ".join(f"rank {rank}: {name or 'none'}" for rank, name in enumerate(names))
+        raise UserError(f"resume_from_checkpoint: the ranks found different newest complete checkpoints in "
+                        f"{output_dir} ({found}); where each node's output_dir is its own disk, train with "
+                        "save_on_each_node: true so that every node keeps its own copy of each checkpoint")
 
 
 def _check_resumable(folder: str) -> str:

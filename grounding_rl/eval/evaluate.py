@@ -467,7 +467,12 @@ def run(plan_: EvalPlan, state) -> RunResult:
                                                     outdir / HISTOGRAM]:
                 path.unlink(missing_ok=True)
     state.wait_for_everyone()
-    _check_run(outdir, plan_.run)
+    record = dict(plan_.run)
+    if state.num_processes > 1:  # judged by the main process's model: another machine may read its own copy of it
+        from accelerate.utils import broadcast_object_list
+
+        record.update(broadcast_object_list([{k: record.get(k) for k in ("model", "model_fingerprint")}])[0])
+    _check_run(outdir, record)
     done = existing_predictions(outdir)
     state.wait_for_everyone()
     # a failed clip (recorded with an error) is tried again on a rerun

@@ -173,17 +173,29 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _writer(is_main_process: bool) -> bool:
+    """``PreTrainedModel.should_save_on_this_rank`` for a rank the Trainer makes write (``args.should_save``)."""
+    return is_main_process
+
+
 class CompleteCheckpointMixin:
     """Mixed into a ``transformers.Trainer`` (before it): each ``checkpoint-N`` gets its mark last
     (:func:`write_mark`), after ``_save_checkpoint_extras`` and a barrier across ranks; ``save_total_limit`` rotation
     runs after the mark; :func:`fault_point` after each stage of a save. A save that fails for a full disk, a
     file-size limit or a quota (:func:`grounding_rl.errors.disk_error`) removes what it wrote and raises a
-    :class:`grounding_rl.errors.UserError` naming the folder (one line, exit 2)."""
+    :class:`grounding_rl.errors.UserError` naming the folder (one line, exit 2). Every process that saves
+    (``args.should_save``: the main one, or with ``save_on_each_node`` each node's first, into its node's own
+    ``output_dir``) writes the whole checkpoint, weights included (:meth:`save_model`), and its mark."""
 
     def _save_checkpoint_extras(self, folder: str) -> None:
         """Files a trainer adds to a checkpoint before its mark (the GRPO trainer: rollout format, recipe state)."""
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        model = self.accelerator.unwrap_model(self.model)
+        if self.args.should_save and self.args.process_index != 0 and hasattr(model, "should_save_on_this_rank"):
+            # save_on_each_node: transformers (5.24) writes the weights and config.json on torch.distributed's rank 0
+            # alone, whatever is_main_process says, so another node's folder got a checkpoint without weights
+            model.should_save_on_this_rank = _writer
         super().save_model(output_dir, _internal_call)
         fault_point(output_dir or self.args.output_dir)
 
