@@ -106,3 +106,19 @@ def test_every_tracker_reads_back_the_scalars_and_the_completions(tracked_run):
     assert json.loads(row["ground_truth"]) == [1.0, 4.0] and len(json.loads(row["frame_times"])) >= 2
     # the curves, drawn at each save and at the end
     assert (out / "training_curves.png").stat().st_size > 10_000
+
+
+def test_a_tracker_not_installed_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
+    """Before any model loads or anything is written: the output folder is not created."""
+    import transformers.integrations
+
+    from grounding_rl.cli import main
+    from grounding_rl.paths import REPO_ROOT
+
+    monkeypatch.setattr(transformers.integrations, "get_available_reporting_integrations", lambda: ["tensorboard"])
+    argv = ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--output_dir", str(tmp_path / "o")]
+    assert main([*argv, "--report_to", "tensorboard", "wandb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("grounding-rl train: error: " + str(REPO_ROOT / "configs" / "demo_grpo.yaml") + ": report_to "
+                   "'wandb': wandb is not installed (pip install 'grounding-rl[trackers]'), or drop it from report_to")
+    assert not (tmp_path / "o").exists()

@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("grounding_rl.cli.infer", "ask when something happens in a video"),
     "baseline": ("grounding_rl.cli.baseline", "predict the training set's mean normalized interval (a prior)"),
     "compare": ("grounding_rl.cli.compare", "one table of several runs' metrics"),
+    "plot": ("grounding_rl.cli.plot", "training curves of one or more runs (reward, IoU, KL, length, timings)"),
     "tiny-model": ("grounding_rl.cli.tiny_model",
                    "build a random-weight tiny Qwen-VL model (--like FOLDER) for tests and the demo"),
     "demo-data": ("grounding_rl.cli.demo_data", "write procedural demo clips and splits"),
