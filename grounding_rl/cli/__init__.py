@@ -112,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grounding-rl: error: unknown subcommand {name!r}{hint} (grounding-rl --help lists them)",
               file=sys.stderr)
         return 2
+    from grounding_rl.quiet import quiet_third_party
     from grounding_rl.stopping import Interrupted, exit_code, stop_signals
+
+    quiet_third_party()  # stdout carries only the command's output
 
     # training stops gracefully itself (cli.common.train_and_finish); the other commands stop at once
     stops = contextlib.nullcontext() if name in GRACEFUL else stop_signals(f"grounding-rl {name}", graceful=False)
@@ -123,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         if name in GRACEFUL and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             _leave_now(status)
         return status
+    except KeyboardInterrupt:  # Ctrl-C in a training command before its graceful stop took over (setup, loading)
+        import signal
+
+        when = "before training started" if name in GRACEFUL else "at once"
+        print(f"grounding-rl {name}: stopped by SIGINT {when}; run the same command again", file=sys.stderr)
+        return exit_code(signal.SIGINT)
     except Interrupted as stop:
         print(f"grounding-rl {name}: stopped by {stop}; what was finished is kept (eval and difficulty write each "
               "prediction as it comes): run the same command again to go on", file=sys.stderr)
