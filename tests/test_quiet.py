@@ -12,7 +12,7 @@ import pytest
 
 from grounding_rl.cli import main
 from grounding_rl.paths import REPO_ROOT
-from grounding_rl.quiet import DEEPSPEED_LOGGER, quiet_third_party
+from grounding_rl.cli.quiet import DEEPSPEED_LOGGER, quiet_third_party
 
 FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 * 28 * 4), "--max-new-tokens", "8"]
 

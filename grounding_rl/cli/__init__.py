@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grounding-rl: error: unknown subcommand {name!r}{hint} (grounding-rl --help lists them)",
               file=sys.stderr)
         return 2
-    from grounding_rl.quiet import quiet_third_party
+    from grounding_rl.cli.quiet import quiet_third_party
     from grounding_rl.stopping import Interrupted, exit_code, stop_signals
 
     quiet_third_party()  # stdout carries only the command's output
