@@ -55,6 +55,14 @@ def _panels(keys: list[str]) -> list[tuple[str, str, list[str]]]:
     return [panel for panel in panels if panel[2]]
 
 
+def _label(key: str) -> str:
+    """A legend's name for a key: ``total`` for ``reward``, the function for ``rewards/NAME/mean``, the phase for
+    ``timing/PHASE``, else the key."""
+    match = REWARD.match(key)
+    return "total" if key == "reward" else match.group(1) if match else key.split("/", 1)[1] if key.startswith(
+        "timing/") else key
+
+
 def _std_key(key: str) -> str:
     return "reward_std" if key == "reward" else key[: -len("/mean")] + "/std"
 
@@ -92,7 +100,7 @@ def draw_curves(runs: dict[str, list[dict]], out: str | os.PathLike) -> Path:
                 steps = sorted(set().union(*(set(s) for s, _ in series)))
                 if steps:
                     stacked = [[dict(zip(s, v)).get(step, 0.0) for step in steps] for s, v in series]
-                    axis.stackplot(steps, stacked, labels=[k.split("/", 1)[1] for k in panel_keys], alpha=0.8)
+                    axis.stackplot(steps, stacked, labels=[_label(k) for k in panel_keys], alpha=0.8)
                 continue
             for line, key in enumerate(panel_keys):
                 steps, values = _series(history, key)
@@ -100,20 +108,19 @@ def draw_curves(runs: dict[str, list[dict]], out: str | os.PathLike) -> Path:
                     continue
                 colour = colours[number % 10] if several else colours[line % 10]
                 style = ["-", "--", ":", "-."][line % 4] if several else "-"
-                name = key.split("/", 1)[1] if kind == "stack" else key.replace("/mean", "")
                 axis.plot(steps, values, style, color=colour, marker="." if len(steps) < 30 else None,
-                          label=prefix + name)
+                          label=prefix + _label(key))
                 if kind == "band":
                     std = dict(zip(*_series(history, _std_key(key))))
                     if std:
                         low = [v - std.get(s, 0.0) for s, v in zip(steps, values)]
                         high = [v + std.get(s, 0.0) for s, v in zip(steps, values)]
                         axis.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
-        axis.set_title(title, fontsize=10)
+        axis.set_title(title.replace(", stacked", "") if several else title, fontsize=10)
         axis.set_xlabel("step", fontsize=8)
         axis.tick_params(labelsize=8)
         axis.grid(alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:
+        if len(axis.get_legend_handles_labels()[0]) > 1:
             axis.legend(fontsize=7, loc="best")
     figure.suptitle(" vs ".join(runs) if several else next(iter(runs)), fontsize=10)
     figure.savefig(out, dpi=80)
