@@ -121,7 +121,7 @@ RUN_OUTPUTS = (
     "adapter_model.bin", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
     "vocab.json", "merges.txt", "chat_template.json", "chat_template.jinja", "preprocessor_config.json",
     "video_preprocessor_config.json", "processor_config.json", "checkpoint-*", "runs", "wandb", "*.log",
-    ".run_fingerprint.json.tmp",
+    ".run_fingerprint.json.tmp", "training_curves.png",
 )
 
 

@@ -82,4 +82,5 @@ stage "6/6 results (R1@m, mIoU and format rate in percent; $(( $(date +%s) - sta
   --setting "grpo_config=${GRPO_CONFIG#$ROOT/}" --setting "prompt_template=${DEMO_TEMPLATE:-}" \
   --setting "grpo_extra_args=$*" --digest "data=$DEMO_DIR" --digest "sft=$OUT/sft/model.safetensors" \
   --digest "grpo=$OUT/grpo/model.safetensors" baseline="$OUT/eval/baseline" sft="$OUT/eval/sft" grpo="$OUT/eval/grpo"
+echo "training curves: $OUT/sft/training_curves.png $OUT/grpo/training_curves.png (grounding-rl plot RUN ... overlays)"
 cat "$OUT/eval/table.txt"

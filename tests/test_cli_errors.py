@@ -356,6 +356,16 @@ CASES = {
 
 
     # ---- trackers, curves and quiet output (rows below this line) ----
+    "train: report_to a tracker not installed": (
+        lambda d: ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--report_to", "swanlab",
+                   "--output_dir", str(d / "no_run")], ["demo_grpo.yaml: report_to 'swanlab'", "pip install swanlab"]),
+    "train: report_to a misspelt tracker": (
+        lambda d: ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--report_to", "tensorbord",
+                   "--output_dir", str(d / "no_run")], ["report_to 'tensorbord' is not a tracker", "tensorboard"]),
+    "plot: a folder that is not a run": (lambda d: ["plot", str(d / "folder"), "--out", str(d / "c.png")],
+                                         ["folder: no trainer_state.json"]),
+    "plot: a picture format matplotlib cannot write": (
+        lambda d: ["plot", str(d / "folder"), "--out", str(d / "c.xyz")], ["--out", "c.xyz: matplotlib writes no"]),
 
 
     # ---- hub push and model card (rows below this line) ----

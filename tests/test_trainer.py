@@ -319,7 +319,8 @@ def test_a_checkpoint_reloads_with_plain_transformers(tmp_path, family_model_dir
     trainer.train()
     logged = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
     assert len(logged) == 3 and {r["step"] for r in logged} == {1}
-    assert set(logged[0]) == {"step", "qid", "query", "completion", "rewards", "advantage"}
+    assert set(logged[0]) == {"step", "qid", "query", "video", "frame_times", "completion", "parsed", "ground_truth",
+                              "rewards", "advantage"}
     assert logged[0]["rewards"]["varied_reward"] == pytest.approx(varied_reward([logged[0]["completion"]])[0], abs=1e-6)
     folder = tmp_path / "out" / "checkpoint-1"
     model = AutoModelForImageTextToText.from_pretrained(folder)

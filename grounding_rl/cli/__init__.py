@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("grounding_rl.cli.infer", "ask when something happens in a video"),
     "baseline": ("grounding_rl.cli.baseline", "predict the training set's mean normalized interval (a prior)"),
     "compare": ("grounding_rl.cli.compare", "one table of several runs' metrics"),
+    "plot": ("grounding_rl.cli.plot", "training curves of one or more runs (reward, IoU, KL, length, timings)"),
     "tiny-model": ("grounding_rl.cli.tiny_model",
                    "build a random-weight tiny Qwen-VL model (--like FOLDER) for tests and the demo"),
     "demo-data": ("grounding_rl.cli.demo_data", "write procedural demo clips and splits"),
@@ -111,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grounding-rl: error: unknown subcommand {name!r}{hint} (grounding-rl --help lists them)",
               file=sys.stderr)
         return 2
+    from grounding_rl.cli.quiet import quiet_third_party
     from grounding_rl.stopping import Interrupted, exit_code, stop_signals
+
+    quiet_third_party()  # stdout carries only the command's output
 
     # training stops gracefully itself (cli.common.train_and_finish); the other commands stop at once
     stops = contextlib.nullcontext() if name in GRACEFUL else stop_signals(f"grounding-rl {name}", graceful=False)
@@ -122,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         if name in GRACEFUL and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             _leave_now(status)
         return status
+    except KeyboardInterrupt:  # Ctrl-C in a training command before its graceful stop took over (setup, loading)
+        import signal
+
+        when = "before training started" if name in GRACEFUL else "at once"
+        print(f"grounding-rl {name}: stopped by SIGINT {when}; run the same command again", file=sys.stderr)
+        return exit_code(signal.SIGINT)
     except Interrupted as stop:
         print(f"grounding-rl {name}: stopped by {stop}; what was finished is kept (eval and difficulty write each "
               "prediction as it comes): run the same command again to go on", file=sys.stderr)

@@ -175,7 +175,8 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     Raises:
         UserError: a missing ``--config`` path or file, a config that is not a YAML mapping, a key written twice
             (file, key and both lines), an unknown key (file, line and the closest known key), an invalid value (the
-            config's own validation, naming the file; numbers out of range, :func:`_check_numbers`), no
+            config's own validation, naming the file; numbers out of range, :func:`_check_numbers`), a
+            ``report_to`` tracker unknown or not installed (:func:`grounding_rl.update.trackers.check_trackers`), no
             ``train_file`` or no ``model_name_or_path``.
     """
     from trl import ModelConfig, TrlParser
@@ -199,6 +200,9 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         raise UserError(f"{config_path or 'command line'}: {err}") from None
     _check_honoured(script_args, model_args, training_args, config_path or "command line",
                     "sft" if prog.endswith("sft") else "grpo")
+    from grounding_rl.update.trackers import check_trackers
+
+    check_trackers(training_args.report_to, config_path or "command line")  # before any model loads
     if not script_args.train_file:
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
@@ -210,6 +214,9 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     if getattr(training_args, "teacher_model_name_or_path", None):  # a distillation teacher (train or distill)
         training_args.teacher_model_name_or_path = resolve_model_path(training_args.teacher_model_name_or_path)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
+    from grounding_rl.update.trackers import default_wandb_dir
+
+    default_wandb_dir(training_args.report_to, training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
 
@@ -803,8 +810,10 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
         callback = PreemptionCallback(request, getattr(trainer.args, "generation_window", 1),
                                       any_rank(trainer.accelerator))
         trainer.add_callback(callback)
+        from grounding_rl.update.curves import curves_callback
         from grounding_rl.update.hub import attach
 
+        trainer.add_callback(curves_callback())  # training_curves.png at each save and at the end
         attach(trainer)  # push_to_hub: each complete checkpoint, after its mark
         try:
             result = trainer.train(resume_from_checkpoint=resume)

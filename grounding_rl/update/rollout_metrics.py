@@ -1,6 +1,6 @@
 """What a trained rollout logs, once per generation: TRL 1.16's rollout metrics (names as TRL's) and the completions of
-``log_completions`` (``completions.jsonl``, a ``wandb`` table when that run is active). Both come from the rollout the
-loss trains on (after dynamic sampling's selection), never from a discarded draw."""
+``log_completions`` (``completions.jsonl``, and a table in each active tracker: :mod:`grounding_rl.update.trackers`).
+Both come from the rollout the loss trains on (after dynamic sampling's selection), never from a discarded draw."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +14,7 @@ from grounding_rl.jsonl_files import JsonlAppender
 from grounding_rl.prompts.templates import is_set_template
 from grounding_rl.reward.parsing import parse_answer, parse_spans
 from grounding_rl.update.rollout import Rollout
+from grounding_rl.update.trackers import log_completions_table
 
 logger = logging.getLogger(__name__)
 
@@ -49,17 +50,24 @@ def log_rollout(trainer, rollout: Rollout) -> None:
     metrics["parse_failure_rate"].append(sum(unparsed) / max(len(unparsed), 1))
     if args.log_completions:
         keys = sorted(set(gather_object(sorted(rollout.extra))))
+        items = rollout.items
         trainer.completions = {
-            "query": gather_object([it["query"] for it in rollout.items]),
-            "qid": gather_object([it["qid"] for it in rollout.items]), "completion": texts,
+            "query": gather_object([it["query"] for it in items]),
+            "qid": gather_object([it["qid"] for it in items]),
+            "video": gather_object([it["video"] for it in items]),
+            "frame_times": gather_object([[round(float(t), 3) for t in it["clip"].timestamps] for it in items]),
+            "ground_truth": gather_object([it.get("spans") or [it["start"], it["end"]] for it in items]),
+            "parsed": [parse(t) for t in texts], "completion": texts,
             "rewards": rewards_per_func.cpu(), "advantage": advantages.cpu(),
             "extra": {key: gather_object(rollout.extra.get(key, [None] * len(rollout))) for key in keys}}
 
 
 def write_completions(trainer) -> None:
-    """TRL's ``log_completions``: the trained rollout's queries, completions, rewards, advantages (and the columns of
-    ``log_extra``, under ``extra``) as JSON lines appended to ``output_dir/completions.jsonl``; at most
-    ``num_completions_to_print`` rows."""
+    """TRL's ``log_completions``: the trained rollout's rows (query, video, the sampled frames' times in seconds,
+    the answer, its parsed span(s) or None, the ground truth ``[start, end]`` or its spans, the reward per function,
+    the advantage; the columns of ``log_extra`` under ``extra``) as JSON lines appended to
+    ``output_dir/completions.jsonl``, and as a table in each active tracker
+    (:func:`grounding_rl.update.trackers.log_completions_table`); at most ``num_completions_to_print`` rows."""
     logged, limit = trainer.completions, trainer.args.num_completions_to_print
     names = trainer.reward_func_names
     rows = []
@@ -67,7 +75,9 @@ def write_completions(trainer) -> None:
         rewards = {name: None if torch.isnan(logged["rewards"][i, j]) else float(logged["rewards"][i, j])
                    for j, name in enumerate(names)}
         row = {"step": trainer.state.global_step, "qid": logged["qid"][i], "query": logged["query"][i],
-               "completion": completion, "rewards": rewards, "advantage": float(logged["advantage"][i])}
+               "video": logged["video"][i], "frame_times": logged["frame_times"][i], "completion": completion,
+               "parsed": logged["parsed"][i], "ground_truth": logged["ground_truth"][i], "rewards": rewards,
+               "advantage": float(logged["advantage"][i])}
         if logged["extra"]:
             row["extra"] = {key: values[i] for key, values in logged["extra"].items()}
         rows.append(row)
@@ -78,12 +88,8 @@ def write_completions(trainer) -> None:
         writer.write(*rows)
     finally:
         writer.close()
-    if "wandb" in (trainer.args.report_to or []):
-        import wandb
-
-        if wandb.run is not None:
-            columns = ["step", "qid", "query", "completion", *names, "advantage"]
-            data = [[r["step"], r["qid"], r["query"], r["completion"], *r["rewards"].values(), r["advantage"]]
-                    for r in rows]
-            wandb.log({"completions": wandb.Table(columns=columns, data=data)})
+    columns = ["step", "qid", "query", "video", "frame_times", "completion", "parsed", "ground_truth", *names,
+               "advantage"]
+    log_completions_table(trainer, columns, [[r[c] for c in columns[:8]] + [*r["rewards"].values(), r["advantage"]]
+                                             for r in rows])
     trainer.completions = None
