@@ -9,7 +9,9 @@ Run as a script to (re)write the golden files, at the commit whose answers are t
 
 The tiny models are built as the tests build them (``grounding_rl.dev.tiny.build_tiny_model``, seed 0, then
 :func:`conftest.make_noisy_model`): their greedy answers depend on the clip and the query. ``video`` is written
-relative to the clips' folder.
+relative to the clips' folder. Everything runs on one CPU thread (:func:`one_thread`): a float sum's order follows the
+thread count, which other test modules change (``torch.set_num_threads(1)`` at import) and machines differ in; the
+trained weights would follow it.
 """
 from __future__ import annotations
 
@@ -30,6 +32,19 @@ FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 
 LINES = (0, 3, 5, 6)
 INFER_QUERIES = ("person sitting down in a chair.", "a person is eating some food.")
 RECIPES = {"two_pass_zoom": dict(two_pass_zoom=True), "crop_tool": dict(max_tool_calling_iterations=1)}
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Torch on one intra-op thread within the block (the thread count before is restored)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def build_models(shared: Path, out: Path) -> dict[str, Path]:
@@ -54,7 +69,7 @@ def eval_answers(model: Path, videos: Path, mode: str, out: Path) -> list[dict]:
     data = out / "data.jsonl"
     rows = [json.loads(lines[i]) for i in LINES]
     data.write_text("".join(json.dumps({**row, "video": str(videos / row["video"])}) + "\n" for row in rows))
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), one_thread():
         rc = cli(["eval", "--model", str(model), "--data", str(data), "--out", str(out / "eval"), *FAST,
                   "--num-workers", "0", "--batch-size", "2", *MODES[mode]])
     assert rc == 0, f"eval {mode} exited {rc}"
@@ -70,7 +85,7 @@ def infer_answers(model: Path, videos: Path, mode: str) -> list[dict]:
     for query in INFER_QUERIES:
         command += ["--query", query]
     stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
+    with contextlib.redirect_stdout(stdout), one_thread():
         rc = infer_cli.main(command)
     assert rc == 0, f"infer {mode} exited {rc}"
     return json.loads(stdout.getvalue())
@@ -85,9 +100,10 @@ def recipe_weights_sha256(model: Path, videos: Path, recipe: str, out: Path) -> 
 
     config = grpo_config(out, max_steps=2, num_generations=2, learning_rate=1e-3, max_completion_length=16,
                          reward_funcs=["iou", "tests/conftest.py:varied_reward"], **RECIPES[recipe])
-    trainer = make_grpo_trainer(model, config, clip_dataset(videos, names=(POOL, MAKEUP)),
-                                reward_funcs=config.reward_funcs)
-    trainer.train()
+    with one_thread():
+        trainer = make_grpo_trainer(model, config, clip_dataset(videos, names=(POOL, MAKEUP)),
+                                    reward_funcs=config.reward_funcs)
+        trainer.train()
     digest = hashlib.sha256()
     for name, tensor in trainer.accelerator.unwrap_model(trainer.model).state_dict().items():
         digest.update(name.encode())
