@@ -159,3 +159,20 @@ def test_the_checker_sees_a_sibling_import_and_a_circle(tmp_path):
     assert circles({"grounding_rl.data.a": {"grounding_rl.data.b"}, "grounding_rl.data.b": {"grounding_rl.data.a"},
                     "grounding_rl.data.c": {"grounding_rl.data.a"}}) == [["grounding_rl.data.a",
                                                                            "grounding_rl.data.b"]]
+
+
+def test_no_family_is_named_outside_the_family_stage():
+    """Family differences live on :class:`grounding_rl.family.Family` (issue 44): no string literal naming a family
+    (``"qwen2_5_vl"``, ``"qwen3_vl"``, or any other family's name) outside ``grounding_rl/family/``, whatever its use
+    (a comparison, ``in``, a dict key)."""
+    from grounding_rl.family import families
+
+    names = {name for family in families() for name in (family.name, *family.model_types)}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "family":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    assert found == []

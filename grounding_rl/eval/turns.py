@@ -5,8 +5,6 @@ each record keeps its conversation (``turns``, the requested ``windows``, ``call
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 from grounding_rl.data.video import VideoSettings
 from grounding_rl.errors import UserError
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
@@ -68,39 +66,6 @@ def converse_greedy(model, processor, clips: list, queries: list[str], template:
                                CropEnvironment(family.video_settings(settings)), max_turns, end_ids=end_ids,
                                stop_ids=stop_ids, layout=video_layout)
     return trajectories
-
-
-def turn_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
-                        template: str, max_new_tokens: int, batch_size: int, max_turns: int, num_workers: int = 2,
-                        frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                        video_layout: str = DEFAULT_VIDEO_LAYOUT, engine=None
-                        ) -> Iterator[list[tuple[int, str | None, str | None, dict | None, dict | None]]]:
-    """:func:`grounding_rl.rollout.greedy.greedy_answer_batches` with the crop tool: per batch of at most
-    ``batch_size`` rows (each video decoded once for its queries), ``(position, answer | None, error | None,
-    sampling | None, conversation | None)``, ``answer`` the final turn, ``conversation`` its
-    :meth:`~grounding_rl.rollout.conversation.Trajectory.record`; a clip that does not load, or a batch that runs out
-    of memory, gives ``error``."""
-    import torch
-
-    from grounding_rl.rollout.greedy import clip_batches, group_by_video
-
-    for batch in clip_batches(group_by_video(list(videos)), settings, max(1, batch_size), num_workers, frame_cache,
-                              frame_cache_bytes):
-        ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
-        done = {}
-        if ok:
-            try:
-                trajectories = converse_greedy(model, processor, [clip for _, clip in ok],
-                                               [queries[p] for p, _ in ok], template, max_new_tokens, settings,
-                                               max_turns, video_layout, engine)
-            except torch.OutOfMemoryError as err:
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                done = {p: (None, f"out of memory: {err}"[:300], None, None) for p, _ in ok}
-            else:
-                done = {p: (t.final_text, None, clip.sampling(), t.record())
-                        for (p, clip), t in zip(ok, trajectories)}
-        yield [(position, *done.get(position, (None, error, None, None))) for position, _, error in batch]
 
 
 def turns_summary(records: list[dict]) -> dict:

@@ -117,7 +117,7 @@ def start(processor, family, query: str, clip: SampledVideo, template: str, max_
     Raises:
         ValueError: the first prompt is longer than ``max_prompt_length`` (named by ``name``, never truncated).
     """
-    protocol = tools.protocol_of(family.name)
+    protocol = family.tool_protocol
     messages = tools.first_messages(instruction(query, template, clip.duration), get_template(template).video_first,
                                     protocol, max_turns)
     features = _process(processor, family, tools.render(processor, messages, protocol, True), clip, layout)
