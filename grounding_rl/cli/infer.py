@@ -13,8 +13,8 @@ query, in order). ``--print-prompt`` first prints, per query, the exact prompt t
 and Qwen3-VL's textual timestamps shown, video tokens collapsed to a count; on stderr with ``--json``). A missing or
 unreadable video is a one-line error and exit code 2.
 
-``--zoom`` answers each query twice (:func:`grounding_rl.eval.answering.clip_answers`): over the whole video, then on the
-window of the first answer; the result is the second answer in the video's seconds, with ``pass1``, ``zoom_window``
+``--zoom`` answers each query twice (:func:`grounding_rl.eval.answering.clip_answers`): over the whole video, then on
+the window of the first answer; the result is the second answer in the video's seconds, with ``pass1``, ``zoom_window``
 and ``zoom_fallback``. With ``--print-prompt`` each query's pass-1 prompt, a line ``--- pass 2 (zoom window S–E s)
 ---`` and its pass-2 prompt are printed once pass 1 has answered (the window is the model's: the model is loaded for
 the prompt anyway).
@@ -108,6 +108,21 @@ def _check_args(parser, args) -> None:
     check_number("--max-new-tokens", args.max_new_tokens, minimum=1)
 
 
+def _load_video(path: str, settings):
+    """The clip at ``path`` sampled with ``settings``; None after one error line on stderr (missing, unreadable)."""
+    from grounding_rl.data.video import VideoLoadError, sample_frames
+
+    if not Path(path).is_file():
+        print(f"grounding-rl infer: error: video not found: {path}", file=sys.stderr)
+        return None
+    try:
+        with _quiet_native_stderr():
+            return sample_frames(path, settings)
+    except VideoLoadError as err:
+        print(f"grounding-rl infer: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return None
+
+
 def _answer(args, config, video, zoom, log) -> list[dict]:
     """Load the model (or vLLM engine) and answer every ``--query`` on ``video`` in the mode the flags give, one
     call (:func:`grounding_rl.eval.answering.clip_answers`); ``--print-prompt`` prints to ``log``."""
@@ -131,7 +146,6 @@ def main(argv: list[str] | None = None) -> int:
     ``--batch-size`` or
     ``--max-new-tokens`` below 1, ``--max-new-tokens`` above the model's context, a frame-sampling override ≤ 0 (a
     :class:`grounding_rl.errors.UserError`, one line, before the model loads)."""
-    from grounding_rl.data.video import VideoLoadError, sample_frames
     from grounding_rl.eval.infer import format_text
     from grounding_rl.eval.settings import (PreprocessingOverrides, check_generation_length, describe_config,
                                             resolve_config)
@@ -162,14 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     from grounding_rl.eval.turns import check_turns_run
 
     check_turns_run(args.max_turns, zoom is not None, args.engine, config.video.sampler, config.prompt_template)
-    if not Path(args.video).is_file():
-        print(f"grounding-rl infer: error: video not found: {args.video}", file=sys.stderr)
-        return EXIT_VIDEO
-    try:
-        with _quiet_native_stderr():
-            video = sample_frames(args.video, config.video)
-    except VideoLoadError as err:
-        print(f"grounding-rl infer: error: {str(err).splitlines()[0]}", file=sys.stderr)
+    video = _load_video(args.video, config.video)
+    if video is None:
         return EXIT_VIDEO
     print(f"infer: settings from {source}", file=log)
     print(f"infer: {describe_config(config)}", file=log)

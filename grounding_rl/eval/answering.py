@@ -158,7 +158,7 @@ def clip_answers(model, processor, video, queries: Sequence[str], config, max_ne
     Raises:
         RuntimeError: a pass ran out of memory.
     """
-    from grounding_rl.eval.infer import format_prompt, zoom_heading
+    from grounding_rl.eval.infer import format_prompt
 
     queries, template, layout = list(queries), config.prompt_template, config.video_layout
     show = print_prompt or (lambda text: None)
@@ -167,9 +167,9 @@ def clip_answers(model, processor, video, queries: Sequence[str], config, max_ne
         show(f"infer: prompt for {queries[p]!r}" + (" (pass 1)" if mode.zoom is not None else "") + ":\n"
              + format_prompt(processor, video, queries[p], template, layout))
 
-    def on_zoom(p, clip):
+    def on_zoom(p, clip):  # pass 1's prompt, the window, pass 2's prompt
         first_prompt(p)
-        show(zoom_heading(clip.window))
+        show(f"--- pass 2 (zoom window {clip.window[0]:.2f}–{clip.window[1]:.2f} s) ---")
         show(format_prompt(processor, clip, queries[p], template, layout))
 
     def on_conversation(p, t):
@@ -178,14 +178,14 @@ def clip_answers(model, processor, video, queries: Sequence[str], config, max_ne
         show(f"infer: conversation for {queries[p]!r} ({len(t.turns)} model turns):\n"
              + prompt_text(processor, t.prompt_ids + t.completion_ids))
 
-    results, step = [], max(1, batch_size)
+    results, step, printing = [], max(1, batch_size), print_prompt is not None
     for i in range(0, len(queries), step):
         batch = [(p, video, None) for p in range(i, min(len(queries), i + step))]
-        for p, _, _ in batch if print_prompt is not None and mode.zoom is None and not mode.max_turns else ():
+        for p, _, _ in batch if printing and mode.zoom is None and not mode.max_turns else ():
             first_prompt(p)
         answers = answer_rows(model, processor, batch, queries, config, max_new_tokens, mode, engine,
-                              on_zoom=on_zoom if print_prompt is not None else None, on_conversation=on_conversation
-                              if print_prompt is not None else None)
+                              on_zoom=on_zoom if printing else None,
+                              on_conversation=on_conversation if printing else None)
         results += [result_of(a, queries[a.position], video.duration, template) for a in answers]
     return results
 

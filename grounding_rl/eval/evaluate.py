@@ -8,7 +8,8 @@
   overrides > the checkpoint's ``grounding_config.json`` > the benchmark's paper protocol > built-in defaults; the
   source is printed and recorded), the generation budget and the run record;
 * :func:`run` — greedy, batched generation in the request's mode, one call to
-  :func:`grounding_rl.eval.answering.answer_batches` (queries grouped by video, each video decoded once in background DataLoader workers, its rows sharing one vision encoding) into
+  :func:`grounding_rl.eval.answering.answer_batches` (queries grouped by video, each video decoded once in background
+  DataLoader workers, its rows sharing one vision encoding) into
   ``OUTDIR/predictions.jsonl``, one flushed line per query::
 
       {"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer", "reasoning",

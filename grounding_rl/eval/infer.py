@@ -30,12 +30,6 @@ def answer_result(query: str, answer: str, duration: float, set_answers: bool = 
     return {"query": query, "start": start, "end": end, "answer": answer, "reasoning": extract_think(answer)}
 
 
-def zoom_heading(window) -> str:
-    """The line ``infer --zoom --print-prompt`` writes between pass 1's and pass 2's prompt:
-    ``--- pass 2 (zoom window 30.00–60.00 s) ---``."""
-    return f"--- pass 2 (zoom window {window[0]:.2f}–{window[1]:.2f} s) ---"
-
-
 def format_prompt(processor, video: SampledVideo, query: str, template: str,
                   video_layout: str = DEFAULT_VIDEO_LAYOUT) -> str:
     """The exact prompt the model is given for one query on a clip

@@ -77,7 +77,7 @@ class ZoomSettings:
         """Raises UserError for a ``time`` the :class:`grounding_rl.family.Family` does not take (``window`` on
         Qwen3-VL: its pass-2 timestamps are always the window's true ones) and for a position shift (``video`` with
         Qwen2.5-VL) on the vLLM engine (the shift is applied to transformers' ``get_rope_index``)."""
-        if self.time is not None and self.time not in family.zoom_times():
+        if self.time == "window" and not family.positional_time:
             raise UserError(f"--zoom-time {self.time} is for Qwen2.5-VL; {family.display_name}'s pass-2 prompt shows "
                             "the window's true timestamps (use --zoom-time video)")
         if family.window_position_shift(self.time) and engine != "hf":

@@ -30,7 +30,8 @@ class Family:
             (besides ``pixel_values_videos``), in the model's argument names.
         display_name: the family's name in messages (``Qwen2.5-VL``).
         positional_time: time is in the position ids (3D RoPE) rather than written as text: a window's time then
-            starts at its first frame unless its positions are shifted (the zoom's ``time``, :meth:`zoom_time`).
+            starts at its first frame unless its positions are shifted (the zoom's ``time``, :meth:`zoom_time`); with
+            textual timestamps only ``video`` time is possible.
         tool_protocol: how the crop tool is offered (:mod:`grounding_rl.rollout.tools`): ``native`` (the chat
             template's tools and tool role) or ``text`` (a sentence in the instruction, the window as a user turn).
         foreign_samplers: video samplers that imitate another family's evaluation backend, refused for this one.
@@ -52,10 +53,6 @@ class Family:
         ``window`` with positional time (every clip it was trained on starts at position 0), else ``video`` (the
         window's frames carry their true timestamps)."""
         return time or ("window" if self.positional_time else "video")
-
-    def zoom_times(self) -> tuple[str, ...]:
-        """The pass-2 times this family takes: both with positional time, only ``video`` with textual timestamps."""
-        return ("window", "video") if self.positional_time else ("video",)
 
     def window_answer_shift(self, time: str | None = None) -> bool:
         """Whether an answer on a window is in the window's time, to be shifted by its first frame's time to reach
