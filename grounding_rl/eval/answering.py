@@ -5,7 +5,7 @@ crop tool for up to K turns) is chosen once, and every mode gives the same typed
 
 The modes: one greedy (or sampled) pass, :func:`grounding_rl.rollout.greedy.answer_batch`; the zoom, pass 2 on the
 window of each first answer (:func:`grounding_rl.eval.zoom.zoom_rows`); the crop tool, up to K turns of the
-multi-turn training loop (:func:`grounding_rl.eval.turns.converse_greedy`).
+multi-turn training loop (:func:`grounding_rl.rollout.conversation.run_conversations`).
 """
 from __future__ import annotations
 
@@ -93,8 +93,7 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
                 engine=None, seeds: Sequence[int] | None = None, on_zoom=None, on_conversation=None) -> list[Answer]:
     """One batch of ``(position, SampledVideo | None, error | None)`` rows answered in ``mode``, in order: one pass
     (:func:`grounding_rl.rollout.greedy.answer_batch`), then with the zoom pass 2 on each answered row's window
-    (:func:`grounding_rl.eval.zoom.zoom_rows`), or the crop tool's conversation
-    (:func:`grounding_rl.eval.turns.converse_greedy`). A clip that did not load, or a pass that runs out of memory,
+    (:func:`grounding_rl.eval.zoom.zoom_rows`), or the crop tool's conversation. A clip that did not load, or a pass that runs out of memory,
     gives the row's ``error``. ``on_zoom(position, window_clip)`` is called before pass 2 generates,
     ``on_conversation(position, trajectory)`` after a conversation ends (``infer --print-prompt``)."""
     if mode.max_turns:
@@ -121,18 +120,17 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
 
 def _conversation_rows(model, processor, batch, queries, config, max_new_tokens: int, max_turns: int, engine,
                        on_conversation) -> list[Answer]:
-    """:func:`answer_rows` with the crop tool: the rows whose clip loaded converse together."""
+    """:func:`answer_rows` with the crop tool: the rows whose clip loaded converse together, greedily, with
+    ``model.generate`` or the vLLM ``engine`` (built with ``max_videos`` ≥ K + 1), the windows spending each clip's
+    budget (:class:`grounding_rl.rollout.tools.CropEnvironment`)."""
     import torch
-
-    from grounding_rl.eval.turns import converse_greedy
 
     ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
     done = {}
     if ok:
         try:
-            trajectories = converse_greedy(model, processor, [clip for _, clip in ok], [queries[p] for p, _ in ok],
-                                           config.prompt_template, max_new_tokens, config.video, max_turns,
-                                           config.video_layout, engine)
+            trajectories = _converse(model, processor, [clip for _, clip in ok], [queries[p] for p, _ in ok], config,
+                                     max_new_tokens, max_turns, engine)
         except torch.OutOfMemoryError as err:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -143,6 +141,38 @@ def _conversation_rows(model, processor, batch, queries, config, max_new_tokens:
                 if on_conversation is not None:
                     on_conversation(p, t)
     return [done.get(position) or Answer(position, None, error, None) for position, _, error in batch]
+
+
+def _converse(model, processor, clips: list, queries: list[str], config, max_new_tokens: int, max_turns: int,
+              engine) -> list:
+    """Finished :class:`grounding_rl.rollout.conversation.Trajectory` objects, one per (clip, query) row: the
+    multi-turn training loop (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy."""
+    import torch
+
+    from grounding_rl.family import family_of
+    from grounding_rl.models.tokens import completion_token_ids
+    from grounding_rl.models.vision import placeholder_token_ids
+    from grounding_rl.rollout import conversation as conv
+    from grounding_rl.rollout.generation import SamplingParams
+    from grounding_rl.rollout.tools import CropEnvironment
+
+    family, layout = family_of(processor), config.video_layout
+    ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
+    trajectories = [conv.start(processor, family, q, clip, config.prompt_template, max_turns, layout)
+                    for q, clip in zip(queries, clips)]
+    params = SamplingParams.greedy(max_new_tokens)
+    if engine is not None:
+        from grounding_rl.rollout.vllm import vllm_turns
+
+        generate, end_ids, stop_ids = vllm_turns(engine, params), engine.eos_token_ids, engine.placeholder_ids
+    else:
+        generate = conv.hf_turns(model, processor, params, ids.pad)
+        end_ids, stop_ids = list(ids.eos), placeholder_token_ids(model)
+    with torch.no_grad():
+        conv.run_conversations(generate, trajectories, processor, family,
+                               CropEnvironment(family.video_settings(config.video)), max_turns, end_ids=end_ids,
+                               stop_ids=stop_ids, layout=layout)
+    return trajectories
 
 
 def clip_answers(model, processor, video, queries: Sequence[str], config, max_new_tokens: int, batch_size: int,
