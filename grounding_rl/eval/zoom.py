@@ -40,7 +40,7 @@ import dataclasses
 from dataclasses import dataclass
 
 # window_settings: the zoom's sampling rule, in data (the crop tool, grounding_rl.rollout.tools, uses it too)
-from grounding_rl.data.video import SampledVideo, VideoSettings, window_settings  # noqa: F401
+from grounding_rl.data.video import VideoSettings, window_settings  # noqa: F401
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 # the window and time pieces, shared with training's two-pass zoom (grounding_rl.update.recipes.two_pass_zoom)
