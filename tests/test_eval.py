@@ -18,6 +18,7 @@ from grounding_rl.eval.benchmarks import anchors_table, load_benchmark
 from grounding_rl.eval.settings import PreprocessingOverrides, resolve_config
 from grounding_rl.paths import REPO_ROOT
 from grounding_rl.prompts.preprocessing import GroundingConfig
+from grounding_rl.reward.records import prediction_record
 
 torch.set_num_threads(1)
 
@@ -65,22 +66,22 @@ def _sample(start=2.0, end=4.5, duration=35.2, qid="q") -> Sample:
 
 
 def test_prediction_record_parses_and_scores_like_the_reward():
-    rec = ev.prediction_record(_sample(), "<think>she sits</think><answer>2.0 to 4.5</answer>")
+    rec = prediction_record(_sample(), "<think>she sits</think><answer>2.0 to 4.5</answer>")
     assert set(rec) == RECORD_KEYS
     assert (rec["start"], rec["end"], rec["iou"], rec["reasoning"]) == (2.0, 4.5, 1.0, "she sits")
     # clamped to the clip before IoU: 30-50 on a 35.2 s clip vs GT 30-35.2 → IoU 1
-    assert ev.prediction_record(_sample(30.0, 35.2), "<answer>30 to 50</answer>")["iou"] == pytest.approx(1.0)
-    reversed_ = ev.prediction_record(_sample(), "<answer>4.5 to 2.0</answer>")
+    assert prediction_record(_sample(30.0, 35.2), "<answer>30 to 50</answer>")["iou"] == pytest.approx(1.0)
+    reversed_ = prediction_record(_sample(), "<answer>4.5 to 2.0</answer>")
     assert (reversed_["start"], reversed_["end"], reversed_["iou"]) == (4.5, 2.0, 0.0)
-    failed = ev.prediction_record(_sample(), None, error="x.mp4: no such video file")
+    failed = prediction_record(_sample(), None, error="x.mp4: no such video file")
     assert failed["error"] == "x.mp4: no such video file" and failed["iou"] == 0.0 and failed["answer"] is None
 
 
 def test_metrics_from_records_counts_failures_as_zero():
-    recs = [ev.prediction_record(_sample(0.0, 10.0, 20.0, "a"), "<think>t</think><answer>0 to 10</answer>"),  # 1.0
-            ev.prediction_record(_sample(0.0, 10.0, 20.0, "b"), "<think>t</think><answer>0 to 5</answer>"),  # 0.5
-            ev.prediction_record(_sample(0.0, 10.0, 20.0, "c"), "no tags"),  # unparseable
-            ev.prediction_record(_sample(0.0, 10.0, 20.0, "d"), None, error="broken")]  # load failure
+    recs = [prediction_record(_sample(0.0, 10.0, 20.0, "a"), "<think>t</think><answer>0 to 10</answer>"),  # 1.0
+            prediction_record(_sample(0.0, 10.0, 20.0, "b"), "<think>t</think><answer>0 to 5</answer>"),  # 0.5
+            prediction_record(_sample(0.0, 10.0, 20.0, "c"), "no tags"),  # unparseable
+            prediction_record(_sample(0.0, 10.0, 20.0, "d"), None, error="broken")]  # load failure
     m = ev.metrics_from_records(recs)
     assert m["n"] == 4
     assert (m["R1@0.3"], m["R1@0.5"], m["R1@0.7"]) == (50.0, 50.0, 25.0)
@@ -96,9 +97,9 @@ def test_metrics_json_has_both_scorings_side_by_side():
     past_end, _ = validate_sample(Sample(video="v.mp4", query="q", start=20.0, end=40.0, duration=30.0, qid="a",
                                          source="t"))
     assert (past_end.start, past_end.end, past_end.raw_start, past_end.raw_end) == (20.0, 30.0, 20.0, 40.0)
-    recs = [ev.prediction_record(past_end, "<think>t</think><answer>20 to 30</answer>"),  # std 0.5, clamped 1
-            ev.prediction_record(past_end, "<think>t</think><answer>25 to 45</answer>"),  # std 15/25, clamped 5/10
-            ev.prediction_record(_sample(0.0, 10.0, 20.0, "c"), "<think>t</think><answer>0 to 10</answer>")]
+    recs = [prediction_record(past_end, "<think>t</think><answer>20 to 30</answer>"),  # std 0.5, clamped 1
+            prediction_record(past_end, "<think>t</think><answer>25 to 45</answer>"),  # std 15/25, clamped 5/10
+            prediction_record(_sample(0.0, 10.0, 20.0, "c"), "<think>t</think><answer>0 to 10</answer>")]
     assert recs[0]["gt_raw_end"] == 40.0 and recs[0]["gt_end"] == 30.0
     m = ev.metrics_from_records(recs)
     assert m["scoring"] == "standard" and set(m["by_scoring"]) == {"standard", "clamped"}

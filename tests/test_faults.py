@@ -223,7 +223,7 @@ def test_eval_stopped_by_a_signal_keeps_its_predictions_and_resumes(tiny_model_d
     command again resumes and ends with the predictions of an uninterrupted run."""
     import signal
 
-    import grounding_rl.eval.evaluate as evaluate
+    import grounding_rl.reward.records as records
     from grounding_rl.cli import main
 
     def run(out):
@@ -233,7 +233,7 @@ def test_eval_stopped_by_a_signal_keeps_its_predictions_and_resumes(tiny_model_d
 
     lines = lambda path: path.read_text().splitlines()  # noqa: E731
     assert run(tmp_path / "once") == 0
-    original, made = evaluate.prediction_record, []
+    original, made = records.prediction_record, []
 
     def record(*args, **kwargs):
         made.append(1)
@@ -241,7 +241,7 @@ def test_eval_stopped_by_a_signal_keeps_its_predictions_and_resumes(tiny_model_d
             os.kill(os.getpid(), signal.SIGTERM)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(evaluate, "prediction_record", record)
+    monkeypatch.setattr(records, "prediction_record", record)
     capsys.readouterr()
     assert run(tmp_path / "stopped") == 143
     err = capsys.readouterr().err.strip().splitlines()

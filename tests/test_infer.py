@@ -90,7 +90,9 @@ def fake_model(monkeypatch):
         return [answers[q] for q in queries]
 
     monkeypatch.setattr(engines, "load_for_inference", lambda *a, **k: (None, None))
-    monkeypatch.setattr(inf, "generate_answers", generate)
+    from grounding_rl.rollout import greedy
+
+    monkeypatch.setattr(greedy, "generate_answers", generate)
     return calls
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from grounding_rl.reward.rewards import iou_reward, shift_answer, tiou_reward
+from grounding_rl.reward.rewards import iou_reward, tiou_reward
 
 PASS1 = ["5.00 to 6.00", "1.00 to 3.00", "1.00 to 4.00", "2.00 to 4.00"]  # IoU with (1, 4): 0, 2/3, 1, 2/3
 PASS2 = ["0.00 to 1.00", "0.00 to 2.00", "later", "0.00 to 1.00"]  # window time, t0 = 3 s: 1/3, 1/4, 0, 1/3
@@ -18,15 +18,18 @@ def answer(text: str) -> str:
     return f"<think>x</think><answer>{text}</answer>"
 
 
-def test_answer_offset_maps_a_window_answer_back_to_video_seconds():
-    assert shift_answer((2.0, 5.5), 30.25) == (32.25, 35.75)
-    assert shift_answer((2.0, 5.5), 0.0) == (2.0, 5.5) and shift_answer(None, 3.0) is None
+def test_a_window_answer_reaches_the_rewards_in_video_seconds():
+    from grounding_rl.update.rollout import answer_spans
+
+    assert answer_spans([answer("2.00 to 5.50")], [30.25]) == [(32.25, 35.75)]
+    assert answer_spans([answer("2.00 to 5.50"), "no answer"], [0.0, 3.0]) == [(2.0, 5.5), None]
     columns = {"start": [1.0, 1.0], "end": [4.0, 4.0], "duration": [10.0, 10.0]}
     texts = [answer("0.00 to 1.00"), answer("0.00 to 2.00")]
     assert iou_reward(texts, **columns) == [pytest.approx(0.0), pytest.approx(0.25)]  # read as video seconds
-    assert iou_reward(texts, answer_offset=[3.0, 3.0], **columns) == [pytest.approx(1 / 3), pytest.approx(1 / 4)]
+    spans = answer_spans(texts, [3.0, 3.0])  # the rollout maps them before the rewards: (3, 4) and (3, 5)
+    assert iou_reward(texts, answer_span=spans, **columns) == [pytest.approx(1 / 3), pytest.approx(1 / 4)]
     # tIoU with the duration of the whole video: (3, 4) → 1/3 · (1 − 2/10) · (1 − 0/10)
-    assert tiou_reward(texts[:1], answer_offset=[3.0], **{k: v[:1] for k, v in columns.items()}) == [
+    assert tiou_reward(texts[:1], answer_span=spans[:1], **{k: v[:1] for k, v in columns.items()}) == [
         pytest.approx(1 / 3 * 0.8)]
 
 
@@ -104,10 +107,13 @@ def test_each_pass_is_its_own_group_and_pass_two_sees_the_window(tiny_model_dir,
 
 
 def test_only_qwen2_5_vl_window_time_shifts_the_answer():
-    from grounding_rl.rollout.zoom import answer_shift
+    from grounding_rl.family import family_of
 
-    assert answer_shift("qwen2_5_vl") and answer_shift("qwen2_5_vl", "window")
-    assert not answer_shift("qwen2_5_vl", "video") and not answer_shift("qwen3_vl")
+    qwen25, qwen3 = family_of("qwen2_5_vl"), family_of("qwen3_vl")
+    assert qwen25.window_answer_shift() and qwen25.window_answer_shift("window")
+    assert not qwen25.window_answer_shift("video") and not qwen3.window_answer_shift()
+    assert qwen25.window_position_shift("video") and not qwen3.window_position_shift("video")
+    assert (qwen25.tool_protocol, qwen3.tool_protocol) == ("text", "native")
 
 
 def test_two_pass_zoom_trains_two_steps_on_the_tiny_model(tiny_model_dir, videos_dir, tmp_path):

@@ -114,21 +114,23 @@ def test_zoom_summary_counts_fallbacks_recall_and_pass1():
 
 
 def test_zoom_settings_and_flags_are_checked():
+    from grounding_rl.family import family_of
+
     with pytest.raises(UserError, match="--zoom-margin"):
         zm.ZoomSettings(margin=-1).check()
     with pytest.raises(UserError, match="Qwen3-VL"):
-        zm.ZoomSettings(time="window").check_family("qwen3_vl")
+        zm.ZoomSettings(time="window").check_family(family_of("qwen3_vl"))
     with pytest.raises(UserError, match="vllm"):
-        zm.ZoomSettings(time="video").check_family("qwen2_5_vl", "vllm")
-    zm.ZoomSettings(time="window").check_family("qwen2_5_vl", "vllm")
-    zm.ZoomSettings().check_family("qwen3_vl")  # the family's default
+        zm.ZoomSettings(time="video").check_family(family_of("qwen2_5_vl"), "vllm")
+    zm.ZoomSettings(time="window").check_family(family_of("qwen2_5_vl"), "vllm")
+    zm.ZoomSettings().check_family(family_of("qwen3_vl"))  # the family's default
     with pytest.raises(UserError, match="exact sampler"):
         zm.ZoomSettings().check_run("no-such-dir", "hf", "qwen_vl_utils", "default")
     with pytest.raises(UserError, match="prompt template 'timelens2' asks for a set"):
         zm.ZoomSettings().check_run("no-such-dir", "hf", "exact", "timelens2")
     zm.ZoomSettings().check_run("no-such-dir", "hf", "exact", "default")
-    assert zm.ZoomSettings().time_for("qwen2_5_vl") == "window" and zm.ZoomSettings().time_for("qwen3_vl") == "video"
-    assert zm.ZoomSettings(time="video").time_for("qwen2_5_vl") == "video"
+    assert family_of("qwen2_5_vl").zoom_time() == "window" and family_of("qwen3_vl").zoom_time() == "video"
+    assert family_of("qwen2_5_vl").zoom_time("video") == "video"
     from grounding_rl.cli.eval import build_parser, zoom_from_args
 
     parser = build_parser()

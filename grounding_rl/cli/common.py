@@ -573,6 +573,12 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
         how = "resume it with --resume_from_checkpoint true, " if checkpoints else ""
         raise UserError(f"output_dir: {out} already holds a run ({names}); {how}replace it with "
                         "--replace_output_dir true, or give a new --output_dir")
+    _replace_run(out, entries, names, training_args)
+
+
+def _replace_run(out: Path, entries: list[Path], names: str, training_args) -> None:
+    """``replace_output_dir``: remove the run in ``out`` (its ``entries``) on the saving ranks, between two barriers;
+    refused in one line, nothing deleted, when ``out`` holds anything the run did not write."""
     from grounding_rl.run_record import foreign_to_run, read_record
 
     foreign = foreign_to_run(out, read_record(out / FINGERPRINT_FILE))

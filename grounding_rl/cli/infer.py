@@ -13,13 +13,13 @@ query, in order). ``--print-prompt`` first prints, per query, the exact prompt t
 and Qwen3-VL's textual timestamps shown, video tokens collapsed to a count; on stderr with ``--json``). A missing or
 unreadable video is a one-line error and exit code 2.
 
-``--zoom`` answers each query twice (:func:`grounding_rl.eval.infer.infer_zoom`): over the whole video, then on the
-window of the first answer; the result is the second answer in the video's seconds, with ``pass1``, ``zoom_window``
+``--zoom`` answers each query twice (:func:`grounding_rl.eval.answering.clip_answers`): over the whole video, then on
+the window of the first answer; the result is the second answer in the video's seconds, with ``pass1``, ``zoom_window``
 and ``zoom_fallback``. With ``--print-prompt`` each query's pass-1 prompt, a line ``--- pass 2 (zoom window S–E s)
 ---`` and its pass-2 prompt are printed once pass 1 has answered (the window is the model's: the model is loaded for
 the prompt anyway).
 
-``--max-turns K`` runs the policy with the crop tool (:func:`grounding_rl.eval.infer.infer_turns`): the model may
+``--max-turns K`` runs the policy with the crop tool (:func:`grounding_rl.eval.answering.clip_answers`): the model may
 request ``crop(start, end)`` up to K times before it answers, as in multi-turn training
 (``max_tool_calling_iterations``); each result keeps its ``conversation`` (turns, requested windows); with
 ``--print-prompt`` every turn of each conversation is printed. With ``--engine vllm`` each turn's prompt holds
@@ -89,20 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2 missing/unreadable
-    video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), a ``--gt`` without ``--plot`` or
-    not ``0 ≤ S ≤ E``, a ``--plot`` extension matplotlib cannot write, ``--device cuda`` without a GPU,
-    ``--batch-size`` or
-    ``--max-new-tokens`` below 1, ``--max-new-tokens`` above the model's context, a frame-sampling override ≤ 0 (a
-    :class:`grounding_rl.errors.UserError`, one line, before the model loads)."""
-    from grounding_rl.data.video import VideoLoadError, sample_frames
-    from grounding_rl.eval.infer import format_prompt, format_text, infer
-    from grounding_rl.eval.settings import (PreprocessingOverrides, check_generation_length, describe_config,
-                                            resolve_config)
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _check_args(parser, args) -> None:
+    """The command line's own mistakes (before any file is read): ``--gt`` count, range and ``--plot``, empty
+    queries, ``--batch-size`` and ``--max-new-tokens`` below 1. Raises UserError (or exits 2 through ``parser``)."""
     if args.gt is not None and len(args.gt) != len(args.query):
         parser.error(f"--gt was given {len(args.gt)} time(s) for {len(args.query)} --query; give one per query")
     if args.gt is not None and args.plot is None:
@@ -117,6 +106,53 @@ def main(argv: list[str] | None = None) -> int:
                             "; give the event to find (prepare drops such queries too)")
     check_number("--batch-size", args.batch_size, minimum=1)
     check_number("--max-new-tokens", args.max_new_tokens, minimum=1)
+
+
+def _load_video(path: str, settings):
+    """The clip at ``path`` sampled with ``settings``; None after one error line on stderr (missing, unreadable)."""
+    from grounding_rl.data.video import VideoLoadError, sample_frames
+
+    if not Path(path).is_file():
+        print(f"grounding-rl infer: error: video not found: {path}", file=sys.stderr)
+        return None
+    try:
+        with _quiet_native_stderr():
+            return sample_frames(path, settings)
+    except VideoLoadError as err:
+        print(f"grounding-rl infer: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return None
+
+
+def _answer(args, config, video, zoom, log) -> list[dict]:
+    """Load the model (or vLLM engine) and answer every ``--query`` on ``video`` in the mode the flags give, one
+    call (:func:`grounding_rl.eval.answering.clip_answers`); ``--print-prompt`` prints to ``log``."""
+    import torch
+
+    from grounding_rl.eval.answering import Mode, clip_answers
+    from grounding_rl.eval.engines import load_inference_engine
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine,
+                                                     max_videos=args.max_turns + 1)
+    printer = (lambda text: print(text, file=log)) if args.print_prompt else None
+    return clip_answers(model, processor, video, args.query, config, args.max_new_tokens, args.batch_size,
+                        Mode(zoom, args.max_turns), engine, printer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2 missing/unreadable
+    video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), a ``--gt`` without ``--plot`` or
+    not ``0 ≤ S ≤ E``, a ``--plot`` extension matplotlib cannot write, ``--device cuda`` without a GPU,
+    ``--batch-size`` or
+    ``--max-new-tokens`` below 1, ``--max-new-tokens`` above the model's context, a frame-sampling override ≤ 0 (a
+    :class:`grounding_rl.errors.UserError`, one line, before the model loads)."""
+    from grounding_rl.eval.infer import format_text
+    from grounding_rl.eval.settings import (PreprocessingOverrides, check_generation_length, describe_config,
+                                            resolve_config)
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
     from grounding_rl.eval.engines import check_device
     from grounding_rl.eval.report import plot_path
 
@@ -140,46 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     from grounding_rl.eval.turns import check_turns_run
 
     check_turns_run(args.max_turns, zoom is not None, args.engine, config.video.sampler, config.prompt_template)
-    if not Path(args.video).is_file():
-        print(f"grounding-rl infer: error: video not found: {args.video}", file=sys.stderr)
-        return EXIT_VIDEO
-    try:
-        with _quiet_native_stderr():
-            video = sample_frames(args.video, config.video)
-    except VideoLoadError as err:
-        print(f"grounding-rl infer: error: {str(err).splitlines()[0]}", file=sys.stderr)
+    video = _load_video(args.video, config.video)
+    if video is None:
         return EXIT_VIDEO
     print(f"infer: settings from {source}", file=log)
     print(f"infer: {describe_config(config)}", file=log)
-
-    import torch
-
-    from grounding_rl.eval.engines import load_inference_engine
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine,
-                                                     max_videos=args.max_turns + 1)
-    if args.max_turns:
-        from grounding_rl.eval.infer import infer_turns
-
-        printer = (lambda text: print(text, file=log)) if args.print_prompt else None
-        results = infer_turns(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
-                              config.video, args.max_turns, args.batch_size, config.video_layout, printer, engine)
-    elif zoom is not None:
-        from grounding_rl.eval.infer import infer_zoom
-        from grounding_rl.family import family_of
-
-        printer = (lambda text: print(text, file=log)) if args.print_prompt else None
-        results = infer_zoom(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
-                             config.video, zoom, family_of(processor).name,
-                             args.batch_size, engine=engine, video_layout=config.video_layout, print_prompt=printer)
-    else:
-        if args.print_prompt:
-            for query in args.query:
-                prompt = format_prompt(processor, video, query, config.prompt_template, config.video_layout)
-                print(f"infer: prompt for {query!r}:\n{prompt}", file=log)
-        results = infer(model, processor, video, args.query, config.prompt_template, args.max_new_tokens,
-                        args.batch_size, engine=engine, video_layout=config.video_layout)
+    results = _answer(args, config, video, zoom, log)
     if args.json:  # the answer first; optional files after it
         sys.stdout.write(json.dumps(results, ensure_ascii=False) + "\n")
     else:

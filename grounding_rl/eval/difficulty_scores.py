@@ -141,53 +141,18 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
         UserError: ``out`` is the data file, an unknown reward function, weights that do not match the functions, and
             what :func:`grounding_rl.eval.evaluate.evaluate` raises.
     """
-    import dataclasses
-
-    from grounding_rl.eval.evaluate import PREDICTIONS, RUN_FILE, evaluate, read_predictions
-    from grounding_rl.eval.settings import resolve_config
-    from grounding_rl.reward.rewards import get_reward_funcs
-
     out = Path(out)
     if out.resolve() == Path(request.data).resolve():
         raise UserError(f"--out {out}: give another file than --data (the scores are written beside the data)")
-    try:
-        config, _ = resolve_config(request.model, request.overrides)
-    except ValueError as err:
-        raise UserError(f"{request.model}: {err}") from None
-    names = list(reward_funcs or config.reward_funcs or DEFAULT_REWARD_FUNCS)
-    weights = reward_weights or (config.reward_weights if not reward_funcs and config.reward_funcs
-                                 else None) or [1.0] * len(names)
-    if len(weights) != len(names):
-        raise UserError(f"--reward-weights has {len(weights)} values for {len(names)} reward functions {names}")
-    try:
-        funcs = get_reward_funcs(names)
-    except ValueError as err:
-        raise UserError(f"--reward-funcs: {err}") from None
+    names, weights, funcs = _rewards(request, reward_funcs, reward_weights)
     work = Path(work_dir) if work_dir else out.with_name(out.name + ".eval")
     if num_rollouts < 0:
         raise UserError(f"--num-rollouts must be ≥ 0 (got {num_rollouts})")
-    if not num_rollouts:
-        if evaluate(dataclasses.replace(request, out=str(work))) is None:  # another rank: rank 0 writes the files
-            return None
-        records, _ = read_predictions(work / PREDICTIONS)
-        run = read_record(work / RUN_FILE)
-        template = run["prompt_template"]
-        scores = {str(r["qid"]): score_record(r, funcs, weights, template) for r in records}
-    else:
-        passes = []
-        for k in range(num_rollouts):
-            folder = work / f"rollout_{k}"
-            if evaluate(dataclasses.replace(request, out=str(folder), seed=request.seed + k,
-                                            temperature=temperature)) is not None:
-                passes.append(read_predictions(folder / PREDICTIONS)[0])
-        if not passes:  # another rank
-            return None
-        run = read_record(work / "rollout_0" / RUN_FILE)
-        template = run["prompt_template"]
-        by_qid = [{str(r["qid"]): r for r in records} for records in passes]
-        common = [qid for qid in by_qid[0] if all(qid in p for p in by_qid)]
-        scores = {qid: rollouts_score([p[qid] for p in by_qid], funcs, weights, template) for qid in common}
-        records = [by_qid[0][qid] for qid in common]
+    scored = _scores(request, work, funcs, weights, num_rollouts, temperature)
+    if scored is None:  # another rank: rank 0 writes the files
+        return None
+    scores, run = scored
+    template = run["prompt_template"]
     counts = write_scored(request.data, out, scores, request.video_root)
     ious = [s["iou"] for s in scores.values()]
     sidecar = {
@@ -206,3 +171,53 @@ def score_difficulty(request, out: str | os.PathLike, reward_funcs: list[str] | 
     }
     write_record(sidecar_of(out), sidecar)
     return sidecar
+
+
+def _rewards(request, reward_funcs, reward_weights) -> tuple[list[str], list[float], list]:
+    """``(names, weights, functions)`` of the ``reward`` score (:func:`score_difficulty`'s defaults). Raises
+    UserError for an unknown function or weights that do not match the functions."""
+    from grounding_rl.eval.settings import resolve_config
+    from grounding_rl.reward.rewards import get_reward_funcs
+
+    try:
+        config, _ = resolve_config(request.model, request.overrides)
+    except ValueError as err:
+        raise UserError(f"{request.model}: {err}") from None
+    names = list(reward_funcs or config.reward_funcs or DEFAULT_REWARD_FUNCS)
+    weights = reward_weights or (config.reward_weights if not reward_funcs and config.reward_funcs
+                                 else None) or [1.0] * len(names)
+    if len(weights) != len(names):
+        raise UserError(f"--reward-weights has {len(weights)} values for {len(names)} reward functions {names}")
+    try:
+        funcs = get_reward_funcs(names)
+    except ValueError as err:
+        raise UserError(f"--reward-funcs: {err}") from None
+    return names, weights, funcs
+
+
+def _scores(request, work: Path, funcs, weights, num_rollouts: int, temperature: float):
+    """:func:`score_difficulty`'s evaluation into ``work`` (one greedy pass, or ``num_rollouts`` sampled passes) and
+    each query's scores: ``({qid: score}, the run record)``; None on the other ranks."""
+    import dataclasses
+
+    from grounding_rl.eval.evaluate import PREDICTIONS, RUN_FILE, evaluate, read_predictions
+
+    if not num_rollouts:
+        if evaluate(dataclasses.replace(request, out=str(work))) is None:
+            return None
+        records, _ = read_predictions(work / PREDICTIONS)
+        run = read_record(work / RUN_FILE)
+        return {str(r["qid"]): score_record(r, funcs, weights, run["prompt_template"]) for r in records}, run
+    passes = []
+    for k in range(num_rollouts):
+        folder = work / f"rollout_{k}"
+        if evaluate(dataclasses.replace(request, out=str(folder), seed=request.seed + k,
+                                        temperature=temperature)) is not None:
+            passes.append(read_predictions(folder / PREDICTIONS)[0])
+    if not passes:
+        return None
+    run = read_record(work / "rollout_0" / RUN_FILE)
+    by_qid = [{str(r["qid"]): r for r in records} for records in passes]
+    common = [qid for qid in by_qid[0] if all(qid in p for p in by_qid)]
+    return {qid: rollouts_score([p[qid] for p in by_qid], funcs, weights, run["prompt_template"])
+            for qid in common}, run

@@ -77,9 +77,9 @@ def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | N
         source += f"; overridden on the command line: {', '.join(sorted(changed))}"
     check_layout_supported(config.video_layout, "--video-layout" if video_layout is not None else
                            f"video_layout of {source.split(';')[0]}")
-    if family is not None and family.name == "qwen3_vl" and config.video.sampler == "lmms_eval_qwen2_5_vl":
-        raise UserError(f"--video-sampler lmms_eval_qwen2_5_vl is lmms-eval's Qwen2.5-VL backend; {model_dir} is a "
-                        "Qwen3-VL checkpoint (use exact or qwen_vl_utils)")
+    if family is not None and config.video.sampler in family.foreign_samplers:
+        raise UserError(f"--video-sampler {config.video.sampler} is lmms-eval's Qwen2.5-VL backend; {model_dir} is a "
+                        f"{family.display_name} checkpoint (use exact or qwen_vl_utils)")
     if family is not None:  # frames sized for the checkpoint's vision tower
         config = dataclasses.replace(config, video=family.video_settings(config.video))
     return config, source

@@ -1,15 +1,13 @@
-"""Evaluating the policy with the crop tool (``eval --max-turns K``, ``infer --max-turns K``): the multi-turn loop of
-training (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy, each model turn up to
-``max_new_tokens`` tokens, at most K crop requests per query; the final turn is the prediction (absolute seconds), and
-each record keeps its conversation (``turns``, the requested ``windows``, ``calls``, ``failures``).
+"""Evaluating the policy with the crop tool (``eval --max-turns K``, ``infer --max-turns K``): what may run
+(:func:`check_turns_run`) and what it did (:func:`turns_summary`). The conversations themselves are answered by
+:mod:`grounding_rl.eval.answering` with the multi-turn loop of training
+(:func:`grounding_rl.rollout.conversation.run_conversations`), greedy, each model turn up to ``max_new_tokens``
+tokens, at most K crop requests per query; the final turn is the prediction (absolute seconds), and each record keeps
+its conversation (``turns``, the requested ``windows``, ``calls``, ``failures``).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
-from grounding_rl.data.video import VideoSettings
 from grounding_rl.errors import UserError
-from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 
 
 def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, prompt_template: str) -> None:
@@ -33,74 +31,6 @@ def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, promp
     if is_set_template(prompt_template):
         raise UserError(f"--max-turns: prompt template {prompt_template!r} asks for a set of intervals; the crop tool "
                         "is for one")
-
-
-def converse_greedy(model, processor, clips: list, queries: list[str], template: str, max_new_tokens: int,
-                    settings: VideoSettings, max_turns: int, video_layout: str = DEFAULT_VIDEO_LAYOUT,
-                    engine=None) -> list:
-    """Finished :class:`grounding_rl.rollout.conversation.Trajectory` objects, one per (clip, query) row, decoded
-    greedily together (``settings``: the clips' sampling settings; the windows spend each clip's budget), with
-    ``model.generate`` or, given ``engine`` (a :class:`grounding_rl.rollout.vllm.VLLMEngine` built with
-    ``max_videos`` ≥ K + 1; ``model`` then unused), with vLLM on the same turns."""
-    import torch
-
-    from grounding_rl.family import family_of
-    from grounding_rl.models.tokens import completion_token_ids
-    from grounding_rl.models.vision import placeholder_token_ids
-    from grounding_rl.rollout import conversation as conv
-    from grounding_rl.rollout.generation import SamplingParams
-    from grounding_rl.rollout.tools import CropEnvironment
-
-    family = family_of(processor)
-    ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
-    trajectories = [conv.start(processor, family, q, clip, template, max_turns, video_layout)
-                    for q, clip in zip(queries, clips)]
-    params = SamplingParams.greedy(max_new_tokens)
-    if engine is not None:
-        from grounding_rl.rollout.vllm import vllm_turns
-
-        generate, end_ids, stop_ids = vllm_turns(engine, params), engine.eos_token_ids, engine.placeholder_ids
-    else:
-        generate = conv.hf_turns(model, processor, params, ids.pad)
-        end_ids, stop_ids = list(ids.eos), placeholder_token_ids(model)
-    with torch.no_grad():
-        conv.run_conversations(generate, trajectories, processor, family,
-                               CropEnvironment(family.video_settings(settings)), max_turns, end_ids=end_ids,
-                               stop_ids=stop_ids, layout=video_layout)
-    return trajectories
-
-
-def turn_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
-                        template: str, max_new_tokens: int, batch_size: int, max_turns: int, num_workers: int = 2,
-                        frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                        video_layout: str = DEFAULT_VIDEO_LAYOUT, engine=None
-                        ) -> Iterator[list[tuple[int, str | None, str | None, dict | None, dict | None]]]:
-    """:func:`grounding_rl.rollout.greedy.greedy_answer_batches` with the crop tool: per batch of at most
-    ``batch_size`` rows (each video decoded once for its queries), ``(position, answer | None, error | None,
-    sampling | None, conversation | None)``, ``answer`` the final turn, ``conversation`` its
-    :meth:`~grounding_rl.rollout.conversation.Trajectory.record`; a clip that does not load, or a batch that runs out
-    of memory, gives ``error``."""
-    import torch
-
-    from grounding_rl.rollout.greedy import clip_batches, group_by_video
-
-    for batch in clip_batches(group_by_video(list(videos)), settings, max(1, batch_size), num_workers, frame_cache,
-                              frame_cache_bytes):
-        ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
-        done = {}
-        if ok:
-            try:
-                trajectories = converse_greedy(model, processor, [clip for _, clip in ok],
-                                               [queries[p] for p, _ in ok], template, max_new_tokens, settings,
-                                               max_turns, video_layout, engine)
-            except torch.OutOfMemoryError as err:
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                done = {p: (None, f"out of memory: {err}"[:300], None, None) for p, _ in ok}
-            else:
-                done = {p: (t.final_text, None, clip.sampling(), t.record())
-                        for (p, clip), t in zip(ok, trajectories)}
-        yield [(position, *done.get(position, (None, error, None, None))) for position, _, error in batch]
 
 
 def turns_summary(records: list[dict]) -> dict:

@@ -40,12 +40,12 @@ import dataclasses
 from dataclasses import dataclass
 
 # window_settings: the zoom's sampling rule, in data (the crop tool, grounding_rl.rollout.tools, uses it too)
-from grounding_rl.data.video import SampledVideo, VideoSettings, window_settings  # noqa: F401
+from grounding_rl.data.video import VideoSettings, window_settings  # noqa: F401
 from grounding_rl.errors import UserError, check_number
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 # the window and time pieces, shared with training's two-pass zoom (grounding_rl.update.recipes.two_pass_zoom)
 from grounding_rl.rollout.zoom import (DEFAULT_MARGIN, FALLBACK_WINDOW, ZOOM_SPEND, ZOOM_TIME,  # noqa: F401
-                                       answer_shift, pass2_clip, to_absolute, window_origin, zoom_window)
+                                       pass2_clip, to_absolute, window_origin, zoom_window)
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ class ZoomSettings:
             by one temporal patch of pass 1 (:func:`zoom_window`).
         spend: ``fps`` (default) or ``resolution``: what pass 2 spends pass 1's budget on (:func:`window_settings`).
         time: ``video`` or ``window``: where Qwen2.5-VL's pass-2 time positions start (module docstring); None =
-            the family's default (:meth:`time_for`: ``window`` for Qwen2.5-VL, ``video`` for Qwen3-VL, which takes
-            only ``video``: its timestamps are the true ones).
+            the family's default (:meth:`grounding_rl.family.Family.zoom_time`: ``window`` for Qwen2.5-VL,
+            ``video`` for Qwen3-VL, which takes only ``video``: its timestamps are the true ones).
     """
 
     margin: float = DEFAULT_MARGIN
@@ -73,14 +73,14 @@ class ZoomSettings:
         if self.time is not None and self.time not in ZOOM_TIME:
             raise UserError(f"--zoom-time must be one of {', '.join(ZOOM_TIME)} (got {self.time!r})")
 
-    def check_family(self, family_name: str, engine: str = "hf") -> None:
-        """Raises UserError for ``time="window"`` on Qwen3-VL (its pass-2 timestamps are always the window's true
-        ones) and for ``time="video"`` with a Qwen2.5-VL checkpoint on the vLLM engine (the position shift is applied
-        to transformers' ``get_rope_index``)."""
-        if family_name == "qwen3_vl" and self.time == "window":
-            raise UserError("--zoom-time window is for Qwen2.5-VL; Qwen3-VL's pass-2 prompt shows the window's true "
-                            "timestamps (use --zoom-time video)")
-        if family_name == "qwen2_5_vl" and self.time == "video" and engine != "hf":
+    def check_family(self, family, engine: str = "hf") -> None:
+        """Raises UserError for a ``time`` the :class:`grounding_rl.family.Family` does not take (``window`` on
+        Qwen3-VL: its pass-2 timestamps are always the window's true ones) and for a position shift (``video`` with
+        Qwen2.5-VL) on the vLLM engine (the shift is applied to transformers' ``get_rope_index``)."""
+        if self.time == "window" and not family.positional_time:
+            raise UserError(f"--zoom-time {self.time} is for Qwen2.5-VL; {family.display_name}'s pass-2 prompt shows "
+                            "the window's true timestamps (use --zoom-time video)")
+        if family.window_position_shift(self.time) and engine != "hf":
             raise UserError("--zoom-time video shifts transformers' position ids; with --engine vllm use "
                             "--zoom-time window")
 
@@ -93,19 +93,13 @@ class ZoomSettings:
 
         family = checkpoint_family(model)
         if family is not None:
-            self.check_family(family.name, engine)
+            self.check_family(family, engine)
         if sampler != "exact":
             raise UserError(f"--zoom samples windows with the exact sampler (the settings have sampler "
                             f"{sampler!r}; give --video-sampler exact)")
         if is_set_template(prompt_template):
             raise UserError(f"--zoom looks again at one answered interval; prompt template {prompt_template!r} asks "
                             "for a set of intervals")
-
-    def time_for(self, family_name: str) -> str:
-        """``time``, or the family's default when None: ``video`` for Qwen3-VL (true timestamps), else ``window``."""
-        if self.time is not None:
-            return self.time
-        return "video" if family_name == "qwen3_vl" else "window"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -168,7 +162,7 @@ def video_time_offsets(model, offsets: list[int] | None):
 
 # ------------------------------------------------------------------------------------------------------ the two passes
 def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template: str, max_new_tokens: int,
-              zoom: ZoomSettings, family_name: str, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
+              zoom: ZoomSettings, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
               on_prompt=None) -> list[dict]:
     """Pass 2 for pass-1 rows ``(position, answer, error, sampling, path, duration)`` whose clip loaded: each window
     sampled by seeking (:func:`grounding_rl.data.video.sample_window`), the rows answered in one greedy batch (each
@@ -199,10 +193,12 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
         out.append(item)
     if not ok:
         return out
-    mode = zoom.time_for(family_name)
-    shift_answer = answer_shift(family_name, mode)
+    from grounding_rl.family import family_of
+
+    family = family_of(processor)
+    shift_answer = family.window_answer_shift(zoom.time)
     offsets = None
-    if family_name == "qwen2_5_vl" and mode == "video":
+    if family.window_position_shift(zoom.time):
         from grounding_rl.models.vision import unwrap
 
         per_second = unwrap(model).config.vision_config.tokens_per_second
@@ -225,45 +221,6 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
         out[index]["answer"] = answer
         out[index]["interval"] = to_absolute(parsed, window_origin(clip), shift_answer)
     return out
-
-
-def zoom_answer_batches(model, processor, videos, queries, settings: VideoSettings, template: str,
-                        max_new_tokens: int, batch_size: int, zoom: ZoomSettings, family_name: str,
-                        num_workers: int = 2, frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                        engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT):
-    """:func:`grounding_rl.rollout.greedy.greedy_answer_batches` (pass 1: each video decoded once for all its
-    queries) followed, batch by batch, by pass 2 on each row's window (:func:`zoom_rows`).
-
-    Yields:
-        lists of ``(position, answer | None, error | None, sampling | None, zoom | None)``: pass 1's row as
-        ``greedy_answer_batches`` gives it, and ``zoom`` the pass-2 dict (None when pass 1 has an error: its clip did
-        not load or it ran out of memory).
-    """
-    from grounding_rl.rollout.greedy import greedy_answer_batches
-
-    durations: dict[str, float] = {}
-    for batch in greedy_answer_batches(model, processor, videos, queries, settings, template, max_new_tokens,
-                                       batch_size, num_workers, frame_cache, frame_cache_bytes, engine=engine,
-                                       video_layout=video_layout):
-        rows = []
-        for position, answer, error, sampling in batch:
-            if sampling is not None and error is None:  # a clip that loaded and answered (no out of memory)
-                path = videos[position]
-                if path not in durations:
-                    durations[path] = _duration(path)
-                rows.append((position, answer, error, sampling, path, durations[path]))
-        zoomed = zoom_rows(model, processor, rows, queries, settings, template, max_new_tokens, zoom, family_name,
-                            engine, video_layout) if rows else []
-        by_position = {row[0]: item for row, item in zip(rows, zoomed)}
-        yield [(position, answer, error, sampling, by_position.get(position))
-               for position, answer, error, sampling in batch]
-
-
-def _duration(path: str) -> float:
-    """A video's duration in seconds (frame count / average rate, as :class:`SampledVideo` measures it)."""
-    from grounding_rl.data.probe import probe_duration
-
-    return float(probe_duration(path))
 
 
 def zoom_record(record: dict, zoom: dict | None, sample) -> dict:

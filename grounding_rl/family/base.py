@@ -28,6 +28,13 @@ class Family:
         time_encoding: how sampling time reaches the model, in words (for logs and ``infer --print-prompt``).
         row_video_keys: per-row video tensors the processor returns and the model needs for its 3D position ids
             (besides ``pixel_values_videos``), in the model's argument names.
+        display_name: the family's name in messages (``Qwen2.5-VL``).
+        positional_time: time is in the position ids (3D RoPE) rather than written as text: a window's time then
+            starts at its first frame unless its positions are shifted (the zoom's ``time``, :meth:`zoom_time`); with
+            textual timestamps only ``video`` time is possible.
+        tool_protocol: how the crop tool is offered (:mod:`grounding_rl.rollout.tools`): ``native`` (the chat
+            template's tools and tool role) or ``text`` (a sentence in the instruction, the window as a user turn).
+        foreign_samplers: video samplers that imitate another family's evaluation backend, refused for this one.
     """
 
     name: str
@@ -36,6 +43,26 @@ class Family:
     pixel_factor: int
     time_encoding: str
     row_video_keys: tuple[str, ...]
+    display_name: str = ""
+    positional_time: bool = False
+    tool_protocol: str = "text"
+    foreign_samplers: tuple[str, ...] = ()
+
+    def zoom_time(self, time: str | None = None) -> str:
+        """Where a zoom's pass-2 time starts (``--zoom-time``): ``time``, or when None this family's default —
+        ``window`` with positional time (every clip it was trained on starts at position 0), else ``video`` (the
+        window's frames carry their true timestamps)."""
+        return time or ("window" if self.positional_time else "video")
+
+    def window_answer_shift(self, time: str | None = None) -> bool:
+        """Whether an answer on a window is in the window's time, to be shifted by its first frame's time to reach
+        the video's: positional time with :meth:`zoom_time` ``window``."""
+        return self.positional_time and self.zoom_time(time) == "window"
+
+    def window_position_shift(self, time: str | None = None) -> bool:
+        """Whether a window's temporal position ids must be shifted to where it sits in the video (positional time
+        with :meth:`zoom_time` ``video``; transformers' ``get_rope_index`` only)."""
+        return self.positional_time and self.zoom_time(time) == "video"
 
     def video_settings(self, settings: VideoSettings) -> VideoSettings:
         """``settings`` with this family's pixel factor (frames sized for its vision tower)."""

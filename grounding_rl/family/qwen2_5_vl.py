@@ -115,6 +115,9 @@ QWEN2_5_VL = Qwen25VLFamily(
     pixel_factor=28,
     time_encoding="3D RoPE time scale (second_per_grid_ts)",
     row_video_keys=("video_grid_thw", "second_per_grid_ts"),
+    display_name="Qwen2.5-VL",
+    positional_time=True,
+    tool_protocol="text",
 )
 
 

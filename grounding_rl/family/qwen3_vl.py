@@ -191,4 +191,7 @@ QWEN3_VL = Qwen3VLFamily(
     pixel_factor=32,
     time_encoding="textual timestamps <t seconds> before each temporal pair",
     row_video_keys=("video_grid_thw",),
+    display_name="Qwen3-VL",
+    tool_protocol="native",
+    foreign_samplers=("lmms_eval_qwen2_5_vl",),
 )

@@ -133,24 +133,16 @@ def _columns(completions: Sequence, columns: dict) -> list[tuple[tuple[float, fl
     return [((float(s), float(e)), float(d)) for s, e, d in zip(columns["start"], columns["end"], columns["duration"])]
 
 
-def shift_answer(pred: Sequence[float] | None, offset: float | None) -> tuple[float, float] | None:
-    """A parsed answer in the video's seconds: ``(s + offset, e + offset)``; None or a 0/None offset leaves it as is.
-    The ``answer_offset`` column: a two-pass zoom's pass-2 row answers in its window's time (Qwen2.5-VL), offset =
-    the window's first frame time (:func:`grounding_rl.rollout.zoom.to_absolute`). E.g. (2, 5.5) with 30.25 →
-    (32.25, 35.75)."""
-    if pred is None or not offset:
-        return pred
-    return (float(pred[0]) + float(offset), float(pred[1]) + float(offset))
-
-
 def _per_sample(completions, columns, score: Callable[..., float]) -> list[float]:
-    """``score(parsed_pred, gt, duration)`` per completion, the answer first shifted by the row's ``answer_offset``
-    seconds when the rollout has that column (:func:`shift_answer`); errors name the sample index."""
+    """``score(parsed_pred, gt, duration)`` per completion. The answer is the completion's, parsed, or, when the
+    rollout gives the ``answer_span`` column, that column's value: the answer parsed and already in the video's
+    seconds ([s, e], None when it does not parse; a two-pass zoom's pass-2 rows,
+    :func:`grounding_rl.update.rollout.score`). Errors name the sample index."""
     out = []
-    offsets = columns.get("answer_offset") or [None] * len(completions)
+    spans = columns.get("answer_span")
     for i, (completion, (gt, duration)) in enumerate(zip(completions, _columns(completions, columns))):
         try:
-            pred = shift_answer(parse_answer(completion_text(completion)), offsets[i])
+            pred = parse_answer(completion_text(completion)) if spans is None else spans[i]
             out.append(float(score(pred, gt, duration)))
         except (ValueError, TypeError) as err:
             raise ValueError(f"reward: sample {i}: {err}") from err

@@ -117,7 +117,7 @@ def start(processor, family, query: str, clip: SampledVideo, template: str, max_
     Raises:
         ValueError: the first prompt is longer than ``max_prompt_length`` (named by ``name``, never truncated).
     """
-    protocol = tools.protocol_of(family.name)
+    protocol = family.tool_protocol
     messages = tools.first_messages(instruction(query, template, clip.duration), get_template(template).video_first,
                                     protocol, max_turns)
     features = _process(processor, family, tools.render(processor, messages, protocol, True), clip, layout)
@@ -171,6 +171,14 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
         turn["kind"] = "answer" if request.kind == "answer" else "final"
         trajectory.done = True
         return
+    _tool_turn(trajectory, turn, request, processor, family, environment, max_turns, max_prompt_length, layout)
+
+
+def _tool_turn(trajectory: Trajectory, turn: dict, request, processor, family, environment, max_turns: int,
+               max_prompt_length: int | None, layout: str) -> None:
+    """:func:`step`'s tool turn for a model turn that asked for a window (``request``): the window's frames, or the
+    error text, or the context note when it would not fit."""
+    duration = trajectory.clip.duration
     trajectory.calls += 1
     final = trajectory.calls >= max_turns
     window_clip = None

@@ -7,8 +7,9 @@ Captions val_2: 17,031 on 4,885). Here each video is decoded once for all its pe
 one vision encoding (:func:`grounding_rl.rollout.generation.generate_answers` shares rows that pass the same clip
 object), and a ``torch.utils.data.DataLoader`` over videos decodes the next clips while the current batch generates.
 At most ``batch_size + num_workers · prefetch_factor`` decoded clips are held at once. A clip that fails to load is a
-recorded failure for each of its queries, never dropped and never a crash. :func:`greedy_answer_batches` is the loop
-every caller shares; turning its answers into scored records is the reward stage's
+recorded failure for each of its queries, never dropped and never a crash. :func:`clip_batches` then
+:func:`answer_batch` is the loop every caller shares (eval's modes build on it,
+:mod:`grounding_rl.eval.answering`); turning its answers into scored records is the reward stage's
 (:func:`grounding_rl.reward.records.prediction_record`).
 """
 from __future__ import annotations
@@ -182,35 +183,3 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
         for (position, _), answer in zip(group, answers):
             results[position] = (position, answer, None)
     return [(*results[position], sampling.get(position)) for position, _, _ in batch]
-
-
-def greedy_answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], settings: VideoSettings,
-                          template: str, max_new_tokens: int, batch_size: int, num_workers: int = 2,
-                          frame_cache: str | None = None, frame_cache_bytes: int = 0,
-                          synced_gpus: bool | None = None, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
-                          sampling_params: SamplingParams | None = None, seeds: Sequence[int] | None = None
-                          ) -> Iterator[list[tuple[int, str | None, str | None, dict | None]]]:
-    """Greedy answers to the queries ``(videos[i], queries[i])``, grouped by video, one list per batch of at most
-    ``batch_size`` rows: ``(position, answer | None, error | None, sampling | None)`` (:func:`answer_batch`); every
-    position appears
-    exactly once over all batches. What ``grounding-rl eval`` runs on its shard and the GRPO trainer's evaluation
-    runs on its own (:func:`shard_by_video` chooses a rank's videos).
-
-    Args:
-        model, processor: a Qwen-VL model in eval mode and its processor.
-        videos, queries: one entry per query, same length.
-        settings: frame sampling settings (the model family's pixel factor applied).
-        template: prompt template name.
-        max_new_tokens: greedy generation budget.
-        batch_size: rows per ``generate`` call.
-        num_workers: background decoding processes (0 = in this process).
-        frame_cache, frame_cache_bytes: optional on-disk frame cache (folder, bound in bytes).
-        synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams` (False: this rank decodes alone).
-        engine, video_layout, sampling_params: see :func:`answer_batch`.
-        seeds: one per query (same length as ``queries``), for sampled answers that depend on their query alone
-            (:func:`answer_batch`); None = none.
-    """
-    for batch in clip_batches(group_by_video(videos), settings, max(1, batch_size), num_workers, frame_cache,
-                              frame_cache_bytes):
-        yield answer_batch(model, processor, batch, queries, template, max_new_tokens, synced_gpus, engine,
-                           video_layout, sampling_params, seeds)

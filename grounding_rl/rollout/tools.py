@@ -9,7 +9,7 @@ sampled by :func:`grounding_rl.data.video.sample_window` under the same budget a
 and the model speaks again. At most K tool calls (``max_tool_calling_iterations``, TRL 1.16's name); the K-th tool
 turn says that the next turn must answer (the *forced answer*).
 
-Two protocols (:func:`protocol_of`):
+Two protocols (:attr:`grounding_rl.family.Family.tool_protocol`):
 
 - ``native`` (Qwen3-VL): the chat template's own ``tools`` list (the crop schema, :data:`CROP_TOOL`, in the system
   turn) and its ``tool`` role, which it renders as a user turn wrapping ``<tool_response> … </tool_response>``; the
@@ -66,11 +66,6 @@ TEXT_PROTOCOL = (
 )
 NATIVE_PROTOCOL = "\n\nBefore answering you may call crop to look closer at a part of the video, at most [K] times."
 FINAL_NOTE = "No more crops: answer now."
-
-
-def protocol_of(family_name: str) -> str:
-    """``native`` for Qwen3-VL (its chat template has tools and a tool role), ``text`` for every other family."""
-    return NATIVE if family_name == "qwen3_vl" else TEXT
 
 
 @dataclass(frozen=True)

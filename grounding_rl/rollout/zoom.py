@@ -46,18 +46,11 @@ def window_origin(video: SampledVideo) -> float:
 
 
 def to_absolute(answer: tuple[float, float] | None, origin: float, shift: bool) -> tuple[float, float] | None:
-    """Pass 2's parsed answer in the video's absolute time: ``(s + origin, e + origin)`` when ``shift`` (Qwen2.5-VL
-    with ``time="window"``), else unchanged; None stays None."""
+    """Pass 2's parsed answer in the video's absolute time: ``(s + origin, e + origin)`` when ``shift``
+    (:meth:`grounding_rl.family.Family.window_answer_shift`), else unchanged; None stays None."""
     if answer is None:
         return None
     return (answer[0] + origin, answer[1] + origin) if shift else (float(answer[0]), float(answer[1]))
-
-
-def answer_shift(family_name: str, time: str | None = None) -> bool:
-    """Whether pass 2's answer is in window time, to be shifted by :func:`window_origin`: Qwen2.5-VL with ``time``
-    ``window`` (its default when None: positions start at the window's first frame); Qwen3-VL reads the window's
-    true timestamps, so never."""
-    return family_name == "qwen2_5_vl" and (time or "window") == "window"
 
 
 def pass2_clip(path: str, window: tuple[float, float], settings: VideoSettings, first: dict,

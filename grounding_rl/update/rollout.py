@@ -212,7 +212,7 @@ def reward_columns(trainer, items: list[dict], completion_ids: list[list[int]]) 
     ``completion_ids``, ``trainer_state`` (the ``TrainerState``), ``log_metric(name, value)`` (a scalar, averaged over
     processes and the logging window) and ``log_extra(column, values)`` (one value per completion, written with the
     logged completions)."""
-    keys = [key for key in items[0] if key != "clip"] if items else []
+    keys = [key for key in items[0] if key not in ("clip", "answer_origin")] if items else []
     columns = {key: [item.get(key) for item in items] for key in keys}
     columns["prompt_template"] = [item.get("prompt_template") or trainer.args.prompt_template for item in items]
     columns["completion_ids"] = completion_ids
@@ -220,6 +220,17 @@ def reward_columns(trainer, items: list[dict], completion_ids: list[list[int]]) 
     columns["log_metric"] = lambda name, value: trainer.pending_metrics[name].append(float(value))
     columns["log_extra"] = lambda column, values: trainer.pending_extra[column].extend(values)
     return columns
+
+
+def answer_spans(texts: list[str], origins: list[float]) -> list[tuple[float, float] | None]:
+    """Each text's parsed answer in the video's seconds: shifted by its row's ``origin`` (the first frame time of
+    the window it answered in, when its answer is in window time: two-pass zoom on Qwen2.5-VL; 0 otherwise,
+    :func:`grounding_rl.rollout.zoom.to_absolute`); None when it does not parse. E.g. "2.00 to 5.50" with 30.25 →
+    (32.25, 35.75)."""
+    from grounding_rl.reward.parsing import parse_answer
+    from grounding_rl.rollout.zoom import to_absolute
+
+    return [to_absolute(parse_answer(text), origin, bool(origin)) for text, origin in zip(texts, origins)]
 
 
 def score(trainer, items: list[dict], texts: list[str], completion_ids: torch.Tensor,
@@ -237,6 +248,8 @@ def score(trainer, items: list[dict], texts: list[str], completion_ids: torch.Te
 
     ids = [row[:n] for row, n in zip(completion_ids.tolist(), lengths.tolist())]
     columns = reward_columns(trainer, items, ids)
+    if items and "answer_origin" in items[0]:  # answers in a window's time: every reward sees the video's seconds
+        columns["answer_span"] = answer_spans(texts, [item["answer_origin"] for item in items])
     per_func = torch.full((len(items), len(trainer.reward_funcs)), float("nan"))
     for j, (func, name) in enumerate(zip(trainer.reward_funcs, trainer.reward_func_names)):
         values = list(func(completions=texts, **columns))

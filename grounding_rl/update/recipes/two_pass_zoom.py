@@ -8,9 +8,9 @@ the window is an answer widened by ``zoom_margin`` (:func:`zoom_window`: m = max
 of pass 1); an answer that does not parse gives the centre half), sampled under pass 1's budget spent per
 ``zoom_spend`` (:func:`pass2_clip`), with the same prompt, and the family's time convention: Qwen2.5-VL answers in
 window time (positions from the window's first frame t₀, eval's default ``--zoom-time window``), Qwen3-VL reads the
-window's true timestamps. The pass-2 rows carry ``answer_offset`` (t₀ for Qwen2.5-VL, else 0), so the ``iou`` and
-``tiou`` rewards score the answer mapped back to the video's seconds (:func:`grounding_rl.reward.rewards.shift_answer`),
-and ``zoom_window`` [a, b] seconds.
+window's true timestamps. The pass-2 rows carry ``answer_origin`` (t₀ for Qwen2.5-VL, else 0): their answers are mapped
+back to the video's seconds before any reward sees them (:func:`grounding_rl.update.rollout.answer_spans`), and
+``zoom_window`` [a, b] seconds.
 
 Where the window comes from during training: **the policy's own first sampled pass-1 completion of the group**,
 widened by the margin as at evaluation. So the windows trained on are the kind the policy will zoom into at test
@@ -115,16 +115,16 @@ class TwoPassZoom(Recipe):
     def pass2_items(self, trainer, items: list[dict], texts: list[str], start: int) -> list[dict]:
         """The pass-2 items of this process's pass-1 ``items`` (global rows ``start`` …): each row's clip replaced by
         the window of its group's first completion (``texts``: all processes' pass-1 completions, gather order),
-        sampled once per group, with the columns ``answer_offset`` (seconds), ``zoom_window`` [a, b],
+        sampled once per group, with the columns ``answer_origin`` (seconds), ``zoom_window`` [a, b],
         ``zoom_fallback``, ``zoom_window_error`` and ``zoom_window_recall`` (the ground truth wholly inside)."""
         from grounding_rl.data.video import VideoLoadError, WindowError
         from grounding_rl.family import family_of
         from grounding_rl.reward.parsing import parse_answer
-        from grounding_rl.rollout.zoom import answer_shift, pass2_clip, window_origin, zoom_window
+        from grounding_rl.rollout.zoom import pass2_clip, window_origin, zoom_window
 
         G = trainer.num_generations
         family = family_of(trainer.accelerator.unwrap_model(trainer.model))
-        settings, shift = family.video_settings(self.args.video_settings), answer_shift(family.name)
+        settings, shift = family.video_settings(self.args.video_settings), family.window_answer_shift()
         clips, out = {}, []
         for row, item in enumerate(items):
             group = (start + row) // G
@@ -140,7 +140,7 @@ class TwoPassZoom(Recipe):
             window_clip = clips[key]
             new = {k: v for k, v in item.items() if k != "substituted_from"}  # counted once, in pass 1
             new.update(clip=window_clip if window_clip is not None else clip,
-                       answer_offset=window_origin(window_clip) if window_clip is not None and shift else 0.0,
+                       answer_origin=window_origin(window_clip) if window_clip is not None and shift else 0.0,
                        zoom_window=[round(window[0], 6), round(window[1], 6)], zoom_fallback=fallback,
                        zoom_window_error=window_clip is None,
                        zoom_window_recall=window[0] <= item["start"] and item["end"] <= window[1])

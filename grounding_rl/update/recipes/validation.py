@@ -68,7 +68,7 @@ class ValidationMixin:
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Greedy evaluation of the policy on ``eval_dataset`` (default: the trainer's, from ``eval_file``), with the
-        code of ``grounding-rl eval`` (:func:`grounding_rl.rollout.greedy.greedy_answer_batches`, records and both
+        code of ``grounding-rl eval`` (:func:`grounding_rl.rollout.greedy.answer_batch`, records and both
         scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos.
 
         Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
@@ -113,7 +113,7 @@ class ValidationMixin:
 
         from grounding_rl.prompts.templates import is_set_template
         from grounding_rl.reward.records import prediction_record
-        from grounding_rl.rollout.greedy import greedy_answer_batches, group_by_video, shard_by_video
+        from grounding_rl.rollout.greedy import answer_batch, clip_batches, group_by_video, shard_by_video
 
         acc, args = self.accelerator, self.args
         groups = shard_by_video(group_by_video([s.video for s in samples]), acc.process_index, acc.num_processes)
@@ -131,12 +131,13 @@ class ValidationMixin:
                                                  gather_deepspeed3_params=args.ds3_gather_for_generation,
                                                  gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
                                                  ) as unwrapped:
-                    for batch in greedy_answer_batches(
-                            unwrapped, self.processing_class, [samples[p].video for p in mine],
-                            [samples[p].query for p in mine], self.data_collator.settings, args.prompt_template,
-                            args.max_completion_length, args.per_device_eval_batch_size, args.dataloader_num_workers,
-                            cache_root, getattr(cache, "max_bytes", 0), synced_gpus=False,
-                            video_layout=args.video_layout):
+                    queries = [samples[p].query for p in mine]
+                    for clips in clip_batches(group_by_video([samples[p].video for p in mine]),
+                                              self.data_collator.settings, max(1, args.per_device_eval_batch_size),
+                                              args.dataloader_num_workers, cache_root, getattr(cache, "max_bytes", 0)):
+                        batch = answer_batch(unwrapped, self.processing_class, clips, queries, args.prompt_template,
+                                             args.max_completion_length, synced_gpus=False,
+                                             video_layout=args.video_layout)
                         local += [(mine[k], prediction_record(samples[mine[k]], answer, error, sampling,
                                                                 set_answers=is_set_template(self.args.prompt_template)))
                                   for k, answer, error, sampling in batch]

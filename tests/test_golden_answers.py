@@ -1,0 +1,34 @@
+"""Same answers (issue 44, point 5): every answering mode (one pass, ``--zoom``, the crop tool) of ``eval`` and
+``infer`` on the noisy tiny model of each family (HF engine) writes, in every field, what the golden files recorded
+at the commit before the answering code was unified; the two recipes that run the turn loop (two-pass zoom, crop
+tool) end two CPU steps with the recorded weights. The goldens and these checks share tests/golden_answers.py (run it
+as a script to rewrite the goldens)."""
+import json
+
+import pytest
+
+import golden_answers as golden
+
+
+@pytest.fixture(scope="module")
+def golden_models(shared, tmp_path_factory):
+    return golden.build_models(shared, tmp_path_factory.mktemp("golden_models"))
+
+
+def _read(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("mode", sorted(golden.MODES))
+@pytest.mark.parametrize("family", golden.FAMILIES)
+def test_eval_and_infer_answers_match_the_golden_files(golden_models, videos_dir, tmp_path, family, mode):
+    model = golden_models[family]
+    assert golden.eval_answers(model, videos_dir, mode, tmp_path) == _read(golden.golden_name("eval", family, mode))
+    assert golden.infer_answers(model, videos_dir, mode) == _read(golden.golden_name("infer", family, mode))
+
+
+@pytest.mark.parametrize("recipe", sorted(golden.RECIPES))
+@pytest.mark.parametrize("family", golden.FAMILIES)
+def test_turn_loop_recipes_end_with_the_golden_weights(golden_models, videos_dir, tmp_path, family, recipe):
+    expected = json.loads((golden.GOLDEN / "recipe_weights.json").read_text())[f"{family}/{recipe}"]
+    assert golden.recipe_weights_sha256(golden_models[family], videos_dir, recipe, tmp_path) == expected
