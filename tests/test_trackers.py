@@ -122,3 +122,22 @@ def test_a_tracker_not_installed_is_one_line_naming_the_extra(tmp_path, monkeypa
     assert err == ("grounding-rl train: error: " + str(REPO_ROOT / "configs" / "demo_grpo.yaml") + ": report_to "
                    "'wandb': wandb is not installed (pip install 'grounding-rl[trackers]'), or drop it from report_to")
     assert not (tmp_path / "o").exists()
+
+
+def test_trackios_init_lines_go_to_stderr(monkeypatch, capsys):
+    """trackio's ``init`` prints where its metrics go on stdout; once ``report_to`` names trackio, those lines are on
+    stderr (stdout carries only the command's output)."""
+    import trackio
+
+    from grounding_rl.update.trackers import check_trackers
+
+    def init(project):
+        print(f"* Trackio project initialized: {project}")
+        return project
+
+    monkeypatch.setattr(trackio, "init", init)
+    check_trackers(["trackio"], "config.yaml")
+    check_trackers(["trackio"], "config.yaml")  # wrapped once
+    assert trackio.init("p") == "p"
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "* Trackio project initialized: p\n")

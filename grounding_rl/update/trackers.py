@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from grounding_rl.errors import UserError
 
@@ -43,6 +44,29 @@ def check_trackers(report_to, where: str) -> None:
         how = EXTRA if missing[0] in OWN else f"pip install {missing[0]}"
         raise UserError(f"{where}: report_to {missing[0]!r}: {missing[0]} is not installed ({how}), or drop it "
                         "from report_to")
+    if "trackio" in names:
+        _trackio_init_to_stderr()
+
+
+def _trackio_init_to_stderr() -> None:
+    """``trackio.init`` prints where its metrics go (``* Trackio project initialized: …``, ``* Created new run: …``)
+    on stdout, which carries only a command's own output: while it runs, stdout is stderr (idempotent)."""
+    import contextlib
+    import functools
+
+    import trackio
+
+    init = trackio.init
+    if getattr(init, "prints_to_stderr", False):
+        return
+
+    @functools.wraps(init)
+    def init_printing_to_stderr(*args, **kwargs):
+        with contextlib.redirect_stdout(sys.stderr):
+            return init(*args, **kwargs)
+
+    init_printing_to_stderr.prints_to_stderr = True
+    trackio.init = init_printing_to_stderr
 
 
 def default_wandb_dir(report_to, output_dir: str) -> None:
