@@ -432,3 +432,27 @@ def _vllm_sample(engine, inputs: dict, params, clip_name: str, processor):
         lp = [step[tok].logprob for step, tok in zip(o.outputs[0].logprobs or [], t)]
         logps[row, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
     return ids.to(inputs["input_ids"].device), logps, _first_failure(checks, len(checks))
+
+
+def first_batch_checks(trainer) -> list[Check]:
+    """(a), (b), (c) on the distinct clips of the trainer's first generation batch (its sampler's first
+    ``generation_batch_size`` indices, decoded by its collator), as ``train`` runs them before the first step
+    (``check_first_batch``). Draws nothing from the global RNGs: their states (Python, NumPy, torch) are restored, so
+    a run with the check is bit-identical to one without."""
+    import itertools
+    import random
+
+    import numpy as np
+
+    states = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            sampler = trainer._get_train_sampler(trainer.train_dataset)
+            first = list(itertools.islice(iter(sampler), trainer.args.generation_batch_size))
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+    indices = list(dict.fromkeys(int(i) for i in first))
+    items = [trainer.data_collator.load_item(i) for i in indices]
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return cheap_checks(model, trainer.processing_class, items, trainer.args, trainer.num_generations)
