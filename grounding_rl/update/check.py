@@ -203,8 +203,9 @@ def cheap_checks(model, processor, items: list[dict], args, num_generations: int
     loss = batching.prompt_batch(processor, grouped, template, share_videos=False, video_layout=layout)
     rollout = batching.prompt_batch(processor, grouped, template, share_videos=bool(args.share_video_encoding),
                                     video_layout=layout)
-    served = build_inputs(processor, [it["query"] for it in items], [it["clip"] for it in items], template,
-                          share_videos=True, video_layout=layout)
+    served = build_inputs(processor, [it["query"] for it in items], [it["clip"] for it in items],
+                          [it.get("prompt_template") or template for it in items], share_videos=True,
+                          video_layout=layout)
     empty = torch.zeros(len(grouped), 0, dtype=torch.long)
     loss_inputs = batching.forward_inputs(dict(loss, completion_ids=empty, completion_mask=empty))
     gen_inputs = batching.generation_inputs(rollout)
@@ -246,15 +247,15 @@ def cheap_checks(model, processor, items: list[dict], args, num_generations: int
     return out
 
 
-def _first_failure(checks: list[Check], rows_per_clip: int) -> Check:
-    """One line for several comparisons of one kind: the first failing one, else the first with the number of
-    comparisons made."""
+def _first_failure(checks: list[Check], rows_per_clip: int, name: str | None = None) -> Check:
+    """One line for several comparisons of one kind: the first failing one, else one passing line named ``name``
+    (default: the first word of the first check's name) with the number of comparisons made."""
     bad = next((c for c in checks if not c.passed), None)
     if bad is not None:
         return bad
     first = checks[0]
-    name = first.name.split(" ")[0]
-    return Check(name, first.clip, True, dict(first.numbers, rows=rows_per_clip, comparisons=len(checks)))
+    return Check(name or first.name.split(" ")[0], first.clip, True,
+                 dict(first.numbers, rows=rows_per_clip, comparisons=len(checks)))
 
 
 # ---------------------------------------------------------------------------------------------------------- (d) logps
@@ -395,8 +396,9 @@ def rollout_checks(model, processor, items: list[dict], args, engine=None, refer
             with torch.no_grad():
                 ref = completion_logps(reference, loss, args.temperature)
             tolerance = REF_TOLERANCE.get(dtype, REF_TOLERANCE["bfloat16"])
-            check = compare_logps("d.logps ref/policy", name, ref, policy, mask, (tolerance, tolerance, 0.0))
-            out.append(check)
+            out.append(compare_logps("d.logps ref/policy", name, ref, policy, mask, (tolerance, tolerance, 0.0)))
+        else:
+            out.append(Check("d.logps ref/policy", name, True, {}, "not run: no reference model (beta 0)"))
         with Timer() as step_time:
             logps = completion_logps(model, loss, args.temperature)
             (logps * mask).sum().backward()
@@ -431,7 +433,7 @@ def _vllm_sample(engine, inputs: dict, params, clip_name: str, processor):
         ids[row, :len(t)] = torch.tensor(t, dtype=torch.long)
         lp = [step[tok].logprob for step, tok in zip(o.outputs[0].logprobs or [], t)]
         logps[row, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
-    return ids.to(inputs["input_ids"].device), logps, _first_failure(checks, len(checks))
+    return ids.to(inputs["input_ids"].device), logps, _first_failure(checks, len(checks), "a.prompt_ids vllm")
 
 
 def first_batch_checks(trainer) -> list[Check]:
