@@ -62,7 +62,7 @@ class Check:
         """``PASS a.prompt_ids  clip.mp4  rows=4 tokens=312 — detail``."""
         nums = " ".join(f"{k}={_fmt(v)}" for k, v in self.numbers.items())
         tail = f" — {self.detail}" if self.detail else ""
-        return f"{'PASS' if self.passed else 'FAIL'} {self.name:<24} {self.clip:<28} {nums}{tail}"
+        return f"{'PASS' if self.passed else 'FAIL'} {self.name:<26} {self.clip:<28} {nums}{tail}"
 
 
 def _fmt(value) -> str:
@@ -358,7 +358,8 @@ def rollout_checks(model, processor, items: list[dict], args, engine=None, refer
             policy's dtype.
     """
     from grounding_rl.models.tokens import completion_token_ids
-    from grounding_rl.rollout.generation import SamplingParams, completion_mask
+    from grounding_rl.models.vision import placeholder_token_ids
+    from grounding_rl.rollout.generation import SamplingParams, completion_mask, cut_at_tokens
     from grounding_rl.update.logprobs import completion_logps
 
     G = max(1, int(args.num_generations))
@@ -367,7 +368,8 @@ def rollout_checks(model, processor, items: list[dict], args, engine=None, refer
     limits = thresholds or LOGP_THRESHOLDS.get((kind, dtype), LOGP_THRESHOLDS[(kind, "bfloat16")])
     params = SamplingParams(args.max_completion_length, args.temperature, args.top_p, args.top_k,
                             args.repetition_penalty)
-    eos = list(completion_token_ids(processor.tokenizer, model.generation_config).eos)
+    token_ids = completion_token_ids(processor.tokenizer, model.generation_config)
+    eos, pad = list(token_ids.eos), token_ids.pad
     device = next(model.parameters()).device
     out: list[Check] = []
     for item in items:
@@ -386,6 +388,8 @@ def rollout_checks(model, processor, items: list[dict], args, engine=None, refer
                 ids, sampler, prompt_check = _vllm_sample(engine, inputs, params, name, processor)
                 out.append(prompt_check)
         mask, _ = completion_mask(ids, eos)
+        ids, keep = cut_at_tokens(ids, placeholder_token_ids(model), pad)  # as the trainer's sanitise
+        mask = mask * keep
         loss = batching.to_device(batching.prompt_batch(processor, grouped, args.prompt_template,
                                                         video_layout=args.video_layout), device)
         loss.update(completion_ids=ids, completion_mask=mask)
