@@ -95,15 +95,14 @@ def rows(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
 def check_frame_times(clip_name: str, video) -> Check:
     """(b) The sampled frames' times (:attr:`SampledVideo.timestamps`) against the decoded stream's presentation
     times of the same source frames (PyAV's packet pts, :func:`grounding_rl.data.video.presentation_times`); max |Δ|
-    in seconds, tolerance :data:`TIME_TOLERANCE`."""
-    total = max(video.frame_indices) + 1
-    import av
-
-    with av.open(video.path) as container:
-        total = max(total, container.streams.video[0].frames or 0)
+    in seconds, tolerance :data:`TIME_TOLERANCE`. The exact sampler read the same packet pts, so this catches a frame
+    count, index or window mismatch (and a cache entry of another file), not a misread pts; the independent time
+    checks are :func:`check_timestamps` and :func:`check_grid_seconds`."""
+    if not video.backend.startswith(("decord", "pyav")):  # qwen_vl_utils, lmms_eval: nominal times by design
+        return Check("b.frame_times", clip_name, True, {"frames": video.num_frames},
+                     f"not compared: the {video.backend.split('/')[0]} sampler's times are index / fps by design")
+    total = round(video.duration * video.source_fps)  # the decoded frame count (duration = total / source_fps)
     stream = presentation_times(video.path, total, video.source_fps)
-    if len(stream) <= max(video.frame_indices):  # the container's frame count was short: index / fps
-        stream = [i / video.source_fps for i in range(max(video.frame_indices) + 1)]
     deltas = [abs(video.timestamps[k] - stream[i]) for k, i in enumerate(video.frame_indices)]
     worst = max(deltas, default=0.0)
     ok = worst <= TIME_TOLERANCE
@@ -441,20 +440,28 @@ def _vllm_sample(engine, inputs: dict, params, clip_name: str, processor):
 
 
 def first_batch_checks(trainer) -> list[Check]:
-    """(a), (b), (c) on the distinct clips of the trainer's first generation batch (its sampler's first
-    ``generation_batch_size`` indices, decoded by its collator), as ``train`` runs them before the first step
-    (``check_first_batch``). Draws nothing from the global RNGs: their states (Python, NumPy, torch) are restored, so
-    a run with the check is bit-identical to one without."""
+    """(a), (b), (c) on the distinct clips of the trainer's first generation batch, as ``train`` runs them before the
+    first step (``check_first_batch``): the first ``generation_batch_size`` indices of the default sampler (TRL's
+    order, :func:`grounding_rl.data.dataset.resumable_repeat_sampler` with the run's data seed; a recipe's own sampler,
+    difficulty or online filter, is not asked, as iterating it may log), decoded by the trainer's collator. Draws
+    nothing from the global RNGs (the sampler has its own generator; the states of Python's, NumPy's and torch's are
+    restored all the same), so a run with the check is bit-identical to one without."""
     import itertools
     import random
 
     import numpy as np
 
+    from grounding_rl.data.dataset import resumable_repeat_sampler
+    from grounding_rl.update.arguments import data_seed
+
+    args, G = trainer.args, trainer.num_generations
     states = random.getstate(), np.random.get_state()
     with torch.random.fork_rng(devices=[]):
         try:
-            sampler = trainer._get_train_sampler(trainer.train_dataset)
-            first = list(itertools.islice(iter(sampler), trainer.args.generation_batch_size))
+            sampler = resumable_repeat_sampler(data_source=trainer.train_dataset, mini_repeat_count=G,
+                                               batch_size=args.generation_batch_size // G, repeat_count=1,
+                                               shuffle=args.shuffle_dataset, seed=data_seed(args))
+            first = list(itertools.islice(iter(sampler), args.generation_batch_size))
         finally:
             random.setstate(states[0])
             np.random.set_state(states[1])
