@@ -42,6 +42,14 @@ def test_every_check_passes_on_both_families(family_model_dir, videos_dir, tmp_p
     assert by["b.frame_times"]["max_dt_s"] < 1e-3
     assert by["e.cost"]["rollout_s"] > 0 and by["e.cost"]["rss_peak_gib"] > 0
     assert f"{len(rows)} of {len(rows)} checks passed" in table
+    if "qwen3" in family_model_dir.name:
+        return
+    # thresholds of 0: the fp32 KV-cache decoding's 1e-7 gap fails d, exit 1, the first failing line on stderr
+    rc = cli(["check", "--model_name_or_path", str(family_model_dir), "--video", str(videos_dir / MAKEUP), "--query",
+              "someone", "--output_dir", str(tmp_path / "o"), *SMALL, "--check-threshold-mean", "0",
+              "--check-threshold-token", "0", "--check-threshold-share", "0"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "grounding-rl check: mismatch: FAIL d.logps hf/train" in err and "(limit 0)" in err
 
 
 def test_frames_without_metadata_are_the_24_fps_fallback(tiny_model_dir, videos_dir):

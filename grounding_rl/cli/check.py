@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     script_args, args, model_args = common.parse_training_args(GroundingGRPOConfig, rest, "grounding-rl check")
     if own.engine is not None:
         args.use_vllm = own.engine == "vllm"
+    if args.use_vllm and not own.skip_rollout:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise UserError("use_vllm / --engine vllm: vllm is not installed in this environment (.venv-vllm on "
+                            "CPUs: bash scripts/setup_vllm_cpu.sh)")
     items = _items(script_args, args, own, model_args)
     model, processor = common.load_training_model(script_args, model_args, args)
     model.to(args.device).eval()

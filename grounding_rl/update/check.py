@@ -230,8 +230,7 @@ def cheap_checks(model, processor, items: list[dict], args, num_generations: int
         checks.append(compare_ids("a.prompt_ids eval/infer", name, served_ids[u], loss_ids[group[0]], decode))
         out.append(_first_failure(checks, len(group)))
         out.append(check_frame_times(name, item["clip"]))
-        served_row = {k: v for k, v in served.items()}
-        out += check_processed_frames(name, processor, item["clip"], served["input_ids"][u], served_row, u)
+        out += check_processed_frames(name, processor, item["clip"], served["input_ids"][u], served, u)
         if "second_per_grid_ts" in loss:  # the loss batch's own value too
             patch = getattr(processor.video_processor, "temporal_patch_size", 2)
             loss_check = check_grid_seconds(name, float(loss["second_per_grid_ts"][group[0]]),
