@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     checks = cheap_checks(model, processor, items, args, args.num_generations)
     if not own.skip_rollout:
         checks += _rollout(model, processor, items, args, own)
+    if not args.use_vllm:
+        print("note: HF only, so the loss and rollout sides of a and c come from one function (equal by "
+              "construction); the eval/infer path, the shared prefix, b and d are compared across code paths")
     return report(checks, own.json)
 
 
