@@ -52,6 +52,17 @@ def test_every_check_passes_on_both_families(family_model_dir, videos_dir, tmp_p
     assert rc == 1 and "grounding-rl check: mismatch: FAIL d.logps hf/train" in err and "(limit 0)" in err
 
 
+def test_model_folder_with_video_flags_runs_the_cheap_checks(tiny_model_dir, videos_dir, capsys):
+    """``--model DIR`` (an eval/infer setup: no config), train's video names on top; ``--skip-rollout``: a, b, c."""
+    rc = cli(["check", "--model", str(tiny_model_dir), "--video", str(videos_dir / MAKEUP), "--query", "someone",
+              "--video_fps", "1", "--video_min_pixels", "3136", "--video_max_pixels", "12544", "--use_cpu", "true",
+              "--skip-rollout"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "PASS b.second_per_grid_ts       mmaction2_eye_makeup.avi     second_per_grid_ts=2 expected=2" in out
+    assert "rows=4 comparisons=5" in out and "d.logps" not in out and "5 of 5 checks passed" in out
+
+
 def test_frames_without_metadata_are_the_24_fps_fallback(family_model_dir, videos_dir):
     processor = load_processor(str(family_model_dir))
     clip = small_clip(processor, videos_dir / POOL)

@@ -80,10 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     checks = cheap_checks(model, processor, items, args, args.num_generations)
     if not own.skip_rollout:
         checks += _rollout(model, processor, items, args, own)
-    if not args.use_vllm:
-        print("note: HF only, so the loss and rollout sides of a and c come from one function (equal by "
-              "construction); the eval/infer path, the shared prefix, b and d are compared across code paths")
-    return report(checks, own.json)
+    note = None if args.use_vllm else ("note: HF only, so the loss and rollout sides of a and c come from one "
+                                       "function (equal by construction); the eval/infer path, the shared prefix, "
+                                       "b and d are compared across code paths")
+    return report(checks, own.json, note)
+
+
+MODEL_DEFAULTS = {"--num_generations": "4", "--max_completion_length": "64", "--per_device_train_batch_size": "4"}
 
 
 def _model_argv(model: str, rest: list[str], own) -> list[str]:
@@ -91,7 +94,9 @@ def _model_argv(model: str, rest: list[str], own) -> list[str]:
     under train's names, the command line's overrides after them."""
     from pathlib import Path
 
-    from grounding_rl.prompts.preprocessing import GroundingConfig
+    import dataclasses
+
+    from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
 
     if "--config" in rest:
         raise UserError("--model and --config: give one")
@@ -100,11 +105,15 @@ def _model_argv(model: str, rest: list[str], own) -> list[str]:
     saved = GroundingConfig.load(model) or GroundingConfig()
     out = ["--model_name_or_path", model, "--output_dir", str(Path(model) / "check"), "--report_to", "none",
            "--prompt_template", saved.prompt_template, "--video_layout", saved.video_layout]
+    known = {f.name for f in dataclasses.fields(PreprocessingArguments)}
     for key, value in saved.video.to_dict().items():
-        if value is not None and f"--video_{key}" not in rest:
+        if value is not None and f"video_{key}" in known and f"--video_{key}" not in rest:
             out += [f"--video_{key}", str(value)]
     if own.data is None and own.video is None:
         raise UserError("--model needs --data JSONL or --video FILE --query TEXT")
+    for flag, value in MODEL_DEFAULTS.items():  # an eval/infer setup has no GRPO group: a small one
+        if flag not in rest:
+            out += [flag, value]
     return out + rest
 
 
@@ -154,11 +163,13 @@ def _rollout(model, processor, items, args, own):
                               thresholds=thresholds)
 
 
-def report(checks, json_path: str | None) -> int:
-    """Print the table (one line per check), write ``json_path``; 0 when all pass, else 1 with the first failing
-    line on stderr."""
+def report(checks, json_path: str | None, note: str | None = None) -> int:
+    """Print the table (one line per check, then ``note``), write ``json_path``; 0 when all pass, else 1 with the
+    first failing line on stderr."""
     for check in checks:
         print(check.line())
+    if note:
+        print(note)
     failed = [c for c in checks if not c.passed]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
     if json_path:
