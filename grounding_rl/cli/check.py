@@ -29,9 +29,9 @@ OWN.add_argument("--model", help="a checkpoint folder (eval/infer setup) instead
 OWN.add_argument("--engine", choices=("hf", "vllm"), help="rollout engine (default: the config's use_vllm)")
 OWN.add_argument("--json", help="write every number to this JSON file")
 OWN.add_argument("--check-threshold-mean", type=float, help="largest mean |Δ log-prob| sampler vs training forward "
-                 "(default per engine and dtype: HF fp32 1e-3, HF bf16 0.1, vLLM fp32 0.05, vLLM bf16 0.2)")
+                 "(default per engine and dtype: HF fp32 1e-3, HF bf16 0.1, vLLM fp32 0.01, vLLM bf16 0.2)")
 OWN.add_argument("--check-threshold-token", type=float, help="per-token |Δ| counted as beyond (default: HF fp32 "
-                 "0.01, HF bf16 0.5, vLLM fp32 0.2, vLLM bf16 1.0)")
+                 "0.01, HF bf16 0.5, vLLM fp32 0.03, vLLM bf16 1.0)")
 OWN.add_argument("--check-threshold-share", type=float, help="largest share of tokens beyond it (default: HF fp32 "
                  "0, HF bf16 0.05, vLLM fp32 0.05, vLLM bf16 0.1)")
 OWN.add_argument("--skip-rollout", action="store_true", help="only the cheap checks (a, b, c), as train runs them")
