@@ -148,11 +148,13 @@ def test_train_first_batch_check_draws_no_rng_and_stops_a_mismatch(tiny_model_di
         torch.manual_seed(0)
         trainer = make_grpo_trainer(tiny_model_dir, grpo_config(tmp_path / str(with_check), num_generations=2),
                                     clip_dataset(videos_dir))
+        before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
         if with_check:
             results = check.first_batch_checks(trainer)
             assert results and all(r.passed for r in results), [r.line() for r in results if not r.passed]
         trainer.train()
         weights.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
+        assert any(not torch.equal(before[k], weights[-1][k]) for k in before)  # the step moved the weights
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     broken = check.Check("a.prompt_ids vllm", POOL, False, {}, "7 vs 5 tokens")
     monkeypatch.setattr(check, "first_batch_checks", lambda trainer: [broken])
