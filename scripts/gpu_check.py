@@ -16,7 +16,9 @@ after ``--budget-s`` seconds is recorded as skipped, so a cut-off run still repo
    ``mmaction2_pool_cleaning.mp4``, G = 4 and 8 completions of exactly 256 new tokens (``min_new_tokens``), with
    ``share_video_encoding`` on and off: one warm-up step per arm, then one timed step: HF ``generate`` tokens per
    second, rollout / loss forward+backward / AdamW step seconds, peak GPU memory (``torch.cuda.max_memory_allocated``).
-5. ``eval``: greedy answers (:func:`grounding_rl.rollout.generation.generate_answers`, the ``eval`` path, 256 new
+5. ``check``: ``grounding-rl check``'s checks (a-e, :func:`stage_check`) on the grpo_step policy (3B shape, bf16,
+   random weights; HF only: no vLLM on the GPU machine), within 90 s. Untested on a GPU so far.
+6. ``eval``: greedy answers (:func:`grounding_rl.rollout.generation.generate_answers`, the ``eval`` path, 256 new
    tokens at most) for the 15 queries on the six shared clips, batches of 4 queries: queries per second.
 
 ``--dry-run`` runs the same stages on the CPU with tiny shapes: a tiny random model (fp32) with the real tokenizer,
@@ -322,6 +324,55 @@ def stage_eval(check: Check) -> dict:
             "answer_tokens": tokens}
 
 
+def stage_check(check: Check) -> dict:
+    """``grounding-rl check``'s checks (:mod:`grounding_rl.update.check`: prompt ids, frame times, 3-D positions,
+    sampled log-probs against the loss forward's, reference against policy, seconds and peak memory of one rollout
+    plus one loss step) on the policy of the ``grpo_step`` stage (the random-weight 3B shape in bf16; no vLLM on the
+    GPU machine: vLLM is checked on CPU only), G = 4 on the stage's clip, within ``CHECK_LIMIT_S`` seconds (SIGALRM).
+    Its table is what docs/BENCHMARKS.md records when a GPU is lent. Untested on a GPU so far."""
+    import signal
+    from types import SimpleNamespace
+
+    from grounding_rl.data.video import VideoSettings, sample_frames
+    from grounding_rl.family import family_of
+    from grounding_rl.models.loading import load_processor
+    from grounding_rl.update.check import cheap_checks, rollout_checks
+
+    def too_long(signum, frame):
+        raise TimeoutError(f"grounding-rl check past {CHECK_LIMIT_S} s")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(CHECK_LIMIT_S)
+    try:
+        model = getattr(check, "model", None) or check.policy()
+        model = model.eval().to(check.device)
+        processor = load_processor(str(check.model_dir() if check.dry_run else check.processor_dir()))
+        video = DRY_VIDEO if check.dry_run else TIMEZERO_VIDEO
+        settings = VideoSettings(fps=video["video_fps"], min_pixels=video["video_min_pixels"],
+                                 **({"max_pixels": video["video_max_pixels"]} if "video_max_pixels" in video else
+                                    {"total_pixels": video["video_total_pixels"]}))
+        path = check.shared / "data" / "videos" / CLIP
+        clip = sample_frames(path, family_of(processor).video_settings(settings))
+        items = [{"index": 0, "video": str(path), "query": "someone cleans the pool", "qid": "check", "clip": clip}]
+        args = SimpleNamespace(prompt_template="timezero", video_layout="released", share_video_encoding=True,
+                               num_generations=4, max_completion_length=check.new_tokens, temperature=1.0, top_p=1.0,
+                               top_k=0, repetition_penalty=1.0)
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+        results = cheap_checks(model, processor, items, args, args.num_generations)
+        torch.manual_seed(0)
+        results += rollout_checks(model, processor, items, args, reference=reference)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    table = [r.line() for r in results]
+    failed = [r for r in results if not r.passed]
+    out = {"dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "table": table,
+           "checks": [{"check": r.name, "passed": r.passed, **r.numbers, "detail": r.detail} for r in results]}
+    if failed:
+        raise StageError(f"grounding-rl check: {failed[0].line()}", out)
+    return out
+
+
 class StageError(RuntimeError):
     """A stage failed but has results to record."""
 
@@ -331,7 +382,8 @@ class StageError(RuntimeError):
 
 
 STAGES = {"environment": stage_environment, "fits": stage_fits, "tests": stage_tests, "grpo_step": stage_grpo_step,
-          "eval": stage_eval}
+          "check": stage_check, "eval": stage_eval}
+CHECK_LIMIT_S = 90  # the check stage's own time limit (seconds)
 
 
 def main(argv: list[str] | None = None) -> int:

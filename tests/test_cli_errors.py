@@ -376,6 +376,16 @@ CASES = {
         ["demo_sft.yaml: hub_model_id 'me/run' is set without push_to_hub: true"]),
     "sft: hub_always_push": (lambda d: [*SFT, "--push_to_hub", "true", "--hub_always_push", "true"],
                              ["hub_always_push True is refused: every push here waits for the one before"]),
+    # ---- check (rows below this line) ----
+    "check: --video without --query": (lambda d: ["check", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"),
+                                                  "--video", "a.mp4"], ["--video and --query go together"]),
+    "check: --limit 0": (lambda d: ["check", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--limit",
+                                    "0"], ["--limit must be ≥ 1 (got 0)"]),
+    "check: --model not a folder": (lambda d: ["check", "--model", str(d / "nope"), "--video", "a.mp4", "--query",
+                                               "q"], ["--model", "nope: no such folder"]),
+    "check: --json in a missing folder": (lambda d: ["check", "--config", str(REPO_ROOT / "configs" /
+                                                                              "demo_grpo.yaml"),
+                                                     "--json", str(d / "no" / "c.json")], ["--json", "folder"]),
 
 }
 

@@ -86,7 +86,7 @@ def test_gpu_check_dry_run_writes_every_stage(tmp_path, shared):
     stages = results["stages"]
     assert results["dry_run"] is True
     assert {name: stage["status"] for name, stage in stages.items()} == {
-        "environment": "ok", "fits": "ok", "tests": "ok", "grpo_step": "ok", "eval": "ok"}
+        "environment": "ok", "fits": "ok", "tests": "ok", "grpo_step": "ok", "check": "ok", "eval": "ok"}
     assert stages["environment"]["python"] == platform.python_version() and stages["environment"]["versions"]["trl"]
     (fits,) = [v for k, v in stages["fits"].items() if isinstance(v, dict)]
     assert fits["total_params"] == 3_754_622_976 and set(fits["per_gpu_gib"]) == {"ddp", "zero1", "zero2",

@@ -171,6 +171,29 @@ def test_sampled_logps_within_tolerance_of_the_forward(engine, policy, clip):
     assert len({tuple(r) for r in ids.tolist()}) > 1  # sampling, not four copies
 
 
+def test_grounding_rl_check_on_vllm_passes_and_names_a_prompt_mismatch(engine, policy, clip):
+    """``grounding-rl check``'s vLLM side (issue 50): the engine's own expansion of the prompt equals the rollout's
+    and the loss forward's ids, and its log-probs of G = 2 sampled completions stay within the vLLM fp32 thresholds
+    (the documented ≈ 0.01 per token); a prompt row two tokens longer is named."""
+    from types import SimpleNamespace
+
+    from grounding_rl.update import check
+
+    model, processor = policy
+    args = SimpleNamespace(prompt_template="default", video_layout="released", share_video_encoding=True,
+                           num_generations=2, max_completion_length=8, temperature=1.0, top_p=1.0, top_k=0,
+                           repetition_penalty=1.0)
+    items = [{"index": 0, "video": CLIP, "query": QUERY, "qid": "a", "clip": clip}]
+    torch.manual_seed(0)
+    results = {c.name: c for c in check.rollout_checks(model, processor, items, args, engine=engine)}
+    assert results["a.prompt_ids vllm"].passed and results["a.prompt_ids vllm"].numbers["comparisons"] == 2
+    vllm = results["d.logps vllm/train"]
+    assert vllm.passed and vllm.numbers["tokens"] >= 2 and vllm.numbers["max_abs"] < 0.05
+    expanded = prompt_inputs(processor, clip)["input_ids"][0].tolist()
+    wrong = check.compare_ids("a.prompt_ids vllm", CLIP, expanded[:5] + [13, 13] + expanded[5:], expanded)
+    assert not wrong.passed and wrong.numbers["first_diff"] == 5
+
+
 def test_multi_turn_greedy_turn_over_clip_and_window_equals_transformers(engine, policy, clip):
     """The second turn of a conversation on vLLM (the first a scripted crop of 4-12 s: a random model calls no tool),
     the clip and the window in one prompt: vLLM expands it into exactly the HF loop's ids (checked inside

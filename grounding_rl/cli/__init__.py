@@ -23,6 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "distill": ("grounding_rl.cli.distill",
                 "on-policy distillation from a teacher model (--config X.yaml plus --key value overrides)"),
     "sft": ("grounding_rl.cli.sft", "supervised warm start on the answer format (--config X.yaml ...)"),
+    "check": ("grounding_rl.cli.check",
+              "before a long run: do rollout and training see the same video tokens, times, positions, log-probs"),
     "merge-lora": ("grounding_rl.cli.merge_lora", "merge a LoRA checkpoint into full weights"),
     "fits": ("grounding_rl.cli.fits", "per-GPU memory a recipe needs (weights, gradients, optimizer, activations)"),
     "eval": ("grounding_rl.cli.eval", "evaluate a checkpoint on a canonical JSONL"),

@@ -131,6 +131,12 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
             "the trainer warns once and uses the per-row forward. False: the per-row forward (for comparison)."
         },
     )
+    check_first_batch: bool = field(
+        default=True,
+        metadata={"help": "Before the first step, run grounding-rl check's cheap checks (prompt ids, frame times and "
+                  "timestamps, 3-D positions; no forward, no sampling, no RNG) on the first samples of the training "
+                  "set; a mismatch stops the run with exit 1 and the check's line. False skips them."},
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],
         metadata={"help": "Reward functions: registered names (iou, format, tiou, set_iou, twass, twass<beta>, r2twass, r2twass<beta>, ngiou, length_ratio_penalty, parse_penalty, or added with grounding_rl.reward.rewards.register_reward), module:function, or path/to/file.py:function; or one TimeLens2 spec string 'a,b:w' (its tiou becomes set_iou, its weights reward_weights)."},

@@ -166,7 +166,7 @@ FIELDS: dict[str, Honour] = {
         "loss_type", "mask_truncated_completions", "log_completions", "num_completions_to_print", "use_vllm",
         "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode", "vllm_max_model_length",
         "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
-        "vllm_importance_sampling_clip_min", "drop_zero_std_groups", "share_video_encoding", "share_prompt_prefix",
+        "vllm_importance_sampling_clip_min", "drop_zero_std_groups", "share_video_encoding", "share_prompt_prefix", "check_first_batch",
         "dynamic_sampling", "max_num_gen_batches", "use_gt_injection", "reward_shaping", "reward_shaping_threshold",
         "reward_shaping_alpha", "reward_funcs", "difficulty_sampling", "difficulty_gaussian_mean",
         "difficulty_gaussian_std", "difficulty_num_bins", "difficulty_subset_size", "difficulty_duration_edges",
