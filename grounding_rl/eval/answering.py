@@ -232,7 +232,7 @@ def result_of(answer: Answer, query: str, duration: float, template: str) -> dic
     from grounding_rl.eval.infer import answer_result
     from grounding_rl.prompts.templates import is_set_template
     from grounding_rl.reward.iou import clamp_interval
-    from grounding_rl.reward.parsing import extract_think
+    from grounding_rl.prompts.parsing import extract_think
 
     if answer.error is not None:
         raise RuntimeError(f"{query!r}: {answer.error}")

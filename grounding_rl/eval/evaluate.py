@@ -109,7 +109,7 @@ def has_prediction(record: dict) -> bool:
     parsed (a set-scored record: ``pred_spans``, else the answer parsed as a set). A rescored row with a fresh
     ``answer`` and a stale ``start: null`` has one."""
     from grounding_rl.reward.metrics import record_prediction
-    from grounding_rl.reward.parsing import parse_spans
+    from grounding_rl.prompts.parsing import parse_spans
 
     answer = record.get("answer")
     if record.get("gt_spans") is not None:

@@ -8,7 +8,7 @@ from grounding_rl.data.video import SampledVideo
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import build_inputs, prompt_text
 from grounding_rl.reward.iou import clamp_interval
-from grounding_rl.reward.parsing import extract_think, parse_answer, parse_spans
+from grounding_rl.prompts.parsing import extract_think, parse_answer, parse_spans
 
 
 def answer_result(query: str, answer: str, duration: float, set_answers: bool = False) -> dict:
@@ -16,7 +16,7 @@ def answer_result(query: str, answer: str, duration: float, set_answers: bool = 
 
     ``start``/``end`` are the parsed answer clamped to [0, duration] seconds (order kept), None when unparseable;
     ``reasoning`` is the ``<think>`` text or None. With ``set_answers`` (a template that asks for every span) the
-    answer is read as a set (:func:`grounding_rl.reward.parsing.parse_spans`): ``spans`` lists each span clamped,
+    answer is read as a set (:func:`grounding_rl.prompts.parsing.parse_spans`): ``spans`` lists each span clamped,
     ``start``/``end`` are its hull.
     """
     if set_answers:

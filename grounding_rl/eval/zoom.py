@@ -171,7 +171,7 @@ def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template
     that runs out of memory, gives ``error`` (the record keeps pass 1's answer). ``on_prompt(row_index, video)`` is
     called with each pass-2 clip before generation (``infer --print-prompt``)."""
     from grounding_rl.data.video import VideoLoadError, WindowError
-    from grounding_rl.reward.parsing import parse_answer
+    from grounding_rl.prompts.parsing import parse_answer
     from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
     out, clips, ok = [], [], []
@@ -230,7 +230,7 @@ def zoom_record(record: dict, zoom: dict | None, sample) -> dict:
     answer: the window is :data:`FALLBACK_WINDOW`) and, when the window could not be sampled, ``zoom_error`` (the
     final answer is then pass 1's). A record without ``zoom`` (its clip did not load) is returned unchanged.
     ``sample`` gives the ground truth for the IoU (:func:`grounding_rl.reward.rewards.query_iou`)."""
-    from grounding_rl.reward.parsing import extract_think
+    from grounding_rl.prompts.parsing import extract_think
     from grounding_rl.reward.rewards import query_iou
 
     if zoom is None:
