@@ -10,6 +10,7 @@ from grounding_rl.data.samples import Sample
 from grounding_rl.data.video import VideoSettings, frame_size, window_indices
 from grounding_rl.errors import UserError
 from grounding_rl.eval import zoom as zm
+from grounding_rl.rollout import zoom as rzm
 
 torch.set_num_threads(1)
 
@@ -64,7 +65,7 @@ def test_absolute_time_and_position_offsets():
     assert zm.to_absolute((2.0, 5.5), 30.25, shift=True) == (32.25, 35.75)
     assert zm.to_absolute((32.0, 35.0), 30.25, shift=False) == (32.0, 35.0)
     assert zm.to_absolute(None, 30.25, shift=True) is None
-    assert zm.position_offset(30.0, 2) == 60 and zm.position_offset(12.3, 2) == 25
+    assert rzm.position_offset(30.0, 2) == 60 and rzm.position_offset(12.3, 2) == 25
 
 
 def test_shift_video_positions_moves_only_the_video_tokens_temporal_ids():
@@ -72,7 +73,7 @@ def test_shift_video_positions_moves_only_the_video_tokens_temporal_ids():
     types = torch.tensor([[0, 0, 2, 2, 0, 0], [0, 0, 2, 2, 0, 0]])
     mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     positions = torch.tensor([[[0, 0, 1, 3, 2, 3], [0, 1, 2, 4, 3, 4]]] * 3)  # (3, 2, 6); spatial rows alike
-    shifted, deltas = zm.shift_video_positions(positions, types, mask, [10, 0])
+    shifted, deltas = rzm.shift_video_positions(positions, types, mask, [10, 0])
     assert shifted[0, 0].tolist() == [0, 0, 11, 13, 2, 3] and shifted[1:].equal(positions[1:])
     assert shifted[0, 1].equal(positions[0, 1])
     assert deltas.tolist() == [[13 + 1 - 5], [4 + 1 - 6]]
@@ -250,9 +251,9 @@ def test_video_time_offsets_shift_qwen2_5_vl_positions_inside_the_block_only(tin
                          VideoSettings(fps=1.0, max_pixels=28 * 28 * 16, min_pixels=28 * 28 * 4))
     inputs = dict(build_inputs(processor, ["q"], [clip], "default"))
     before = rope_position_ids(model, inputs)
-    offset = zm.position_offset(zm.window_origin(clip), model.config.vision_config.tokens_per_second)
+    offset = rzm.position_offset(zm.window_origin(clip), model.config.vision_config.tokens_per_second)
     assert offset == 40
-    with zm.video_time_offsets(model, [offset]):
+    with rzm.video_time_offsets(model, [offset]):
         inside = rope_position_ids(model, inputs)
     video = inputs["mm_token_type_ids"][0] == 2
     assert (inside[0, 0, video] - before[0, 0, video]).unique().tolist() == [40]

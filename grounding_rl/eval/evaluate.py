@@ -8,7 +8,7 @@
   overrides > the checkpoint's ``grounding_config.json`` > the benchmark's paper protocol > built-in defaults; the
   source is printed and recorded), the generation budget and the run record;
 * :func:`run` — greedy, batched generation in the request's mode, one call to
-  :func:`grounding_rl.eval.answering.answer_batches` (queries grouped by video, each video decoded once in background
+  :func:`grounding_rl.rollout.answering.answer_batches` (queries grouped by video, each video decoded once in background
   DataLoader workers, its rows sharing one vision encoding) into
   ``OUTDIR/predictions.jsonl``, one flushed line per query::
 
@@ -524,10 +524,23 @@ def _main_process_run(run: dict, state) -> dict:
     return record
 
 
+def _record(answer, sample: Sample, set_answers: bool) -> dict:
+    """The ``predictions.jsonl`` record of ``answer`` (:class:`grounding_rl.rollout.answering.Answer`) to ``sample``
+    (:func:`grounding_rl.reward.records.prediction_record`; with the zoom pass 2's answer in the video's seconds and
+    pass 1's under ``pass1``, :func:`grounding_rl.eval.zoom.zoom_record`; with the crop tool its ``conversation``)."""
+    from grounding_rl.eval.zoom import zoom_record
+    from grounding_rl.reward.records import prediction_record
+
+    record = prediction_record(sample, answer.text, answer.error, answer.sampling, set_answers=set_answers)
+    if answer.conversation is not None:
+        record["conversation"] = answer.conversation
+    return zoom_record(record, answer.zoom, sample)
+
+
 def _answer_into(plan_: EvalPlan, state, shard: list[Sample], model, processor, engine) -> None:
-    """Answer this process's ``shard`` in the request's mode (:func:`grounding_rl.eval.answering.answer_batches`,
+    """Answer this process's ``shard`` in the request's mode (:func:`grounding_rl.rollout.answering.answer_batches`,
     one call) and append each record to its prediction file as it comes."""
-    from grounding_rl.eval.answering import Mode, answer_batches
+    from grounding_rl.rollout.answering import Mode, answer_batches
     from grounding_rl.rollout.greedy import query_seed
 
     request, config = plan_.request, plan_.config
@@ -544,7 +557,7 @@ def _answer_into(plan_: EvalPlan, state, shard: list[Sample], model, processor, 
     try:
         for batch in batches:
             for answer in batch:
-                record = answer.record(shard[answer.position], is_set_template(config.prompt_template))
+                record = _record(answer, shard[answer.position], is_set_template(config.prompt_template))
                 writer.write(record)
                 failed += record.get("error") is not None
             bar.update(len(batch))

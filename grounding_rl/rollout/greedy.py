@@ -9,7 +9,7 @@ object), and a ``torch.utils.data.DataLoader`` over videos decodes the next clip
 At most ``batch_size + num_workers · prefetch_factor`` decoded clips are held at once. A clip that fails to load is a
 recorded failure for each of its queries, never dropped and never a crash. :func:`clip_batches` then
 :func:`answer_batch` is the loop every caller shares (eval's modes build on it,
-:mod:`grounding_rl.eval.answering`); turning its answers into scored records is the reward stage's
+:mod:`grounding_rl.rollout.answering`); turning its answers into scored records is the reward stage's
 (:func:`grounding_rl.reward.records.prediction_record`).
 """
 from __future__ import annotations
