@@ -132,6 +132,6 @@ def result_of(answer, query: str, duration: float, template: str) -> dict:
     extra = {"pass1": result, "zoom_window": zoom["window"], "zoom_fallback": zoom["fallback"]}
     if zoom["error"] is not None:
         return {**result, **extra, "zoom_error": zoom["error"]}
-    start, end = clamp_interval(zoom["interval"], duration) if zoom["interval"] is not None else (None, None)
+    start, end = clamp_interval(answer.spans[0], duration) if answer.spans else (None, None)
     return {"query": query, "start": start, "end": end, "answer": zoom["answer"],
             "reasoning": extract_think(zoom["answer"]), "sampling": zoom["sampling"], **extra}

@@ -47,6 +47,8 @@ class Answer:
             interval in the video's seconds, window sampling, error); None otherwise or when pass 1 failed.
         conversation: with the crop tool, every turn and requested window
             (:meth:`grounding_rl.rollout.conversation.Trajectory.record`); None otherwise or on an error.
+        spans: the final answer's ``[(start, end)]`` in the video's seconds as written (not clamped; pass 2's with
+            the zoom), several with a set template; None when it does not parse or there is no answer.
     """
 
     position: int
@@ -55,6 +57,7 @@ class Answer:
     sampling: dict | None
     zoom: dict | None = None
     conversation: dict | None = None
+    spans: list[tuple[float, float]] | None = None
 
 
 def answer_batches(model, processor, videos: Sequence[str], queries: Sequence[str], config, max_new_tokens: int,
@@ -83,12 +86,13 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
                 engine=None, seeds: Sequence[int] | None = None, on_zoom=None, on_conversation=None) -> list[Answer]:
     """One batch of ``(position, SampledVideo | None, error | None)`` rows answered in ``mode``, in order: one pass
     (:func:`grounding_rl.rollout.greedy.answer_batch`), then with the zoom pass 2 on each answered row's window
-    (:func:`grounding_rl.rollout.zoom.zoom_rows`), or the crop tool's conversation. A clip that did not load, or a
-    pass that runs out of memory, gives the row's ``error``. ``on_zoom(position, window_clip)`` is called before pass 2 generates,
-    ``on_conversation(position, trajectory)`` after a conversation ends (``infer --print-prompt``)."""
+    (:func:`grounding_rl.rollout.zoom.zoom_rows`), or the crop tool's conversation; each answer's ``spans`` read
+    once (:func:`_with_spans`). A clip that did not load, or a pass that runs out of memory, gives the row's
+    ``error``. ``on_zoom(position, window_clip)`` is called before pass 2 generates, ``on_conversation(position,
+    trajectory)`` after a conversation ends (``infer --print-prompt``)."""
     if mode.max_turns:
-        return _conversation_rows(model, processor, batch, queries, config, max_new_tokens, mode.max_turns, engine,
-                                  on_conversation)
+        return _with_spans(_conversation_rows(model, processor, batch, queries, config, max_new_tokens,
+                                              mode.max_turns, engine, on_conversation), config.prompt_template)
     from grounding_rl.rollout.generation import SamplingParams
     from grounding_rl.rollout.greedy import answer_batch
 
@@ -97,7 +101,7 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
                                                   max_new_tokens, mode.synced_gpus, engine, config.video_layout,
                                                   sampled, seeds)]
     if mode.zoom is None:
-        return first
+        return _with_spans(first, config.prompt_template)
     from grounding_rl.rollout.zoom import zoom_rows
 
     rows = [(a.position, a.text, a.error, a.sampling, clip.path, clip.duration)
@@ -106,7 +110,25 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
     zoomed = zoom_rows(model, processor, rows, queries, config.video, config.prompt_template, max_new_tokens,
                        mode.zoom, engine, config.video_layout, on_prompt=show) if rows else []
     by_position = {row[0]: item for row, item in zip(rows, zoomed)}
-    return [replace(a, zoom=by_position.get(a.position)) for a in first]
+    return _with_spans([replace(a, zoom=by_position.get(a.position)) for a in first], config.prompt_template)
+
+
+def _with_spans(answers: list[Answer], template: str) -> list[Answer]:
+    """``answers`` with their final ``spans`` read: pass 2's interval (already in the video's seconds) when the zoom
+    ran, else the text's (:func:`grounding_rl.prompts.parsing.parse_spans` for a set template, else the one
+    :func:`grounding_rl.prompts.parsing.parse_answer` interval); None when there is none."""
+    from grounding_rl.prompts.parsing import parse_answer, parse_spans
+    from grounding_rl.prompts.templates import is_set_template
+
+    def spans(a: Answer):
+        if a.zoom is not None and a.zoom["error"] is None:
+            return None if a.zoom["interval"] is None else [tuple(a.zoom["interval"])]
+        if a.text is None or is_set_template(template):
+            return None if a.text is None else parse_spans(a.text)
+        parsed = parse_answer(a.text)
+        return None if parsed is None else [parsed]
+
+    return [replace(a, spans=spans(a)) for a in answers]
 
 
 def _conversation_rows(model, processor, batch, queries, config, max_new_tokens: int, max_turns: int, engine,
