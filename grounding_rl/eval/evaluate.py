@@ -524,22 +524,12 @@ def _main_process_run(run: dict, state) -> dict:
     return record
 
 
-def _record(answer, sample: Sample, set_answers: bool) -> dict:
-    """The ``predictions.jsonl`` record of ``answer`` (:class:`grounding_rl.rollout.answering.Answer`) to ``sample``
-    (:func:`grounding_rl.reward.records.prediction_record`; with the zoom pass 2's answer in the video's seconds and
-    pass 1's under ``pass1``, :func:`grounding_rl.eval.zoom.zoom_record`; with the crop tool its ``conversation``)."""
-    from grounding_rl.eval.zoom import zoom_record
-    from grounding_rl.reward.records import prediction_record
-
-    record = prediction_record(sample, answer.text, answer.error, answer.sampling, set_answers=set_answers)
-    if answer.conversation is not None:
-        record["conversation"] = answer.conversation
-    return zoom_record(record, answer.zoom, sample)
-
-
 def _answer_into(plan_: EvalPlan, state, shard: list[Sample], model, processor, engine) -> None:
     """Answer this process's ``shard`` in the request's mode (:func:`grounding_rl.rollout.answering.answer_batches`,
-    one call) and append each record to its prediction file as it comes."""
+    one call) and append each record to its prediction file as it comes (pass 2's answer and ``pass1`` with the zoom,
+    :func:`grounding_rl.eval.zoom.zoom_record`; the ``conversation`` with the crop tool)."""
+    from grounding_rl.eval.zoom import zoom_record
+    from grounding_rl.reward.records import prediction_record
     from grounding_rl.rollout.answering import Mode, answer_batches
     from grounding_rl.rollout.greedy import query_seed
 
@@ -556,8 +546,11 @@ def _answer_into(plan_: EvalPlan, state, shard: list[Sample], model, processor, 
     failed = 0
     try:
         for batch in batches:
-            for answer in batch:
-                record = _record(answer, shard[answer.position], is_set_template(config.prompt_template))
+            for a in batch:
+                record = prediction_record(shard[a.position], a.text, a.error, a.sampling,
+                                           set_answers=is_set_template(config.prompt_template))
+                conversation = {} if a.conversation is None else {"conversation": a.conversation}
+                record = zoom_record({**record, **conversation}, a.zoom, shard[a.position])
                 writer.write(record)
                 failed += record.get("error") is not None
             bar.update(len(batch))

@@ -26,24 +26,22 @@ Time in pass 2 (``time``). Qwen3-VL reads time as text: the window's frames carr
 ``<t seconds>`` and its answer is absolute. Qwen2.5-VL's time is positional (3D RoPE, ``second_per_grid_ts``), which
 transformers starts at the window's first frame: ``time="window"`` (its default) keeps that and adds the window's
 first frame time t₀ to the answer; ``time="video"`` shifts the window's temporal position ids so they start where t₀
-sits in the whole video (``round(t₀ · tokens_per_second)``, :func:`grounding_rl.rollout.zoom.video_time_offsets`), and the answer is taken as
+sits in the whole video (``round(t₀ · tokens_per_second)``, :func:`video_time_offsets`), and the answer is taken as
 absolute. ``window`` is the default because every clip a Qwen2.5-VL checkpoint is trained and evaluated on starts at
 temporal position 0, so it reads time from the clip's first frame (a window is then a trimmed clip); measured on the
 long demo's checkpoint, with ``video`` positions it still answered window-relative times ("10.00 to 11.00" for a
 window at 104-117 s): 30 of 50 final answers inside the window against 39 with ``window``, mIoU 0.98 against 1.48
 (docs/BENCHMARKS.md, "Zoom on the long demo").
+
+The window, its time and pass 2 are :mod:`grounding_rl.rollout.zoom`'s (shared with training's two-pass zoom).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-# window_settings: the zoom's sampling rule, in data (the crop tool, grounding_rl.rollout.tools, uses it too)
-from grounding_rl.data.video import window_settings  # noqa: F401
 from grounding_rl.errors import UserError, check_number
-# the window and time pieces, shared with training's two-pass zoom (grounding_rl.update.recipes.two_pass_zoom)
-from grounding_rl.rollout.zoom import (DEFAULT_MARGIN, FALLBACK_WINDOW, ZOOM_SPEND, ZOOM_TIME,  # noqa: F401
-                                       to_absolute, window_origin, zoom_window)
+from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,7 @@ one vision encoding (:func:`grounding_rl.rollout.generation.generate_answers` sh
 object), and a ``torch.utils.data.DataLoader`` over videos decodes the next clips while the current batch generates.
 At most ``batch_size + num_workers · prefetch_factor`` decoded clips are held at once. A clip that fails to load is a
 recorded failure for each of its queries, never dropped and never a crash. :func:`clip_batches` then
-:func:`answer_batch` is the loop every caller shares (eval's modes build on it,
-:mod:`grounding_rl.rollout.answering`); turning its answers into scored records is the reward stage's
-(:func:`grounding_rl.reward.records.prediction_record`).
+:func:`answer_batch` is the one pass of :mod:`grounding_rl.rollout.answering`.
 """
 from __future__ import annotations
 
