@@ -133,33 +133,10 @@ def _with_spans(answers: list[Answer], template: str) -> list[Answer]:
 
 def _conversation_rows(model, processor, batch, queries, config, max_new_tokens: int, max_turns: int, engine,
                        on_conversation) -> list[Answer]:
-    """:func:`answer_rows` with the crop tool: the rows whose clip loaded converse together, greedily, with
-    ``model.generate`` or the vLLM ``engine`` (built with ``max_videos`` ≥ K + 1), the windows spending each clip's
-    budget (:class:`grounding_rl.rollout.tools.CropEnvironment`)."""
-    import torch
-
-    ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
-    done = {}
-    if ok:
-        try:
-            trajectories = _converse(model, processor, [clip for _, clip in ok], [queries[p] for p, _ in ok], config,
-                                     max_new_tokens, max_turns, engine)
-        except torch.OutOfMemoryError as err:
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            done = {p: Answer(p, None, f"out of memory: {err}"[:300], None) for p, _ in ok}
-        else:
-            for (p, clip), t in zip(ok, trajectories):
-                done[p] = Answer(p, t.final_text, None, clip.sampling(), conversation=t.record())
-                if on_conversation is not None:
-                    on_conversation(p, t)
-    return [done.get(position) or Answer(position, None, error, None) for position, _, error in batch]
-
-
-def _converse(model, processor, clips: list, queries: list[str], config, max_new_tokens: int, max_turns: int,
-              engine) -> list:
-    """Finished :class:`grounding_rl.rollout.conversation.Trajectory` objects, one per (clip, query) row: the
-    multi-turn training loop (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy."""
+    """:func:`answer_rows` with the crop tool: the rows whose clip loaded converse together, greedily, in the
+    multi-turn training loop (:func:`grounding_rl.rollout.conversation.run_conversations`) with ``model.generate`` or
+    the vLLM ``engine`` (built with ``max_videos`` ≥ K + 1), the windows spending each clip's budget
+    (:class:`grounding_rl.rollout.tools.CropEnvironment`)."""
     import torch
 
     from grounding_rl.family import family_of
@@ -169,20 +146,32 @@ def _converse(model, processor, clips: list, queries: list[str], config, max_new
     from grounding_rl.rollout.generation import SamplingParams
     from grounding_rl.rollout.tools import CropEnvironment
 
-    family, layout = family_of(processor), config.video_layout
-    ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
-    trajectories = [conv.start(processor, family, q, clip, config.prompt_template, max_turns, layout)
-                    for q, clip in zip(queries, clips)]
+    ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
+    family, layout, done = family_of(processor), config.video_layout, {}
     params = SamplingParams.greedy(max_new_tokens)
     if engine is not None:
         from grounding_rl.rollout.vllm import vllm_turns
 
         generate, end_ids, stop_ids = vllm_turns(engine, params), engine.eos_token_ids, engine.placeholder_ids
     else:
+        ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
         generate = conv.hf_turns(model, processor, params, ids.pad)
         end_ids, stop_ids = list(ids.eos), placeholder_token_ids(model)
-    with torch.no_grad():
-        conv.run_conversations(generate, trajectories, processor, family,
-                               CropEnvironment(family.video_settings(config.video)), max_turns, end_ids=end_ids,
-                               stop_ids=stop_ids, layout=layout)
-    return trajectories
+    try:
+        trajectories = [conv.start(processor, family, queries[p], clip, config.prompt_template, max_turns, layout)
+                        for p, clip in ok]
+        with torch.no_grad():
+            if ok:
+                conv.run_conversations(generate, trajectories, processor, family,
+                                       CropEnvironment(family.video_settings(config.video)), max_turns,
+                                       end_ids=end_ids, stop_ids=stop_ids, layout=layout)
+    except torch.OutOfMemoryError as err:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        done = {p: Answer(p, None, f"out of memory: {err}"[:300], None) for p, _ in ok}
+    else:
+        for (p, clip), t in zip(ok, trajectories):
+            done[p] = Answer(p, t.final_text, None, clip.sampling(), conversation=t.record())
+            if on_conversation is not None:
+                on_conversation(p, t)
+    return [done.get(position) or Answer(position, None, error, None) for position, _, error in batch]
