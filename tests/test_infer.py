@@ -214,3 +214,18 @@ def test_video_min_frames_lowers_the_minimum_under_video_max_frames(tiny_model_d
 
     video = resolve_config(tiny_model_dir, PreprocessingOverrides(max_frames=3, min_frames=2))[0].video
     assert (video.min_frames, video.max_frames) == (2, 3)
+
+
+def test_answer_spans_are_the_final_answer_in_the_videos_seconds():
+    from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template
+    from grounding_rl.rollout.answering import Answer, _with_spans
+
+    zoom = {"window": [10, 20], "fallback": False, "answer": "1 to 2", "interval": (11.0, 12.0), "sampling": None,
+            "error": None}
+    answers = [Answer(0, "<answer>3 to 7.5</answer>", None, None), Answer(1, None, "no clip", None),
+               Answer(2, "3 to 7", None, None, zoom=zoom), Answer(3, "3 to 7", None, None, zoom={**zoom, "error": "w"}),
+               Answer(4, "no idea", None, None)]
+    assert [a.spans for a in _with_spans(answers, "default")] == [[(3.0, 7.5)], None, [(11.0, 12.0)], [(3.0, 7.0)],
+                                                                  None]
+    set_template = next(t for t in PROMPT_TEMPLATES if is_set_template(t))
+    assert _with_spans([Answer(0, "[[0, 3.5], [10, 12]]", None, None)], set_template)[0].spans == [(0, 3.5), (10, 12)]

@@ -1,7 +1,7 @@
 """Answer parser: the answers models write, read or refused, in linear time."""
 import pytest
 
-from grounding_rl.reward.parsing import completion_text, extract_think, parse_answer
+from grounding_rl.prompts.parsing import completion_text, extract_think, parse_answer
 
 
 def wrap(answer: str) -> str:

@@ -92,7 +92,7 @@ def test_grpo_config_translates_spec_and_refuses_tiou_with_timelens2(tmp_path):
     ("start 3 end 4, 5 to 6", None), ("[[1, 2], [3, 4]", None), ("at 5 s", None), ("0 to 3 and 4 to 5 minutes", None),
 ])
 def test_parse_spans(text, spans):
-    from grounding_rl.reward.parsing import parse_answer, parse_spans
+    from grounding_rl.prompts.parsing import parse_answer, parse_spans
 
     assert parse_spans(text) == spans
     single = parse_answer(text)
@@ -103,7 +103,7 @@ def test_parse_spans(text, spans):
 def test_parse_spans_is_linear():
     import time
 
-    from grounding_rl.reward.parsing import parse_spans
+    from grounding_rl.prompts.parsing import parse_spans
 
     def seconds(text):
         best = float("inf")

@@ -33,7 +33,7 @@ def demo_items(demo_dir, n):
 
 
 def test_target_round_trips_through_the_answer_parser():
-    from grounding_rl.reward.parsing import extract_think, parse_answer
+    from grounding_rl.prompts.parsing import extract_think, parse_answer
 
     text = sft_target(3.5, 12.25)
     assert text == ("<think>The event is visible in the video, so I find when it starts and ends.</think>"

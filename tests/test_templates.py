@@ -2,7 +2,7 @@
 import pytest
 
 from grounding_rl.prompts import templates
-from grounding_rl.reward.parsing import parse_answer
+from grounding_rl.prompts.parsing import parse_answer
 from grounding_rl.reward.rewards import format_reward
 
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from grounding_rl.data.samples import Sample
-from grounding_rl.data.video import VideoSettings, frame_size, window_indices
+from grounding_rl.data.video import VideoSettings, frame_size, window_indices, window_settings
 from grounding_rl.errors import UserError
 from grounding_rl.eval import zoom as zm
+from grounding_rl.rollout import zoom as rzm
 
 torch.set_num_threads(1)
 
@@ -18,16 +19,16 @@ FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 
 
 # ------------------------------------------------------------------------------------------------ pure functions
 def test_zoom_window_widens_the_answer_by_the_margin_and_at_least_one_patch():
-    assert zm.zoom_window((40.0, 50.0), 150.0, 1.0, 0.25) == ((30.0, 60.0), False)  # m = max(10, 8)
-    assert zm.zoom_window((2.0, 3.0), 150.0, 1.0, 0.25) == ((0.0, 11.0), False)  # m = 8, clipped at 0
-    assert zm.zoom_window((50.0, 40.0), 150.0, 0.5, 1.0) == ((35.0, 55.0), False)  # reversed: ordered, m = 5
-    assert zm.zoom_window((140.0, 170.0), 150.0, 0.0, 0.5) == ((136.0, 150.0), False)  # clamped to 150, m = 4
+    assert rzm.zoom_window((40.0, 50.0), 150.0, 1.0, 0.25) == ((30.0, 60.0), False)  # m = max(10, 8)
+    assert rzm.zoom_window((2.0, 3.0), 150.0, 1.0, 0.25) == ((0.0, 11.0), False)  # m = 8, clipped at 0
+    assert rzm.zoom_window((50.0, 40.0), 150.0, 0.5, 1.0) == ((35.0, 55.0), False)  # reversed: ordered, m = 5
+    assert rzm.zoom_window((140.0, 170.0), 150.0, 0.0, 0.5) == ((136.0, 150.0), False)  # clamped to 150, m = 4
 
 
 def test_zoom_window_falls_back_to_the_centre_half():
-    assert zm.zoom_window(None, 150.0, 1.0, 0.25) == ((37.5, 112.5), True)
-    assert zm.zoom_window((200.0, 210.0), 150.0, 1.0, 0.25) == ((37.5, 112.5), True)  # wholly after the clip
-    assert zm.zoom_window((-5.0, -1.0), 40.0, 1.0, 0.25) == ((10.0, 30.0), True)  # wholly before it
+    assert rzm.zoom_window(None, 150.0, 1.0, 0.25) == ((37.5, 112.5), True)
+    assert rzm.zoom_window((200.0, 210.0), 150.0, 1.0, 0.25) == ((37.5, 112.5), True)  # wholly after the clip
+    assert rzm.zoom_window((-5.0, -1.0), 40.0, 1.0, 0.25) == ((10.0, 30.0), True)  # wholly before it
 
 
 FIRST = {"fps": 0.32, "frames": 48, "height": 56, "width": 56}  # 150 s at 48 frames of 56x56
@@ -35,7 +36,7 @@ SETTINGS = VideoSettings(fps=1.0, max_frames=48, min_pixels=3136, max_pixels=313
 
 
 def test_window_settings_spend_on_fps_keeps_the_frame_count_and_size():
-    s2 = zm.window_settings(SETTINGS, FIRST, (30.0, 60.0), "fps")
+    s2 = window_settings(SETTINGS, FIRST, (30.0, 60.0), "fps")
     assert s2.fps == pytest.approx(1.6) and s2.max_frames == 48
     indices, f = window_indices(600, 4.0, s2, 30.0, 60.0)  # a 150 s clip written at 4 fps
     assert len(indices) == 48 and f == pytest.approx(1.6)  # the grid k / 1.6 from 30 s: 49 times, floor2 48
@@ -44,7 +45,7 @@ def test_window_settings_spend_on_fps_keeps_the_frame_count_and_size():
 
 
 def test_window_settings_spend_on_resolution_keeps_the_rate_and_the_pixels():
-    s2 = zm.window_settings(SETTINGS, FIRST, (30.0, 60.0), "resolution")
+    s2 = window_settings(SETTINGS, FIRST, (30.0, 60.0), "resolution")
     spent = 48 * 56 * 56
     assert s2.fps == 0.32 and s2.total_pixels == spent // 2 and s2.total_tokens is None
     assert s2.max_pixels == spent // 8  # T₂ planned as floor2(0.32 · 30) = 8 frames
@@ -57,14 +58,14 @@ def test_window_settings_spend_on_resolution_keeps_the_rate_and_the_pixels():
 
 def test_window_settings_unknown_spend():
     with pytest.raises(ValueError, match="spend"):
-        zm.window_settings(SETTINGS, FIRST, (0.0, 10.0), "colour")
+        window_settings(SETTINGS, FIRST, (0.0, 10.0), "colour")
 
 
 def test_absolute_time_and_position_offsets():
-    assert zm.to_absolute((2.0, 5.5), 30.25, shift=True) == (32.25, 35.75)
-    assert zm.to_absolute((32.0, 35.0), 30.25, shift=False) == (32.0, 35.0)
-    assert zm.to_absolute(None, 30.25, shift=True) is None
-    assert zm.position_offset(30.0, 2) == 60 and zm.position_offset(12.3, 2) == 25
+    assert rzm.to_absolute((2.0, 5.5), 30.25, shift=True) == (32.25, 35.75)
+    assert rzm.to_absolute((32.0, 35.0), 30.25, shift=False) == (32.0, 35.0)
+    assert rzm.to_absolute(None, 30.25, shift=True) is None
+    assert rzm.position_offset(30.0, 2) == 60 and rzm.position_offset(12.3, 2) == 25
 
 
 def test_shift_video_positions_moves_only_the_video_tokens_temporal_ids():
@@ -72,7 +73,7 @@ def test_shift_video_positions_moves_only_the_video_tokens_temporal_ids():
     types = torch.tensor([[0, 0, 2, 2, 0, 0], [0, 0, 2, 2, 0, 0]])
     mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     positions = torch.tensor([[[0, 0, 1, 3, 2, 3], [0, 1, 2, 4, 3, 4]]] * 3)  # (3, 2, 6); spatial rows alike
-    shifted, deltas = zm.shift_video_positions(positions, types, mask, [10, 0])
+    shifted, deltas = rzm.shift_video_positions(positions, types, mask, [10, 0])
     assert shifted[0, 0].tolist() == [0, 0, 11, 13, 2, 3] and shifted[1:].equal(positions[1:])
     assert shifted[0, 1].equal(positions[0, 1])
     assert deltas.tolist() == [[13 + 1 - 5], [4 + 1 - 6]]
@@ -250,9 +251,9 @@ def test_video_time_offsets_shift_qwen2_5_vl_positions_inside_the_block_only(tin
                          VideoSettings(fps=1.0, max_pixels=28 * 28 * 16, min_pixels=28 * 28 * 4))
     inputs = dict(build_inputs(processor, ["q"], [clip], "default"))
     before = rope_position_ids(model, inputs)
-    offset = zm.position_offset(zm.window_origin(clip), model.config.vision_config.tokens_per_second)
+    offset = rzm.position_offset(rzm.window_origin(clip), model.config.vision_config.tokens_per_second)
     assert offset == 40
-    with zm.video_time_offsets(model, [offset]):
+    with rzm.video_time_offsets(model, [offset]):
         inside = rope_position_ids(model, inputs)
     video = inputs["mm_token_type_ids"][0] == 2
     assert (inside[0, 0, video] - before[0, 0, video]).unique().tolist() == [40]

@@ -99,7 +99,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_zoom_flags(parser: argparse.ArgumentParser) -> None:
     """``--zoom`` and its knobs (:class:`grounding_rl.eval.zoom.ZoomSettings`), shared by ``eval`` and ``infer``."""
-    from grounding_rl.eval.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
+    from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
 
     parser.add_argument("--zoom", action="store_true",
                         help="answer twice: over the whole video, then on the window of the first answer widened by "
@@ -119,7 +119,8 @@ def add_zoom_flags(parser: argparse.ArgumentParser) -> None:
 def zoom_from_args(args: argparse.Namespace):
     """:class:`grounding_rl.eval.zoom.ZoomSettings` of parsed :func:`add_zoom_flags` arguments, None without
     ``--zoom``. Raises UserError for a knob given without ``--zoom`` (it would change nothing)."""
-    from grounding_rl.eval.zoom import DEFAULT_MARGIN, ZoomSettings
+    from grounding_rl.eval.zoom import ZoomSettings
+    from grounding_rl.rollout.zoom import DEFAULT_MARGIN
 
     if not args.zoom:
         given = [flag for flag, value, default in (("--zoom-margin", args.zoom_margin, DEFAULT_MARGIN),

@@ -13,13 +13,13 @@ query, in order). ``--print-prompt`` first prints, per query, the exact prompt t
 and Qwen3-VL's textual timestamps shown, video tokens collapsed to a count; on stderr with ``--json``). A missing or
 unreadable video is a one-line error and exit code 2.
 
-``--zoom`` answers each query twice (:func:`grounding_rl.eval.answering.clip_answers`): over the whole video, then on
+``--zoom`` answers each query twice (:func:`grounding_rl.eval.infer.clip_answers`): over the whole video, then on
 the window of the first answer; the result is the second answer in the video's seconds, with ``pass1``, ``zoom_window``
 and ``zoom_fallback``. With ``--print-prompt`` each query's pass-1 prompt, a line ``--- pass 2 (zoom window S–E s)
 ---`` and its pass-2 prompt are printed once pass 1 has answered (the window is the model's: the model is loaded for
 the prompt anyway).
 
-``--max-turns K`` runs the policy with the crop tool (:func:`grounding_rl.eval.answering.clip_answers`): the model may
+``--max-turns K`` runs the policy with the crop tool (:func:`grounding_rl.eval.infer.clip_answers`): the model may
 request ``crop(start, end)`` up to K times before it answers, as in multi-turn training
 (``max_tool_calling_iterations``); each result keeps its ``conversation`` (turns, requested windows); with
 ``--print-prompt`` every turn of each conversation is printed. With ``--engine vllm`` each turn's prompt holds
@@ -125,11 +125,12 @@ def _load_video(path: str, settings):
 
 def _answer(args, config, video, zoom, log) -> list[dict]:
     """Load the model (or vLLM engine) and answer every ``--query`` on ``video`` in the mode the flags give, one
-    call (:func:`grounding_rl.eval.answering.clip_answers`); ``--print-prompt`` prints to ``log``."""
+    call (:func:`grounding_rl.eval.infer.clip_answers`); ``--print-prompt`` prints to ``log``."""
     import torch
 
-    from grounding_rl.eval.answering import Mode, clip_answers
     from grounding_rl.eval.engines import load_inference_engine
+    from grounding_rl.eval.infer import clip_answers
+    from grounding_rl.rollout.answering import Mode
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine,

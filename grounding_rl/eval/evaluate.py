@@ -8,7 +8,7 @@
   overrides > the checkpoint's ``grounding_config.json`` > the benchmark's paper protocol > built-in defaults; the
   source is printed and recorded), the generation budget and the run record;
 * :func:`run` — greedy, batched generation in the request's mode, one call to
-  :func:`grounding_rl.eval.answering.answer_batches` (queries grouped by video, each video decoded once in background
+  :func:`grounding_rl.rollout.answering.answer_batches` (queries grouped by video, each video decoded once in background
   DataLoader workers, its rows sharing one vision encoding) into
   ``OUTDIR/predictions.jsonl``, one flushed line per query::
 
@@ -109,7 +109,7 @@ def has_prediction(record: dict) -> bool:
     parsed (a set-scored record: ``pred_spans``, else the answer parsed as a set). A rescored row with a fresh
     ``answer`` and a stale ``start: null`` has one."""
     from grounding_rl.reward.metrics import record_prediction
-    from grounding_rl.reward.parsing import parse_spans
+    from grounding_rl.prompts.parsing import parse_spans
 
     answer = record.get("answer")
     if record.get("gt_spans") is not None:
@@ -525,9 +525,12 @@ def _main_process_run(run: dict, state) -> dict:
 
 
 def _answer_into(plan_: EvalPlan, state, shard: list[Sample], model, processor, engine) -> None:
-    """Answer this process's ``shard`` in the request's mode (:func:`grounding_rl.eval.answering.answer_batches`,
-    one call) and append each record to its prediction file as it comes."""
-    from grounding_rl.eval.answering import Mode, answer_batches
+    """Answer this process's ``shard`` in the request's mode (:func:`grounding_rl.rollout.answering.answer_batches`,
+    one call) and append each record to its prediction file as it comes (pass 2's answer and ``pass1`` with the zoom,
+    :func:`grounding_rl.eval.zoom.zoom_record`; the ``conversation`` with the crop tool)."""
+    from grounding_rl.eval.zoom import zoom_record
+    from grounding_rl.reward.records import prediction_record
+    from grounding_rl.rollout.answering import Mode, answer_batches
     from grounding_rl.rollout.greedy import query_seed
 
     request, config = plan_.request, plan_.config
@@ -543,8 +546,11 @@ def _answer_into(plan_: EvalPlan, state, shard: list[Sample], model, processor, 
     failed = 0
     try:
         for batch in batches:
-            for answer in batch:
-                record = answer.record(shard[answer.position], is_set_template(config.prompt_template))
+            for a in batch:
+                record = prediction_record(shard[a.position], a.text, a.error, a.sampling,
+                                           set_answers=is_set_template(config.prompt_template))
+                conversation = {} if a.conversation is None else {"conversation": a.conversation}
+                record = zoom_record({**record, **conversation}, a.zoom, shard[a.position])
                 writer.write(record)
                 failed += record.get("error") is not None
             bar.update(len(batch))

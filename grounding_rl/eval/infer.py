@@ -1,5 +1,5 @@
 """What ``grounding-rl infer`` shows (:mod:`grounding_rl.cli.infer`; the answers come from
-:func:`grounding_rl.eval.answering.clip_answers`): each answer turned into seconds clamped to the video
+:func:`clip_answers`): each answer turned into seconds clamped to the video
 (:func:`answer_result`), the exact prompt (:func:`format_prompt`) and a readable summary (:func:`format_text`).
 """
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from grounding_rl.data.video import SampledVideo
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import build_inputs, prompt_text
+from grounding_rl.prompts.parsing import extract_think, parse_answer, parse_spans
 from grounding_rl.reward.iou import clamp_interval
-from grounding_rl.reward.parsing import extract_think, parse_answer, parse_spans
 
 
 def answer_result(query: str, answer: str, duration: float, set_answers: bool = False) -> dict:
@@ -16,7 +16,7 @@ def answer_result(query: str, answer: str, duration: float, set_answers: bool = 
 
     ``start``/``end`` are the parsed answer clamped to [0, duration] seconds (order kept), None when unparseable;
     ``reasoning`` is the ``<think>`` text or None. With ``set_answers`` (a template that asks for every span) the
-    answer is read as a set (:func:`grounding_rl.reward.parsing.parse_spans`): ``spans`` lists each span clamped,
+    answer is read as a set (:func:`grounding_rl.prompts.parsing.parse_spans`): ``spans`` lists each span clamped,
     ``start``/``end`` are its hull.
     """
     if set_answers:
@@ -64,3 +64,74 @@ def format_text(results: list[dict], video: SampledVideo) -> str:
         lines.append(f"    answer: {r['answer'].strip()!r}")
         lines.append(f"    reasoning: {r['reasoning'] if r['reasoning'] is not None else '(none)'}")
     return "\n".join(lines)
+
+
+def clip_answers(model, processor, video, queries: Sequence[str], config, max_new_tokens: int, batch_size: int,
+                 mode, engine=None, print_prompt=None) -> list[dict]:
+    """Answer every query on one decoded clip in ``mode`` (what ``grounding-rl infer`` runs), ``batch_size`` rows at
+    a time sharing the clip (:func:`grounding_rl.rollout.answering.answer_rows`, ``mode`` a
+    :class:`grounding_rl.rollout.answering.Mode`). ``print_prompt(text)``, when given, receives the exact prompts:
+    each query's before it runs, with the zoom pass 2's after the window is known, with the crop tool the whole
+    conversation once it ends.
+
+    Returns:
+        one result object per query (:func:`result_of`).
+
+    Raises:
+        RuntimeError: a pass ran out of memory.
+    """
+    from grounding_rl.rollout.answering import answer_rows
+
+    queries, template, layout = list(queries), config.prompt_template, config.video_layout
+    show = print_prompt or (lambda text: None)
+
+    def first_prompt(p):
+        show(f"infer: prompt for {queries[p]!r}" + (" (pass 1)" if mode.zoom is not None else "") + ":\n"
+             + format_prompt(processor, video, queries[p], template, layout))
+
+    def on_zoom(p, clip):  # pass 1's prompt, the window, pass 2's prompt
+        first_prompt(p)
+        show(f"--- pass 2 (zoom window {clip.window[0]:.2f}–{clip.window[1]:.2f} s) ---")
+        show(format_prompt(processor, clip, queries[p], template, layout))
+
+    def on_conversation(p, t):
+        show(f"infer: conversation for {queries[p]!r} ({len(t.turns)} model turns):\n"
+             + prompt_text(processor, t.prompt_ids + t.completion_ids))
+
+    results, step, printing = [], max(1, batch_size), print_prompt is not None
+    for i in range(0, len(queries), step):
+        batch = [(p, video, None) for p in range(i, min(len(queries), i + step))]
+        for p, _, _ in batch if printing and mode.zoom is None and not mode.max_turns else ():
+            first_prompt(p)
+        answers = answer_rows(model, processor, batch, queries, config, max_new_tokens, mode, engine,
+                              on_zoom=on_zoom if printing else None,
+                              on_conversation=on_conversation if printing else None)
+        results += [result_of(a, queries[a.position], video.duration, template) for a in answers]
+    return results
+
+
+def result_of(answer, query: str, duration: float, template: str) -> dict:
+    """``infer``'s object for one answer (:func:`answer_result`: seconds clamped to the
+    clip, plus ``sampling``); with the zoom pass 2's answer and ``pass1``, ``zoom_window``, ``zoom_fallback`` (and
+    ``zoom_error`` when the window could not be sampled: the result is then pass 1's); with the crop tool the final
+    turn's answer and ``conversation``.
+
+    Raises:
+        RuntimeError: the answer has an error (out of memory).
+    """
+    from grounding_rl.prompts.templates import is_set_template
+
+    if answer.error is not None:
+        raise RuntimeError(f"{query!r}: {answer.error}")
+    result = {**answer_result(query, answer.text, duration, is_set_template(template)), "sampling": answer.sampling}
+    if answer.conversation is not None:
+        result["conversation"] = answer.conversation
+    zoom = answer.zoom
+    if zoom is None:
+        return result
+    extra = {"pass1": result, "zoom_window": zoom["window"], "zoom_fallback": zoom["fallback"]}
+    if zoom["error"] is not None:
+        return {**result, **extra, "zoom_error": zoom["error"]}
+    start, end = clamp_interval(answer.spans[0], duration) if answer.spans else (None, None)
+    return {"query": query, "start": start, "end": end, "answer": zoom["answer"],
+            "reasoning": extract_think(zoom["answer"]), "sampling": zoom["sampling"], **extra}

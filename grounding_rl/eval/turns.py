@@ -1,6 +1,6 @@
 """Evaluating the policy with the crop tool (``eval --max-turns K``, ``infer --max-turns K``): what may run
 (:func:`check_turns_run`) and what it did (:func:`turns_summary`). The conversations themselves are answered by
-:mod:`grounding_rl.eval.answering` with the multi-turn loop of training
+:mod:`grounding_rl.rollout.answering` with the multi-turn loop of training
 (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy, each model turn up to ``max_new_tokens``
 tokens, at most K crop requests per query; the final turn is the prediction (absolute seconds), and each record keeps
 its conversation (``turns``, the requested ``windows``, ``calls``, ``failures``).

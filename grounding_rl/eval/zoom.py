@@ -32,20 +32,16 @@ temporal position 0, so it reads time from the clip's first frame (a window is t
 long demo's checkpoint, with ``video`` positions it still answered window-relative times ("10.00 to 11.00" for a
 window at 104-117 s): 30 of 50 final answers inside the window against 39 with ``window``, mIoU 0.98 against 1.48
 (docs/BENCHMARKS.md, "Zoom on the long demo").
+
+The window, its time and pass 2 are :mod:`grounding_rl.rollout.zoom`'s (shared with training's two-pass zoom).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass
 
-# window_settings: the zoom's sampling rule, in data (the crop tool, grounding_rl.rollout.tools, uses it too)
-from grounding_rl.data.video import VideoSettings, window_settings  # noqa: F401
 from grounding_rl.errors import UserError, check_number
-from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
-# the window and time pieces, shared with training's two-pass zoom (grounding_rl.update.recipes.two_pass_zoom)
-from grounding_rl.rollout.zoom import (DEFAULT_MARGIN, FALLBACK_WINDOW, ZOOM_SPEND, ZOOM_TIME,  # noqa: F401
-                                       pass2_clip, to_absolute, window_origin, zoom_window)
+from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
 
 
 @dataclass(frozen=True)
@@ -105,124 +101,6 @@ class ZoomSettings:
         return dataclasses.asdict(self)
 
 
-def position_offset(origin: float, tokens_per_second: float) -> int:
-    """Temporal position ids by which ``time="video"`` shifts a Qwen2.5-VL window starting at ``origin`` seconds:
-    ``round(origin · tokens_per_second)`` (the whole-video prompt puts time t at ``t · tokens_per_second``; e.g.
-    30.25 s at 2 tokens per second → 60)."""
-    return int(round(origin * tokens_per_second))
-
-
-def shift_video_positions(positions, mm_token_type_ids, attention_mask, offsets):
-    """Add ``offsets[b]`` to the temporal position id (row 0) of every video token (``mm_token_type_ids`` 2) of row
-    b, and recompute the rope deltas as transformers does (max position + 1 − the row's unpadded length).
-
-    Args:
-        positions: (3, B, L) long, from ``get_rope_index``.
-        mm_token_type_ids: (B, L); attention_mask: (B, L) or None.
-        offsets: B ints.
-
-    Returns:
-        ``(positions (3, B, L), deltas (B, 1))``; the input is not modified.
-    """
-    import torch
-
-    shift = torch.as_tensor(offsets, dtype=positions.dtype, device=positions.device).view(-1, 1)
-    positions = positions.clone()
-    positions[0] = positions[0] + (mm_token_type_ids.to(positions.device) == 2).to(positions.dtype) * shift
-    lengths = (attention_mask.sum(dim=-1) if attention_mask is not None
-               else torch.full((positions.shape[1],), positions.shape[2])).to(positions.device)
-    deltas = positions.amax(dim=(0, 2)) + 1 - lengths
-    return positions, deltas.view(-1, 1)
-
-
-@contextlib.contextmanager
-def video_time_offsets(model, offsets: list[int] | None):
-    """Within the block, the model's ``get_rope_index`` shifts the video tokens' temporal positions of row b by
-    ``offsets[b]`` (:func:`shift_video_positions`): a Qwen2.5-VL window placed at its time in the whole video. None
-    changes nothing."""
-    if offsets is None or not any(offsets):
-        yield
-        return
-    from grounding_rl.models.vision import core_model
-
-    core = core_model(model)
-    original = core.get_rope_index
-
-    def shifted(input_ids, *args, **kwargs):
-        positions, _ = original(input_ids, *args, **kwargs)
-        types = kwargs.get("mm_token_type_ids", args[0] if args else None)
-        return shift_video_positions(positions, types, kwargs.get("attention_mask"), offsets)
-
-    core.get_rope_index = shifted
-    try:
-        yield
-    finally:
-        del core.get_rope_index
-
-
-# ------------------------------------------------------------------------------------------------------ the two passes
-def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template: str, max_new_tokens: int,
-              zoom: ZoomSettings, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
-              on_prompt=None) -> list[dict]:
-    """Pass 2 for pass-1 rows ``(position, answer, error, sampling, path, duration)`` whose clip loaded: each window
-    sampled by seeking (:func:`grounding_rl.data.video.sample_window`), the rows answered in one greedy batch (each
-    its own clip), answers mapped to absolute time. Returns one dict per row, in order: :func:`zoom_record`'s ``zoom``,
-    ``{"window", "fallback", "answer", "interval", "sampling", "error"}``; a window that cannot be sampled, or a pass
-    that runs out of memory, gives ``error`` (the record keeps pass 1's answer). ``on_prompt(row_index, video)`` is
-    called with each pass-2 clip before generation (``infer --print-prompt``)."""
-    from grounding_rl.data.video import VideoLoadError, WindowError
-    from grounding_rl.reward.parsing import parse_answer
-    from grounding_rl.rollout.generation import SamplingParams, generate_answers
-
-    out, clips, ok = [], [], []
-    for index, (position, answer, _, sampling, path, duration) in enumerate(rows):
-        parsed = parse_answer(answer) if answer is not None else None
-        window, fallback = zoom_window(parsed, duration, zoom.margin, float(sampling["fps"]))
-        item = {"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
-                "interval": None, "sampling": None, "error": None}
-        try:
-            clip = pass2_clip(path, window, settings, sampling, zoom.spend)
-        except (WindowError, VideoLoadError, ValueError) as err:
-            item["error"] = f"zoom window: {err}"[:300]
-        else:
-            item["sampling"] = clip.sampling()
-            clips.append(clip)
-            ok.append(index)
-            if on_prompt is not None:
-                on_prompt(index, clip)
-        out.append(item)
-    if not ok:
-        return out
-    from grounding_rl.family import family_of
-
-    family = family_of(processor)
-    shift_answer = family.window_answer_shift(zoom.time)
-    offsets = None
-    if family.window_position_shift(zoom.time):
-        from grounding_rl.models.vision import unwrap
-
-        per_second = unwrap(model).config.vision_config.tokens_per_second
-        offsets = [position_offset(window_origin(clip), per_second) for clip in clips]
-    import torch
-
-    try:
-        with video_time_offsets(model, offsets):
-            answers = generate_answers(model, processor, [queries[rows[i][0]] for i in ok], clips, template,
-                                       SamplingParams.greedy(max_new_tokens),
-                                       **({"engine": engine} if engine else {}), video_layout=video_layout)
-    except torch.OutOfMemoryError as err:  # pass 1's answers stand, with the reason (as a clip that does not load)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        for index in ok:
-            out[index]["error"] = f"zoom pass: out of memory: {err}"[:300]
-        return out
-    for index, clip, answer in zip(ok, clips, answers):
-        parsed = parse_answer(answer)
-        out[index]["answer"] = answer
-        out[index]["interval"] = to_absolute(parsed, window_origin(clip), shift_answer)
-    return out
-
-
 def zoom_record(record: dict, zoom: dict | None, sample) -> dict:
     """A pass-1 ``predictions.jsonl`` record turned into the zoom record: ``answer``, ``start``, ``end``, ``iou``
     and ``sampling`` become pass 2's (absolute seconds), pass 1's are kept under ``pass1`` (``{"answer", "start",
@@ -230,7 +108,7 @@ def zoom_record(record: dict, zoom: dict | None, sample) -> dict:
     answer: the window is :data:`FALLBACK_WINDOW`) and, when the window could not be sampled, ``zoom_error`` (the
     final answer is then pass 1's). A record without ``zoom`` (its clip did not load) is returned unchanged.
     ``sample`` gives the ground truth for the IoU (:func:`grounding_rl.reward.rewards.query_iou`)."""
-    from grounding_rl.reward.parsing import extract_think
+    from grounding_rl.prompts.parsing import extract_think
     from grounding_rl.reward.rewards import query_iou
 
     if zoom is None:

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 from grounding_rl.reward import intervals
-from grounding_rl.reward.parsing import parse_answer
+from grounding_rl.prompts.parsing import parse_answer
 from grounding_rl.reward.rewards import format_reward
 from grounding_rl.reward.set_metrics import record_spans, set_scores
 from grounding_rl.reward.set_rewards import usable_spans

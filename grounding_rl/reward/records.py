@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grounding_rl.data.samples import Sample
 from grounding_rl.reward.metrics import compute_metrics, metrics_by_scoring
-from grounding_rl.reward.parsing import extract_think, parse_answer, parse_spans
+from grounding_rl.prompts.parsing import extract_think, parse_answer, parse_spans
 from grounding_rl.reward.rewards import query_iou
 from grounding_rl.reward.set_metrics import set_scores
 
@@ -39,7 +39,7 @@ def prediction_record(sample: Sample, answer: str | None, error: str | None = No
         :func:`grounding_rl.reward.rewards.query_iou` (prediction clamped to [0, duration]; reversed or none → 0).
 
         A set-scored query (:func:`is_set_scored`; ``set_answers``: the template asks for a set) also has
-        ``gt_spans`` and ``pred_spans`` (:func:`grounding_rl.reward.parsing.parse_spans`, None when unparseable);
+        ``gt_spans`` and ``pred_spans`` (:func:`grounding_rl.prompts.parsing.parse_spans`, None when unparseable);
         its ``start``/``end`` are the predicted set's hull and ``iou`` is the set IoU (clamped prediction, merged
         sets). ``gt_spans_all`` is written when the sample has ``spans_all`` (TimeLens-Bench several-span entries),
         ``gt_raw_spans`` when it has ``raw_spans`` (the windows as annotated, before validation merged them).

@@ -25,7 +25,7 @@ from grounding_rl.prompts.templates import (
     ANSWER_FORMATS, ANSWER_ONLY, JSON_SPANS, SET_FORMATS, THINK_ANSWER, THINK_JSON_SPANS, TIMELENS, get_template,
 )
 from grounding_rl.reward.iou import clamp_interval, temporal_iou
-from grounding_rl.reward.parsing import completion_text, json_spans, parse_answer
+from grounding_rl.prompts.parsing import completion_text, json_spans, parse_answer
 from grounding_rl.reward.set_rewards import SET_REWARDS, beta_reward
 from grounding_rl.reward.window import WINDOW_REWARDS
 

@@ -5,7 +5,7 @@ records, beside the ``standard``/``clamped`` scorings of :mod:`grounding_rl.rewa
 A record is a mapping with the ground truth ``start``, ``end``, ``duration`` (seconds), optionally ``spans`` (the
 interval set) and ``spans_all`` (every span a TimeLens-Bench entry lists), and the prediction as ``pred_spans``
 (a list of ``[start, end]``), else ``pred_start``/``pred_end``, else the ``answer`` text parsed with
-:func:`grounding_rl.reward.parsing.parse_spans`. Every query counts (no prediction: IoU 0, AP 0).
+:func:`grounding_rl.prompts.parsing.parse_spans`. Every query counts (no prediction: IoU 0, AP 0).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from grounding_rl.reward import intervals
-from grounding_rl.reward.parsing import parse_spans
+from grounding_rl.prompts.parsing import parse_spans
 from grounding_rl.reward.set_rewards import usable_spans
 
 QVHIGHLIGHTS_R1_THRESHOLDS = (0.5, 0.7)

@@ -5,7 +5,7 @@ Each has TRL's reward signature ``fn(completions, **columns) -> list[float]``. T
 TimeLens2's ``anno["span"]``, the windows as annotated: ``columns["raw_spans"][i]`` when validation merged or
 clamped them (:class:`grounding_rl.data.samples.Sample`), else ``columns["spans"][i]`` (a list of ``[start, end]``
 seconds), else the one span ``(start[i], end[i])``. The prediction is
-:func:`grounding_rl.reward.parsing.parse_spans` of the completion, as written: not clamped into the video (TimeLens2
+:func:`grounding_rl.prompts.parsing.parse_spans` of the completion, as written: not clamped into the video (TimeLens2
 clamps nothing; our single-span ``iou`` reward does). Both as TimeLens2 @a5ce450 ``grpo/timelens/rewards/funcs.py``
 ``score_completion`` computes them (tests/test_set_rewards.py, tests/fixtures/timelens2_rewards*.json).
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 from grounding_rl.reward import intervals
 from grounding_rl.reward.iou import clamp_interval
-from grounding_rl.reward.parsing import completion_text, parse_spans
+from grounding_rl.prompts.parsing import completion_text, parse_spans
 
 _BETA_NAME = re.compile(r"^(twass|r2twass)(\d+(?:\.\d+)?)?$")
 

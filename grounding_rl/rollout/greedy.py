@@ -8,9 +8,7 @@ one vision encoding (:func:`grounding_rl.rollout.generation.generate_answers` sh
 object), and a ``torch.utils.data.DataLoader`` over videos decodes the next clips while the current batch generates.
 At most ``batch_size + num_workers · prefetch_factor`` decoded clips are held at once. A clip that fails to load is a
 recorded failure for each of its queries, never dropped and never a crash. :func:`clip_batches` then
-:func:`answer_batch` is the loop every caller shares (eval's modes build on it,
-:mod:`grounding_rl.eval.answering`); turning its answers into scored records is the reward stage's
-(:func:`grounding_rl.reward.records.prediction_record`).
+:func:`answer_batch` is the one pass of :mod:`grounding_rl.rollout.answering`.
 """
 from __future__ import annotations
 
@@ -127,30 +125,18 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
                  template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None,
                  video_layout: str = DEFAULT_VIDEO_LAYOUT, sampling_params: SamplingParams | None = None,
                  seeds: Sequence[int] | None = None) -> list[tuple[int, str | None, str | None, dict | None]]:
-    """Greedy answers for one :func:`clip_batches` batch, in batch order: ``(position, answer | None, error | None,
-    sampling | None)``, ``sampling`` the rate and size the clip was sampled at
-    (:meth:`grounding_rl.data.video.SampledVideo.sampling`; None when the clip did not load).
+    """Greedy answers of ``model`` (eval mode, unwrapped) for one :func:`clip_batches` batch, ``queries[position]``
+    each, in batch order: ``(position, answer | None, error | None, sampling | None)``, ``sampling`` the rate and size
+    the clip was sampled at (:meth:`grounding_rl.data.video.SampledVideo.sampling`; None when it did not load).
 
     A row whose clip did not load keeps its load error. On out-of-memory with more than one clip the clips are retried
     one at a time; a single clip that still does not fit gets the error ``"out of memory: …"``, like a clip that does
-    not load.
-
-    Args:
-        model: a Qwen-VL model in eval mode (unwrapped).
-        processor: its processor.
-        batch: rows of :func:`clip_batches`.
-        queries: the query of each position (``queries[position]``).
-        template: prompt template name.
-        max_new_tokens: greedy generation budget.
-        synced_gpus: see :class:`grounding_rl.rollout.generation.SamplingParams`.
-        engine: a rollout engine for ``generate_answers`` (``--engine vllm``); None = transformers' ``generate``.
-        video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
-        sampling_params: decode by sampling with these (``grounding-rl difficulty --num-rollouts``); None = greedy.
-        seeds: with ``sampling_params``, each position's seed (``seeds[position]``, :func:`query_seed`): every row is
-            then generated alone after ``torch.manual_seed(seeds[position])``, so its answer depends on its seed only
-            (``generate`` draws a batch's tokens from one global generator, so a row's sample would depend on the
-            rows beside it); the rows of a clip no longer share one vision encoding. None = one ``generate`` call for
-            the batch.
+    not load. ``synced_gpus``: :class:`grounding_rl.rollout.generation.SamplingParams`; ``engine``: a vLLM engine for
+    ``generate_answers`` (None = transformers' ``generate``); ``sampling_params``: decode by sampling with these
+    (``difficulty --num-rollouts``; None = greedy); ``seeds``: with them, each position's seed (:func:`query_seed`):
+    every row is then generated alone after ``torch.manual_seed(seeds[position])``, so its answer depends on its seed
+    only (``generate`` draws a batch's tokens from one global generator), and a clip's rows no longer share one
+    vision encoding.
     """
     decoding = sampling_params or SamplingParams.greedy(max_new_tokens, synced_gpus)
     seeded = seeds is not None and decoding.do_sample

@@ -1,11 +1,15 @@
 """The zoom's pass-2 window, its clip and its time: pure pieces shared by evaluation's ``--zoom``
 (:mod:`grounding_rl.eval.zoom`, which explains the choices) and training's fixed two-pass zoom
 (:mod:`grounding_rl.update.recipes.two_pass_zoom`), so that a window is widened, sampled and mapped back to the
-video's seconds the same way at training and at test.
+video's seconds the same way at training and at test; and pass 2 itself (:func:`zoom_rows`, with Qwen2.5-VL's
+positions placed in the whole video, :func:`video_time_offsets`) for :mod:`grounding_rl.rollout.answering`.
 """
 from __future__ import annotations
 
+import contextlib
+
 from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 
 ZOOM_SPEND = ("fps", "resolution")
 ZOOM_TIME = ("video", "window")
@@ -80,4 +84,121 @@ def window_problems(setting: str, video_sampler: str, prompt_template: str, why_
         out.append(f"{setting} samples windows with the exact sampler (video_sampler is {video_sampler!r})")
     if prompt_template in PROMPT_TEMPLATES and is_set_template(prompt_template):
         out.append(f"{setting}: prompt_template {prompt_template!r} asks for a set of intervals; {why_one}")
+    return out
+
+
+def position_offset(origin: float, tokens_per_second: float) -> int:
+    """Temporal position ids by which ``time="video"`` shifts a Qwen2.5-VL window starting at ``origin`` seconds:
+    ``round(origin · tokens_per_second)`` (the whole-video prompt puts time t at ``t · tokens_per_second``; e.g.
+    30.25 s at 2 tokens per second → 60)."""
+    return int(round(origin * tokens_per_second))
+
+
+def shift_video_positions(positions, mm_token_type_ids, attention_mask, offsets):
+    """Add ``offsets[b]`` to the temporal position id (row 0) of every video token (``mm_token_type_ids`` 2) of row
+    b, and recompute the rope deltas as transformers does (max position + 1 − the row's unpadded length).
+
+    Args:
+        positions: (3, B, L) long, from ``get_rope_index``.
+        mm_token_type_ids: (B, L); attention_mask: (B, L) or None.
+        offsets: B ints.
+
+    Returns:
+        ``(positions (3, B, L), deltas (B, 1))``; the input is not modified.
+    """
+    import torch
+
+    shift = torch.as_tensor(offsets, dtype=positions.dtype, device=positions.device).view(-1, 1)
+    positions = positions.clone()
+    positions[0] = positions[0] + (mm_token_type_ids.to(positions.device) == 2).to(positions.dtype) * shift
+    lengths = (attention_mask.sum(dim=-1) if attention_mask is not None
+               else torch.full((positions.shape[1],), positions.shape[2])).to(positions.device)
+    deltas = positions.amax(dim=(0, 2)) + 1 - lengths
+    return positions, deltas.view(-1, 1)
+
+
+@contextlib.contextmanager
+def video_time_offsets(model, offsets: list[int] | None):
+    """Within the block, the model's ``get_rope_index`` shifts the video tokens' temporal positions of row b by
+    ``offsets[b]`` (:func:`shift_video_positions`): a Qwen2.5-VL window placed at its time in the whole video. None
+    changes nothing."""
+    if offsets is None or not any(offsets):
+        yield
+        return
+    from grounding_rl.models.vision import core_model
+
+    core = core_model(model)
+    original = core.get_rope_index
+
+    def shifted(input_ids, *args, **kwargs):
+        positions, _ = original(input_ids, *args, **kwargs)
+        types = kwargs.get("mm_token_type_ids", args[0] if args else None)
+        return shift_video_positions(positions, types, kwargs.get("attention_mask"), offsets)
+
+    core.get_rope_index = shifted
+    try:
+        yield
+    finally:
+        del core.get_rope_index
+
+
+def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template: str, max_new_tokens: int,
+              zoom, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT, on_prompt=None) -> list[dict]:
+    """Pass 2 for pass-1 rows ``(position, answer, error, sampling, path, duration)`` whose clip loaded, ``zoom`` a
+    :class:`grounding_rl.eval.zoom.ZoomSettings`: each window sampled by seeking
+    (:func:`grounding_rl.data.video.sample_window`), the rows answered in one greedy batch (each its own clip), answers
+    mapped to absolute time. Returns one dict per row, in order (the ``zoom`` of
+    :func:`grounding_rl.eval.zoom.zoom_record`): ``{"window", "fallback", "answer", "interval", "sampling", "error"}``;
+    a window that cannot be sampled, or a pass that runs out of memory, gives ``error`` (the record keeps pass 1's
+    answer). ``on_prompt(row_index, video)`` is called with each pass-2 clip before generation (``--print-prompt``)."""
+    from grounding_rl.data.video import VideoLoadError, WindowError
+    from grounding_rl.prompts.parsing import parse_answer
+    from grounding_rl.rollout.generation import SamplingParams, generate_answers
+
+    out, clips, ok = [], [], []
+    for index, (position, answer, _, sampling, path, duration) in enumerate(rows):
+        parsed = parse_answer(answer) if answer is not None else None
+        window, fallback = zoom_window(parsed, duration, zoom.margin, float(sampling["fps"]))
+        item = {"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
+                "interval": None, "sampling": None, "error": None}
+        try:
+            clip = pass2_clip(path, window, settings, sampling, zoom.spend)
+        except (WindowError, VideoLoadError, ValueError) as err:
+            item["error"] = f"zoom window: {err}"[:300]
+        else:
+            item["sampling"] = clip.sampling()
+            clips.append(clip)
+            ok.append(index)
+            if on_prompt is not None:
+                on_prompt(index, clip)
+        out.append(item)
+    if not ok:
+        return out
+    from grounding_rl.family import family_of
+
+    family = family_of(processor)
+    shift_answer = family.window_answer_shift(zoom.time)
+    offsets = None
+    if family.window_position_shift(zoom.time):
+        from grounding_rl.models.vision import unwrap
+
+        per_second = unwrap(model).config.vision_config.tokens_per_second
+        offsets = [position_offset(window_origin(clip), per_second) for clip in clips]
+    import torch
+
+    try:
+        with video_time_offsets(model, offsets):
+            answers = generate_answers(model, processor, [queries[rows[i][0]] for i in ok], clips, template,
+                                       SamplingParams.greedy(max_new_tokens),
+                                       **({"engine": engine} if engine else {}), video_layout=video_layout)
+    except torch.OutOfMemoryError as err:  # pass 1's answers stand, with the reason (as a clip that does not load)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        for index in ok:
+            out[index]["error"] = f"zoom pass: out of memory: {err}"[:300]
+        return out
+    for index, clip, answer in zip(ok, clips, answers):
+        parsed = parse_answer(answer)
+        out[index]["answer"] = answer
+        out[index]["interval"] = to_absolute(parsed, window_origin(clip), shift_answer)
     return out

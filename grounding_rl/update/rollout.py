@@ -227,7 +227,7 @@ def answer_spans(texts: list[str], origins: list[float]) -> list[tuple[float, fl
     the window it answered in, when its answer is in window time: two-pass zoom on Qwen2.5-VL; 0 otherwise,
     :func:`grounding_rl.rollout.zoom.to_absolute`); None when it does not parse. E.g. "2.00 to 5.50" with 30.25 →
     (32.25, 35.75)."""
-    from grounding_rl.reward.parsing import parse_answer
+    from grounding_rl.prompts.parsing import parse_answer
     from grounding_rl.rollout.zoom import to_absolute
 
     return [to_absolute(parse_answer(text), origin, bool(origin)) for text, origin in zip(texts, origins)]

@@ -12,7 +12,7 @@ from trl.trainer.utils import nanstd
 
 from grounding_rl.jsonl_files import JsonlAppender
 from grounding_rl.prompts.templates import is_set_template
-from grounding_rl.reward.parsing import parse_answer, parse_spans
+from grounding_rl.prompts.parsing import parse_answer, parse_spans
 from grounding_rl.update.rollout import Rollout
 from grounding_rl.update.trackers import log_completions_table
 

@@ -119,7 +119,7 @@ class TwoPassZoom(Recipe):
         ``zoom_fallback``, ``zoom_window_error`` and ``zoom_window_recall`` (the ground truth wholly inside)."""
         from grounding_rl.data.video import VideoLoadError, WindowError
         from grounding_rl.family import family_of
-        from grounding_rl.reward.parsing import parse_answer
+        from grounding_rl.prompts.parsing import parse_answer
         from grounding_rl.rollout.zoom import pass2_clip, window_origin, zoom_window
 
         G = trainer.num_generations

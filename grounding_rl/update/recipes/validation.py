@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 from accelerate.utils import gather_object
@@ -68,8 +69,8 @@ class ValidationMixin:
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Greedy evaluation of the policy on ``eval_dataset`` (default: the trainer's, from ``eval_file``), with the
-        code of ``grounding-rl eval`` (:func:`grounding_rl.rollout.greedy.answer_batch`, records and both
-        scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos.
+        code of ``grounding-rl eval`` (one call of :func:`grounding_rl.rollout.answering.answer_batches`, records and
+        both scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos.
 
         Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
         ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
@@ -113,13 +114,16 @@ class ValidationMixin:
 
         from grounding_rl.prompts.templates import is_set_template
         from grounding_rl.reward.records import prediction_record
-        from grounding_rl.rollout.greedy import answer_batch, clip_batches, group_by_video, shard_by_video
+        from grounding_rl.rollout.answering import Mode, answer_batches
+        from grounding_rl.rollout.greedy import group_by_video, shard_by_video
 
         acc, args = self.accelerator, self.args
         groups = shard_by_video(group_by_video([s.video for s in samples]), acc.process_index, acc.num_processes)
         mine = [p for _, positions in groups for p in positions]
         cache = self.data_collator.cache
         cache_root = str(cache.root) if getattr(cache, "root", None) is not None else None
+        config = SimpleNamespace(video=self.data_collator.settings, prompt_template=args.prompt_template,
+                                 video_layout=args.video_layout)
         python_state, numpy_state = random.getstate(), np.random.get_state()
         devices = [acc.device] if acc.device.type == "cuda" else []
         training = self.model.training
@@ -131,16 +135,14 @@ class ValidationMixin:
                                                  gather_deepspeed3_params=args.ds3_gather_for_generation,
                                                  gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
                                                  ) as unwrapped:
-                    queries = [samples[p].query for p in mine]
-                    for clips in clip_batches(group_by_video([samples[p].video for p in mine]),
-                                              self.data_collator.settings, max(1, args.per_device_eval_batch_size),
-                                              args.dataloader_num_workers, cache_root, getattr(cache, "max_bytes", 0)):
-                        batch = answer_batch(unwrapped, self.processing_class, clips, queries, args.prompt_template,
-                                             args.max_completion_length, synced_gpus=False,
-                                             video_layout=args.video_layout)
-                        local += [(mine[k], prediction_record(samples[mine[k]], answer, error, sampling,
-                                                                set_answers=is_set_template(self.args.prompt_template)))
-                                  for k, answer, error, sampling in batch]
+                    for batch in answer_batches(unwrapped, self.processing_class, [samples[p].video for p in mine],
+                                                [samples[p].query for p in mine], config, args.max_completion_length,
+                                                args.per_device_eval_batch_size, Mode(synced_gpus=False),
+                                                args.dataloader_num_workers, cache_root,
+                                                getattr(cache, "max_bytes", 0)):
+                        local += [(mine[a.position], prediction_record(
+                            samples[mine[a.position]], a.text, a.error, a.sampling,
+                            set_answers=is_set_template(args.prompt_template))) for a in batch]
         finally:
             self.model.train(training)
             random.setstate(python_state)
