@@ -431,7 +431,8 @@ def test_trl_named_fields_keep_trl_defaults():
 
     assert sorted(n for n in ours if n not in trl_fields and n not in base_fields
                   and n not in ACTIVATION_CHECKPOINTING_NAMES) == [
-        "crop_spend", "difficulty_duration_edges", "difficulty_gaussian_mean", "difficulty_gaussian_std",
+        "check_first_batch", "crop_spend", "difficulty_duration_edges", "difficulty_gaussian_mean",
+        "difficulty_gaussian_std",
         "difficulty_mean_reward",
         "difficulty_num_bins", "difficulty_p_mean", "difficulty_p_std", "difficulty_range", "difficulty_sampling",
         "difficulty_subset_size", "distillation_beta", "distillation_weight",
