@@ -1,4 +1,4 @@
-"""Golden answers of every answering mode (issue 44, point 5): what ``eval`` and ``infer`` answer in one pass, with
+"""Golden answers of every answering mode: what ``eval`` and ``infer`` answer in one pass, with
 ``--zoom`` and with the crop tool (``--max-turns``) on the noisy tiny model of each family (HF engine), and the
 SHA-256 of the weights after two CPU steps of the two training recipes that run the turn loop (two-pass zoom, crop
 tool). tests/test_golden_answers.py recomputes them and compares with tests/fixtures/golden/.

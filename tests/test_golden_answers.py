@@ -1,4 +1,4 @@
-"""Same answers (issue 44, point 5): every answering mode (one pass, ``--zoom``, the crop tool) of ``eval`` and
+"""Same answers: every answering mode (one pass, ``--zoom``, the crop tool) of ``eval`` and
 ``infer`` on the noisy tiny model of each family (HF engine) writes, in every field, what the golden files recorded
 at the commit before the answering code was unified; the two recipes that run the turn loop (two-pass zoom, crop
 tool) end two CPU steps with the recorded weights. The goldens and these checks share tests/golden_answers.py (run it

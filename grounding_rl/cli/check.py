@@ -1,5 +1,5 @@
 """``grounding-rl check --config X.yaml [--key value …]``: before a long run, see on your own model, versions, device
-and clips that rollout and training see the same video (issue 50; README, "Before a long run").
+and clips that rollout and training see the same video (README, "Before a long run").
 
 It takes what ``train`` takes (the same model, processor, video settings, template, layout, dtype and engine), or
 ``--model DIR`` (an ``eval``/``infer`` setup: the checkpoint's ``grounding_config.json``, overrides on top), and the

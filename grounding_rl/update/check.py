@@ -1,5 +1,5 @@
 """``grounding-rl check``'s checks: do rollout and training see the same video tokens, timestamps and positions on a
-user's own model, versions and clips (issue 50).
+user's own model, versions and clips.
 
 Each side of a comparison is built by the code path that uses it, never taken from one shared tensor:
 
