@@ -1,4 +1,4 @@
-"""``grounding-rl check`` every check passes on the tiny models of both families, and each check names
+"""``grounding-rl check``: every check passes on the tiny models of both families, and each check names
 the failure it exists for (the 24-fps fallback, the other Qwen3-VL layout, a prompt two tokens longer, a pair stamped
 with one frame's time, a dtype mismatch); ``train``'s first-batch check draws no RNG and stops a mismatched run."""
 import json

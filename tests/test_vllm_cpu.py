@@ -172,7 +172,7 @@ def test_sampled_logps_within_tolerance_of_the_forward(engine, policy, clip):
 
 
 def test_grounding_rl_check_on_vllm_passes_and_names_a_prompt_mismatch(engine, policy, clip):
-    """``grounding-rl check``'s vLLM side the engine's own expansion of the prompt equals the rollout's
+    """``grounding-rl check``'s vLLM side: the engine's own expansion of the prompt equals the rollout's
     and the loss forward's ids, and its log-probs of G = 2 sampled completions stay within the vLLM fp32 thresholds
     (the documented ≈ 0.01 per token); a prompt row two tokens longer is named."""
     from types import SimpleNamespace
