@@ -283,20 +283,28 @@ def stage_grpo_step(check: Check) -> dict:
     return out
 
 
-def stage_eval(check: Check) -> dict:
-    from grounding_rl.data.samples import load_samples
-    from grounding_rl.data.video import VideoSettings, sample_frames
-    from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
+def _model_and_video(check):
+    """The policy in eval mode on the check's device, its processor, and the stage's video settings (dry run: the
+    tiny clip's; else TimeZero's)."""
+    from grounding_rl.data.video import VideoSettings
     from grounding_rl.models.loading import load_processor
-    from grounding_rl.rollout.generation import SamplingParams, generate_answers
 
-    model = getattr(check, "model", None) or check.policy()
-    model = model.eval().to(check.device)
+    model = (getattr(check, "model", None) or check.policy()).eval().to(check.device)
     processor = load_processor(str(check.model_dir() if check.dry_run else check.processor_dir()))
     video = DRY_VIDEO if check.dry_run else TIMEZERO_VIDEO
     settings = VideoSettings(fps=video["video_fps"], min_pixels=video["video_min_pixels"],
                              **({"max_pixels": video["video_max_pixels"]} if "video_max_pixels" in video else
                                 {"total_pixels": video["video_total_pixels"]}))
+    return model, processor, video, settings
+
+
+def stage_eval(check: Check) -> dict:
+    from grounding_rl.data.samples import load_samples
+    from grounding_rl.data.video import sample_frames
+    from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
+    from grounding_rl.rollout.generation import SamplingParams, generate_answers
+
+    model, processor, video, settings = _model_and_video(check)
     samples = load_samples(check.shared / "data" / "videos" / "annotations.jsonl")
     if check.dry_run:
         samples = samples[:4]
@@ -333,9 +341,8 @@ def stage_check(check: Check) -> dict:
     import signal
     from types import SimpleNamespace
 
-    from grounding_rl.data.video import VideoSettings, sample_frames
+    from grounding_rl.data.video import sample_frames
     from grounding_rl.family import family_of
-    from grounding_rl.models.loading import load_processor
     from grounding_rl.update.check import cheap_checks, rollout_checks
 
     def too_long(signum, frame):
@@ -344,13 +351,7 @@ def stage_check(check: Check) -> dict:
     previous = signal.signal(signal.SIGALRM, too_long)
     signal.alarm(CHECK_LIMIT_S)
     try:
-        model = getattr(check, "model", None) or check.policy()
-        model = model.eval().to(check.device)
-        processor = load_processor(str(check.model_dir() if check.dry_run else check.processor_dir()))
-        video = DRY_VIDEO if check.dry_run else TIMEZERO_VIDEO
-        settings = VideoSettings(fps=video["video_fps"], min_pixels=video["video_min_pixels"],
-                                 **({"max_pixels": video["video_max_pixels"]} if "video_max_pixels" in video else
-                                    {"total_pixels": video["video_total_pixels"]}))
+        model, processor, video, settings = _model_and_video(check)
         path = check.shared / "data" / "videos" / CLIP
         clip = sample_frames(path, family_of(processor).video_settings(settings))
         items = [{"index": 0, "video": str(path), "query": "someone cleans the pool", "qid": "check", "clip": clip}]
