@@ -343,7 +343,8 @@ def test_two_processes_zero3_distill_shards_the_teacher(tmp_path, tiny_model_dir
 
 # Attempt 0 (TORCHELASTIC_RESTART_COUNT=0): the fault hook hangs rank 1 (SIGSTOP: its connections stay open) inside
 # checkpoint-2's save, once its RNG state is written, after it sent SIGTERM to rank 0 (a preemption that reaches a rank
-# whose peer is gone); 28 s later a watcher kills it (the launcher would wait 30 s more). Attempt 1: rank 0 first keeps
+# whose peer is gone); 21 s later a watcher in its own session kills it (the launcher's SIGTERM stops at the stopped
+# process and its SIGKILL comes 30 s later; a watcher in the rank's session would die with that SIGTERM). Attempt 1: rank 0 first keeps
 # the step-2 weights attempt 0 wrote before the hang; rank 1 is SIGKILLed right after sampling step 2's completions.
 # Attempt 2 runs undisturbed.
 RESTART_WORKER = """
@@ -358,7 +359,7 @@ if attempt == "0":
     def hang():
         if rank == "1":
             os.kill(int(report.with_suffix(".pid0").read_text()), signal.SIGTERM)
-            subprocess.Popen(["sh", "-c", f"sleep 28; kill -9 {os.getpid()}"])
+            subprocess.Popen(["sh", "-c", f"sleep 21; kill -9 {os.getpid()}"], start_new_session=True)
             os.kill(os.getpid(), signal.SIGSTOP)
     checkpoints._die = hang
 else:
@@ -383,7 +384,7 @@ def test_two_processes_dead_or_hung_rank_ends_the_run_and_restarts_resume_bit_id
     """DDP on 2 CPU processes (gloo) under ``accelerate launch --max_restarts 2 --rdzv_backend c10d`` with
     ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (the static rendezvous, and c10d's store shared with the workers, keep
     the first attempt's keys: a restarted rank then dialled the dead rank 0's address in 2 of 3 tries, pytorch#135712),
-    ``--resume_from_checkpoint auto``, ``ddp_timeout: 20``. Attempt 0: rank 1 hangs (SIGSTOP) inside checkpoint-2's
+    ``--resume_from_checkpoint auto``, ``ddp_timeout: 15``. Attempt 0: rank 1 hangs (SIGSTOP) inside checkpoint-2's
     save and rank 0 gets SIGTERM meanwhile; rank 0 fails its barrier after the timeout and exits with one line naming
     rank 1 and the signal, without a save; checkpoint-2 never gets its mark. Attempt 1 (the same command) resumes
     checkpoint-1; rank 1 is SIGKILLed in step 2's generation and rank 0 exits with one line naming it. Attempt 2
@@ -405,12 +406,12 @@ def test_two_processes_dead_or_hung_rank_ends_the_run_and_restarts_resume_bit_id
            "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--reward_funcs", REWARD_SPEC,
            "--reward_weights", "1.0", "--learning_rate", "1e-3", "--max_completion_length", "8",
            "--per_device_train_batch_size", "2", "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1",
-           "--ddp_timeout", "20", "--resume_from_checkpoint", "auto"]
+           "--ddp_timeout", "15", "--resume_from_checkpoint", "auto"]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     lost = [line for line in proc.stderr.splitlines() if "grounding-rl train: error:" in line]
     assert len(lost) == 2, proc.stderr[-6000:]
-    assert "rank 1 of 2 lost (it stopped answering for ddp_timeout=20 s" in lost[0] \
+    assert "rank 1 of 2 lost (it stopped answering for ddp_timeout=15 s" in lost[0] \
         and "SIGTERM received: exiting without a save" in lost[0], lost
     assert "rank 1 of 2 lost (it died: its connection closed" in lost[1], lost
     assert proc.stderr.count("resume_from_checkpoint: skipped checkpoint-2 (") == 2  # the hung save has no mark
