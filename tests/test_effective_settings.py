@@ -1,0 +1,30 @@
+"""Every shipped YAML resolves to the effective settings in its golden file (tests/fixtures/effective_settings/, made
+by tests/effective_settings.py on the code before the recipes were reorganised): a refactor of the configs may move a
+field, never change what a YAML means."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import effective_settings as es  # noqa: E402
+
+
+def test_every_shipped_yaml_has_a_golden():
+    assert sorted(p.name for p in es.GOLDEN.glob("*.json")) == sorted(es.golden_path(p).name
+                                                                      for p in es.shipped_yamls())
+
+
+def test_shipped_yamls_resolve_to_their_goldens(monkeypatch, shared):
+    monkeypatch.chdir(es.REPO)
+    monkeypatch.delenv("GROUNDING_RL_DATA", raising=False)
+    for path in es.shipped_yamls():
+        golden = json.loads(es.golden_path(path).read_text())
+        now = json.loads(json.dumps(es.effective_settings(path)))
+        changed = {k: (golden["settings"].get(k, "<absent>"), now["settings"].get(k, "<absent>"))
+                   for k in set(golden["settings"]) | set(now["settings"])
+                   if golden["settings"].get(k, "<absent>") != now["settings"].get(k, "<absent>")}
+        assert (now["command"], changed) == (golden["command"], {}), f"{path.name}: (golden, now) {changed}"
