@@ -7,8 +7,13 @@ import torch
 from grounding_rl.update import grpo
 
 
+def ids(n: int, G: int) -> torch.Tensor:
+    """Group ids of n rows in groups of G consecutive rows (as the sampler lays them out)."""
+    return torch.arange(n) // G
+
+
 def test_group_advantages_seed_one_group():
-    out = grpo.group_advantages(torch.tensor([0.0, 1.6, 5.4, 8.8]), num_generations=4)
+    out = grpo.group_advantages(torch.tensor([0.0, 1.6, 5.4, 8.8]), ids(4, 4))
     assert out.advantages.tolist() == pytest.approx([-1.0006, -0.5953, 0.3673, 1.2286], abs=1e-4)
     assert out.std[0].item() == pytest.approx(torch.tensor([0.0, 1.6, 5.4, 8.8]).std().item())  # unbiased
     assert not out.zero_std.any()
@@ -16,37 +21,90 @@ def test_group_advantages_seed_one_group():
 
 def test_group_advantages_seed_two_groups():
     rewards = torch.tensor([0.936, 0.920, 0.800, 0.804, 0.880, 0.856, 0.760, 0.896])
-    out = grpo.group_advantages(rewards, num_generations=4)
+    out = grpo.group_advantages(rewards, ids(8, 4))
     expected = [0.9705, 0.7518, -0.8885, -0.8338, 0.5244, 0.1311, -1.4420, 0.7865]
     assert out.advantages.tolist() == pytest.approx(expected, abs=1e-4)
 
 
 def test_group_advantages_scale_none_and_batch_and_zero_std():
     rewards = torch.tensor([1.0, 3.0, 2.0, 2.0])
-    none = grpo.group_advantages(rewards, 2, "none")
+    none = grpo.group_advantages(rewards, ids(4, 2), "none")
     assert none.advantages.tolist() == pytest.approx([-1.0, 1.0, 0.0, 0.0])
     assert none.zero_std.tolist() == [False, False, True, True]
     assert none.group_zero_std.tolist() == [False, False, True, True]
-    batch = grpo.group_advantages(rewards, 2, "batch")
+    batch = grpo.group_advantages(rewards, ids(4, 2), "batch")
     std = rewards.std().item()
     assert batch.advantages.tolist() == pytest.approx([-1 / (std + 1e-4), 1 / (std + 1e-4), 0.0, 0.0], rel=1e-5)
     # TRL 1.16: under "batch", frac_reward_zero_std is about the batch std (not 0 here); our drop rule stays per group
     assert batch.zero_std.tolist() == [False] * 4
     assert batch.group_zero_std.tolist() == [False, False, True, True]
-    flat = grpo.group_advantages(torch.tensor([2.0, 2.0, 2.0, 2.0]), 2, "batch")
+    flat = grpo.group_advantages(torch.tensor([2.0, 2.0, 2.0, 2.0]), ids(4, 2), "batch")
     assert flat.zero_std.tolist() == [True] * 4 and flat.group_zero_std.tolist() == [True] * 4
 
 
 def test_group_advantages_nan_reward_is_left_out():
-    out = grpo.group_advantages(torch.tensor([1.0, float("nan"), 3.0, 5.0]), 4, "none")
+    out = grpo.group_advantages(torch.tensor([1.0, float("nan"), 3.0, 5.0]), ids(4, 4), "none")
     assert out.advantages.tolist() == pytest.approx([-2.0, 0.0, 0.0, 2.0])
 
 
 def test_group_advantages_errors():
-    with pytest.raises(ValueError, match="multiple of 4"):
-        grpo.group_advantages(torch.zeros(6), 4)
+    with pytest.raises(ValueError, match="shape"):
+        grpo.group_advantages(torch.zeros(6), ids(4, 4))
     with pytest.raises(ValueError, match="scale_rewards"):
-        grpo.group_advantages(torch.zeros(4), 4, "std")
+        grpo.group_advantages(torch.zeros(4), ids(4, 4), "std")
+    with pytest.raises(ValueError, match="≥ 2 completions"):
+        grpo.group_advantages(torch.zeros(3), torch.tensor([0, 0, 1]))
+    # one completion per prompt (distill): every advantage 0, each group's std undefined
+    one = grpo.group_advantages(torch.tensor([0.3, 0.9]), ids(2, 1), "none")
+    assert one.advantages.tolist() == [0.0, 0.0] and one.group_zero_std.tolist() == [True, True]
+
+
+def view_advantages(rewards, G, scale_rewards):
+    """The advantages as computed before groups were found by id: rows [g·G, (g+1)·G) form group g."""
+    from trl.trainer.utils import nanstd
+
+    grouped = rewards.view(-1, G)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(G)
+    std = nanstd(grouped, dim=1).repeat_interleave(G)
+    std = nanstd(rewards).expand_as(rewards) if scale_rewards == "batch" else std
+    advantages = rewards - mean if scale_rewards == "none" else (rewards - mean) / (std + grpo.ADVANTAGE_EPS)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+@pytest.mark.parametrize("scale_rewards", grpo.SCALE_REWARDS)
+def test_group_advantages_in_group_order_are_bit_identical_to_the_view(scale_rewards):
+    """Rows in group order (ids ascending, or whole groups in any order of ids): the same bits as view(-1, G)."""
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.rand(64, generator=generator) * 3 - 1
+    rewards[[5, 17, 18]] = float("nan")
+    rewards[24:32] = 0.75  # a group of equal rewards
+    out = grpo.group_advantages(rewards, ids(64, 8), scale_rewards)
+    assert torch.equal(out.advantages, view_advantages(rewards, 8, scale_rewards))
+    shuffled_ids = torch.tensor([3, 0, 6, 1, 7, 2, 5, 4]).repeat_interleave(8) + 100  # contiguous, not ascending
+    assert torch.equal(grpo.group_advantages(rewards, shuffled_ids, scale_rewards).advantages,
+                       view_advantages(rewards, 8, scale_rewards))
+
+
+@pytest.mark.parametrize("scale_rewards", grpo.SCALE_REWARDS)
+def test_group_advantages_follow_rows_shuffled_across_groups(scale_rewards):
+    """A batch shuffled row by row across groups (verl's uid grouping): each row keeps its advantage."""
+    generator = torch.Generator().manual_seed(1)
+    rewards = torch.rand(32, generator=generator)
+    rewards[3] = float("nan")
+    group_ids = ids(32, 4)
+    before = grpo.group_advantages(rewards, group_ids, scale_rewards)
+    perm = torch.randperm(32, generator=generator)
+    after = grpo.group_advantages(rewards[perm], group_ids[perm], scale_rewards)
+    assert not torch.equal(perm, torch.arange(32))
+    torch.testing.assert_close(after.advantages, before.advantages[perm])  # up to float32 summation order
+    assert torch.equal(after.group_zero_std, before.group_zero_std[perm])
+    assert (after.advantages != 0).sum() == 31  # every row but the NaN one has its own non-zero advantage
+
+
+def test_by_group_pads_unequal_groups_with_nan():
+    table, group_of_row = grpo.by_group(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), torch.tensor([7, 3, 7, 3, 7]))
+    assert group_of_row.tolist() == [1, 0, 1, 0, 1]
+    assert table.nan_to_num(-1).tolist() == [[2.0, 4.0, -1.0], [1.0, 3.0, 5.0]]
 
 
 def test_ratio_clip_and_kl_seed():
@@ -201,10 +259,12 @@ def test_kept_groups_are_those_with_reward_spread():
     from grounding_rl.update.grpo import kept_groups
 
     zero_std = torch.tensor([True, True, False, False, True, True, False, False])
-    assert kept_groups(zero_std, 2) == [1, 3]
-    assert kept_groups(torch.ones(4, dtype=torch.bool), 2) == []
-    with pytest.raises(ValueError, match="whole groups"):
-        kept_groups(torch.zeros(3, dtype=torch.bool), 2)
+    assert kept_groups(zero_std, ids(8, 2)) == [1, 3]
+    assert kept_groups(torch.ones(4, dtype=torch.bool), ids(4, 2)) == []
+    # by id, in the order of each group's first row, the rows in any order
+    assert kept_groups(zero_std[[2, 0, 6, 1, 3, 7, 4, 5]], (ids(8, 2) + 10)[[2, 0, 6, 1, 3, 7, 4, 5]]) == [11, 13]
+    with pytest.raises(ValueError, match="shape"):
+        kept_groups(torch.zeros(3, dtype=torch.bool), ids(4, 2))
 
 
 # --- engine importance-sampling correction (TRL 1.16 vllm_importance_sampling_*), hand-computed

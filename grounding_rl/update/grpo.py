@@ -4,7 +4,8 @@ Every function takes and returns tensors; nothing here knows about models, proce
 follow TRL 1.16's ``GRPOTrainer`` (``_generate_and_score_completions`` and ``_compute_loss``) so that the same config
 means the same objective; the tests pin the worked example's numbers (../shared/DESIGN-NOTES.md):
 
-* advantage ``A_i = (r_i − mean_g) / (std_g + 1e-4)`` with ``std`` unbiased (``torch.std``), per group of G completions;
+* advantage ``A_i = (r_i − mean_g) / (std_g + 1e-4)`` with ``std`` unbiased (``torch.std``), per group of completions
+  of one prompt, found by its id (verl's ``uid``), not by position;
 * ratio ``ρ_t = exp(logp_t − logp_old_t)``;
 * clipped surrogate ``min(ρ_t·A, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A)`` (PPO, Schulman et al. 2017), loss is its negative;
 * per-token KL estimator k3 ``exp(ref − logp) − (ref − logp) − 1`` (Schulman, "Approximating KL divergence", 2020),
@@ -52,33 +53,67 @@ class Advantages:
     group_zero_std: torch.Tensor
 
 
-def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group") -> Advantages:
-    """Group-relative advantages (TRL 1.16 ``sum_then_normalize``).
+def by_group(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``values`` (N,) laid out one group a row: ``(table, group_of_row)``.
+
+    Groups are the rows of equal ``group_ids`` (verl's ``uid``: ``compute_grpo_outcome_advantage(…, index)`` groups by
+    it), in ascending id order, each group's rows in their order in ``values``; a group with fewer rows than the
+    largest is padded with NaN, which the NaN-aware reductions leave out. When the rows come in ascending ids, G per
+    group, ``table`` equals ``values.view(-1, G)``, so per-group reductions over it are bit-identical to reductions
+    over that view.
 
     Args:
-        rewards: (N,) total reward per completion, grouped contiguously: rows ``[g·G, (g+1)·G)`` share a prompt.
-            NaN marks a completion that no reward function scored; it is left out of the group mean/std and gets 0.
-        num_generations: G, completions per prompt (≥ 2; 1 only with ``"none"``: every advantage is then 0, the
-            case of on-policy distillation, whose loss is the teacher term alone).
+        values: (N,) float.
+        group_ids: (N,) integer, one id per group.
+
+    Returns:
+        ``table`` (groups, largest group size) and ``group_of_row`` (N,) long, the row of ``table`` holding each value
+        (per-group results of shape (groups,) go back to the rows as ``result[group_of_row]``).
+
+    Raises:
+        ValueError: ``group_ids`` not of shape (N,).
+    """
+    if group_ids.shape != values.shape or values.ndim != 1:
+        raise ValueError(f"values and group_ids must both have shape (N,), got {tuple(values.shape)} and "
+                         f"{tuple(group_ids.shape)}")
+    _, group_of_row, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    order = torch.argsort(group_of_row, stable=True)
+    first = torch.cumsum(counts, 0) - counts  # the position in ``order`` of each group's first row
+    column = torch.arange(values.numel(), device=values.device) - first[group_of_row[order]]
+    table = values.new_full((counts.numel(), int(counts.max()) if counts.numel() else 0), float("nan"))
+    table[group_of_row[order], column] = values[order]
+    return table, group_of_row
+
+
+def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, scale_rewards: str = "group") -> Advantages:
+    """Group-relative advantages (TRL 1.16 ``sum_then_normalize``), the groups found by id (:func:`by_group`), so the
+    rows may come in any order: each row gets the advantage it would have with its group's rows contiguous.
+
+    Args:
+        rewards: (N,) total reward per completion. NaN marks a completion that no reward function scored; it is left
+            out of the group mean/std and gets 0.
+        group_ids: (N,) integer, equal for the completions of one prompt (:attr:`Rollout.group_ids`). Groups of one
+            row only with ``"none"``: every advantage is then 0, the case of on-policy distillation, whose loss is
+            the teacher term alone.
         scale_rewards: ``"group"`` divide by each group's std + 1e-4; ``"batch"`` by the std of all N rewards + 1e-4;
             ``"none"`` only subtract the group mean (Dr. GRPO).
 
     Returns:
-        :class:`Advantages`. Worked example: rewards [0.0, 1.6, 5.4, 8.8], G = 4 → [−1.0006, −0.5953, 0.3673, 1.2286].
+        :class:`Advantages`. Worked example: rewards [0.0, 1.6, 5.4, 8.8], one group → [−1.0006, −0.5953, 0.3673,
+        1.2286].
 
     Raises:
-        ValueError: N not a multiple of G, G < 2 (G = 1 with ``"none"`` aside), or an unknown ``scale_rewards``.
+        ValueError: shapes differ, a group of one row unless ``"none"``, or an unknown ``scale_rewards``.
     """
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
-    if num_generations < 1 or (num_generations == 1 and scale_rewards != "none"):
-        raise ValueError(f"num_generations must be ≥ 2 for group advantages, got {num_generations}")
     rewards = rewards.float()
-    if rewards.ndim != 1 or rewards.numel() % num_generations:
-        raise ValueError(f"rewards must have shape (N,) with N a multiple of {num_generations}, got {tuple(rewards.shape)}")
-    grouped = rewards.view(-1, num_generations)
-    mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
-    group_std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    grouped, group_of_row = by_group(rewards, group_ids)
+    if scale_rewards != "none" and rewards.numel() and torch.bincount(group_of_row).min() < 2:
+        raise ValueError(f"every group needs ≥ 2 completions for group advantages under scale_rewards "
+                         f"{scale_rewards!r} (a group of one has no std)")
+    mean = torch.nanmean(grouped, dim=1)[group_of_row]
+    group_std = nanstd(grouped, dim=1)[group_of_row]
     std = nanstd(rewards).expand_as(rewards) if scale_rewards == "batch" else group_std
     advantages = rewards - mean
     if scale_rewards != "none":
@@ -309,24 +344,25 @@ def injected_rows(start: int, count: int, num_generations: int, device=None) -> 
     return rows % num_generations == num_generations - 1
 
 
-def kept_groups(zero_std: torch.Tensor, num_generations: int) -> list[int]:
-    """Local indices of the groups DAPO's dynamic sampling keeps: those whose rewards are not all equal.
+def kept_groups(zero_std: torch.Tensor, group_ids: torch.Tensor) -> list[int]:
+    """The ids of the groups DAPO's dynamic sampling keeps: those whose rewards are not all equal.
 
     Args:
-        zero_std: (B,) bool per row (:attr:`Advantages.group_zero_std` of a process's rows), B a multiple of G with
-            whole groups.
-        num_generations: G.
+        zero_std: (N,) bool per row (:attr:`Advantages.group_zero_std`), the same for every row of a group.
+        group_ids: (N,) the rows' group ids, in any order.
 
     Returns:
-        Group indices in order, e.g. zero_std [T, T, F, F, T, T] with G 2 → [1].
+        Group ids in the order of their first row, e.g. zero_std [T, T, F, F, T, T] with ids [5, 5, 6, 6, 7, 7] → [6].
 
     Raises:
-        ValueError: B is not a multiple of G.
+        ValueError: the shapes differ.
     """
-    if zero_std.numel() % num_generations:
-        raise ValueError(f"{zero_std.numel()} rows do not hold whole groups of {num_generations}")
-    per_group = zero_std.view(-1, num_generations)[:, 0]
-    return [g for g, zero in enumerate(per_group.tolist()) if not zero]
+    if zero_std.shape != group_ids.shape:
+        raise ValueError(f"zero_std {tuple(zero_std.shape)} and group_ids {tuple(group_ids.shape)} differ in shape")
+    first: dict[int, bool] = {}
+    for gid, zero in zip(group_ids.tolist(), zero_std.tolist()):
+        first.setdefault(gid, zero)
+    return [gid for gid, zero in first.items() if not zero]
 
 
 @dataclass

@@ -265,13 +265,13 @@ def score(trainer, items: list[dict], texts: list[str], completion_ids: torch.Te
     return per_func.to(completion_ids.device), extra
 
 
-def compute_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int,
+def compute_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_ids: torch.Tensor,
                        scale_rewards: str) -> tuple[torch.Tensor, grpo.Advantages]:
     """(N,) weighted rewards (:func:`weighted_rewards`; ``weights`` (F,) or per row (N, F)) and their
-    :func:`grpo.group_advantages`; N = all processes' rows in gather order, so a group split between processes is
-    normalised as one."""
+    :func:`grpo.group_advantages` over the groups of ``group_ids`` (N,); N = all processes' rows in gather order, so a
+    group split between processes is normalised as one."""
     weighted = weighted_rewards(rewards_per_func, weights)
-    return weighted, grpo.group_advantages(weighted, num_generations, scale_rewards)
+    return weighted, grpo.group_advantages(weighted, group_ids, scale_rewards)
 
 
 def account_items(trainer, items: list[dict]) -> None:
@@ -347,9 +347,9 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0) -> Rollout:
     row_weights = getattr(trainer, "row_reward_weights", None)  # (num_samples, F): rows with their own reward spec
     if row_weights is not None:
         weights = acc.gather(row_weights[[item["index"] for item in items]].to(device))
-    weighted, adv = compute_advantages(rewards_per_func, weights, G, trainer.args.scale_rewards)
+    group_ids = torch.arange(start, start + len(items), device=device) // G + group_offset  # the sampler's G rows
+    weighted, adv = compute_advantages(rewards_per_func, weights, acc.gather(group_ids), trainer.args.scale_rewards)
     local = slice(start, start + len(items))
-    group_ids = torch.arange(start, start + len(items), device=device) // G + group_offset
     return Rollout(items=items, batch=batch, texts=texts, rewards_per_func=rewards_per_func[local],
                    rewards=weighted[local], advantages=adv.advantages[local], zero_std=adv.group_zero_std[local],
                    scale_zero_std=adv.zero_std[local], group_ids=group_ids, extra=extra, **clean)

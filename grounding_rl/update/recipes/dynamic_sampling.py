@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from accelerate.utils import gather_object
 
-from grounding_rl.update import batching
+from grounding_rl.update import batching, grpo
 from grounding_rl.update.recipes.base import Recipe
 from grounding_rl.update.rollout import Rollout, timed
 
@@ -63,10 +63,13 @@ def extra_generation_batch(trainer, draw: int) -> list[dict]:
     return trainer.data_collator([trainer.train_dataset[i] for i in mine])
 
 
-def kept_groups(trainer, rollout: Rollout) -> list[int]:
-    """Global indices of the rollout's groups whose rewards are not all equal (the same list on every process)."""
-    zero = trainer.accelerator.gather(rollout.zero_std).view(-1, trainer.num_generations)[:, 0]
-    return [g for g, z in enumerate(zero.tolist()) if not z]
+def group_order(trainer, rollout: Rollout) -> tuple[list[int], list[int]]:
+    """``(ids, kept)``: the ids of all the rollout's groups and of those whose rewards are not all equal
+    (:func:`grpo.kept_groups`), over every process's rows, in the order of their first row (the same lists on every
+    process)."""
+    acc = trainer.accelerator
+    ids = acc.gather(rollout.group_ids)
+    return list(dict.fromkeys(ids.tolist())), grpo.kept_groups(acc.gather(rollout.zero_std), ids)
 
 
 def gathered(trainer, rollout: Rollout) -> dict:
@@ -110,32 +113,33 @@ class DynamicSampling(Recipe):
         """The rollout to train on; ``draw(items, group_offset)`` builds one more (:func:`build_rollout`)."""
         acc, G = trainer.accelerator, trainer.num_generations
         total = self.args.generation_batch_size // G
-        draws, kept = [rollout], [(0, g) for g in kept_groups(trainer, rollout)]
+        first, kept = group_order(trainer, rollout)
+        draws, kept = [rollout], [(0, g) for g in kept]
         while len(draws) < self.args.max_num_gen_batches and len(kept) < total:
             with timed(trainer, "dynamic_sampling"):
                 extra = draw(extra_generation_batch(trainer, len(draws)), len(draws) * total)
-            kept += [(len(draws), g) for g in kept_groups(trainer, extra)]
+            kept += [(len(draws), g) for g in group_order(trainer, extra)[1]]
             draws.append(extra)
         chosen = kept[:total]
         filled = total - len(chosen)
-        chosen += [(0, g) for g in range(total) if (0, g) not in chosen][:filled]
+        chosen += [(0, g) for g in first if (0, g) not in chosen][:filled]
         metrics = trainer._metrics
         metrics["dynamic_sampling/gen_batches"].append(float(len(draws)))
         metrics["dynamic_sampling/groups_drawn"].append(float(len(draws) * total))
         metrics["dynamic_sampling/groups_dropped"].append(float(len(draws) * total - (total - filled)))
         metrics["dynamic_sampling/groups_filled"].append(float(filled))
-        if len(draws) == 1 and chosen == [(0, g) for g in range(total)]:
+        if len(draws) == 1 and chosen == [(0, g) for g in first]:
             return rollout
         local_groups = len(rollout) // G
         mine = chosen[acc.process_index * local_groups:(acc.process_index + 1) * local_groups]
         return self._rows(trainer, draws, mine)
 
     def _rows(self, trainer, draws: list[Rollout], mine: list[tuple[int, int]]) -> Rollout:
-        acc, G = trainer.accelerator, trainer.num_generations
+        acc = trainer.accelerator
         views = [gathered(trainer, d) for d in draws]
         width = max(v["completion_ids"].size(1) for v in views)
         fill = {"completion_ids": trainer.pad_token_id, "completion_mask": 0, "sampling_logps": float("nan")}
-        rows = [(d, g * G + j) for d, g in mine for j in range(G)]
+        rows = [(d, r) for d, gid in mine for r in (views[d]["group_ids"] == gid).nonzero().flatten().tolist()]
         fields = {}
         for name, value in views[0].items():
             if name in ("texts", "items", "extra"):
