@@ -1,7 +1,6 @@
 """A training set mixing sources: each row its own prompt template and reward spec (TimeLens2's per-source data
 config), the weights where rewards are summed, and the mix in grounding_config.json."""
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ import torch
 from grounding_rl.data.dataset import GroundingDataset, read_row_settings
 from grounding_rl.errors import UserError
 from grounding_rl.reward.rewards import weighted_rewards
-from grounding_rl.update.recipes.sources import PerSourceSettings, row_weights
+from grounding_rl.update.sources import row_settings, row_weights
 
 torch.set_num_threads(1)
 NAMES = ["twass1", "set_iou", "parse_penalty", "iou"]
@@ -44,22 +43,20 @@ def test_the_mix_is_checked_weighted_and_recorded():
                                           {"prompt_template": "timelens_100k", "reward_spec": "tiou"},
                                           {"prompt_template": "timelens2", "reward_spec": "twass1,tiou,parse_penalty"},
                                           {}])]
-    trainer = SimpleNamespace(reward_func_names=NAMES, reward_weights=torch.tensor([0.0, 0.0, 0.0, 1.0]))
-    recipe = PerSourceSettings(SimpleNamespace(prompt_template="default"))
-    dataset = GroundingDataset(samples)
-    assert recipe.prepare_data(trainer, dataset) is dataset
-    assert trainer.row_reward_weights.tolist() == [[1, 1, 1, 0], [0, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]]
-    assert trainer.data_mix == [
+    weights = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    per_row, mix = row_settings(samples, NAMES, weights, "default")
+    assert per_row.tolist() == [[1, 1, 1, 0], [0, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]]
+    assert mix == [
         {"prompt_template": "timelens2", "reward_spec": "twass1,tiou,parse_penalty", "rows": 2},
         {"prompt_template": "default", "reward_spec": None, "rows": 1},
         {"prompt_template": "timelens_100k", "reward_spec": "tiou", "rows": 1}]
-    assert [dataset[i]["prompt_template"] for i in range(4)] == ["timelens2", "timelens_100k", "timelens2", None]
-    recipe.prepare_data(trainer, GroundingDataset(samples[3:]))  # one source: nothing per row, nothing recorded
-    assert trainer.row_reward_weights is None and trainer.data_mix is None
+    assert [GroundingDataset(samples)[i]["prompt_template"] for i in range(4)] == ["timelens2", "timelens_100k",
+                                                                                   "timelens2", None]
+    assert row_settings(samples[3:], NAMES, weights, "default") == (None, None)  # one source: nothing per row
     with pytest.raises(UserError, match="qid '0' has prompt_template 'timelens3'"):
-        recipe.prepare_data(trainer, GroundingDataset([{**samples[0], "prompt_template": "timelens3"}]))
+        row_settings([{**samples[0], "prompt_template": "timelens3"}], NAMES, weights, "default")
     with pytest.raises(UserError, match=r"qid '0': reward_spec 'ngiou' needs \['ngiou'\]"):
-        recipe.prepare_data(trainer, GroundingDataset([{**samples[0], "reward_spec": "ngiou"}]))
+        row_settings([{**samples[0], "reward_spec": "ngiou"}], NAMES, weights, "default")
 
 
 def test_each_row_is_prompted_and_rewarded_by_its_source(tiny_model_dir, videos_dir, tmp_path):

@@ -107,7 +107,7 @@ def read_row_settings(path: str | Path) -> dict[str, dict]:
     :data:`grounding_rl.prompts.templates.TEMPLATES`) and, where given, its reward spec (TimeLens2's
     ``"name[:weight],…"``, e.g. ``"twass1,tiou,parse_penalty"``), as TimeLens2's per-source data config does
     (MCG-NJU/TimeLens2 @a5ce450 ``grpo/timelens/data/sources.py``). The qid is the line's ``qid``, else its 0-based
-    line number. Values are checked where they are used (:mod:`grounding_rl.update.recipes.sources`).
+    line number. Values are checked where they are used (:mod:`grounding_rl.update.sources`).
 
     Raises:
         UserError: a value that is not a non-empty string (file and line).

@@ -53,7 +53,7 @@ class GroundingConfig:
         video_layout: how the video tokens sit in the prompt, one of :data:`grounding_rl.family.VIDEO_LAYOUTS`
             (``released``, the default, also for a file written before the field existed; ``transformers5``).
         data_mix: for a training set mixing sources, rows per ``{"prompt_template", "reward_spec", "rows"}``
-            (:mod:`grounding_rl.update.recipes.sources`); None when every row used ``prompt_template`` and the
+            (:mod:`grounding_rl.update.sources`); None when every row used ``prompt_template`` and the
             run's rewards (informational: evaluation uses ``prompt_template``).
         duration_filter: the training set's video-duration filter, ``{"min_video_duration", "max_video_duration"
             (seconds, inclusive; None = no bound), "samples" (read), "dropped"}``; None when off (informational).

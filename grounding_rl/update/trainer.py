@@ -51,6 +51,7 @@ from grounding_rl.update.rollout import build_rollout, group_permutation, timed
 from grounding_rl.update.rollout_metrics import log_rollout, write_completions
 from grounding_rl.update.checkpoints import CompleteCheckpointMixin
 from grounding_rl.update.saving import GroundingSaveMixin
+from grounding_rl.update.sources import row_settings
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ class GroundingGRPOTrainer(ValidationMixin, CompleteCheckpointMixin, ExactResume
         eval_dropped: lines of the eval file the validation policy dropped (the ``standard`` scoring counts them).
 
     Attributes: :attr:`recipes` (:func:`grounding_rl.update.recipes.active_recipes`), :attr:`data_selection` (the
-    offline difficulty selection's counts), :attr:`online_filter` (None without ``online_difficulty_range``).
+    offline difficulty selection's counts, None without one), :attr:`row_reward_weights` and :attr:`data_mix` (the
+    rows' own reward weights and the sources' mix: :func:`grounding_rl.update.sources.row_settings`), :attr:`online_filter` (None without ``online_difficulty_range``).
     """
 
     loss_is_scaled_for_ga = True  # compute_loss scales for gradient accumulation itself, as TRL's GRPOTrainer
@@ -105,6 +107,8 @@ class GroundingGRPOTrainer(ValidationMixin, CompleteCheckpointMixin, ExactResume
         self.recipes, self.data_selection, self.online_filter = active_recipes(args), None, None
         for recipe in self.recipes:
             train_dataset = recipe.prepare_data(self, train_dataset)
+        self.row_reward_weights, self.data_mix = row_settings(train_dataset.samples, self.reward_func_names,
+                                                              self.reward_weights, args.prompt_template)
         # frames sized for the model's vision tower (its family's pixel factor)
         collator = VideoCollator(train_dataset, family_of(model).video_settings(args.video_settings), cache=frame_cache)
         super().__init__(model=model, args=args, train_dataset=train_dataset, data_collator=collator,

@@ -20,13 +20,12 @@ from grounding_rl.update.recipes.dynamic_sampling import DynamicSampling
 from grounding_rl.update.recipes.engine_correction import EngineCorrection
 from grounding_rl.update.recipes.gt_injection import GroundTruthInjection
 from grounding_rl.update.recipes.online_filter import OnlineFilter
-from grounding_rl.update.recipes.sources import PerSourceSettings
 from grounding_rl.update.recipes.tempsamp import TempSampShaping
 from grounding_rl.update.recipes.two_pass_zoom import TwoPassZoom
 from grounding_rl.update.recipes.validation import Validation
 
 # order = the order the hooks run in
-RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, PerSourceSettings, OnlineFilter, CropTool,
+RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, OnlineFilter, CropTool,
                                                         TwoPassZoom, GroundTruthInjection, TempSampShaping, DynamicSampling,
                                                         EngineCorrection, Distillation, Validation)}
 def recipe_problems(args) -> list[str]:

@@ -80,14 +80,15 @@ def range_problem(key: str, value) -> list[str]:
 
 class DifficultySelection(Recipe):
     """Keeps the samples :func:`grounding_rl.data.selection.select_samples` selects; the counts are logged and kept
-    as the trainer's ``data_selection``. Always active (with the defaults it keeps every sample)."""
+    as the trainer's ``data_selection``. Active with a ``difficulty_sampling`` or a ``difficulty_range`` (without
+    either the selection keeps every sample)."""
 
     name = "difficulty_selection"
     arguments = DifficultyArguments
 
     @staticmethod
     def enabled(args) -> bool:
-        return True
+        return args.difficulty_sampling != "none" or args.difficulty_range is not None
 
     @staticmethod
     def problems(args) -> list[str]:
@@ -184,7 +185,7 @@ class DifficultySelection(Recipe):
             missing += len(sets) < 2
             funcs = train
             if sample.get("reward_spec") and sets:  # the row's own spec, as TimeLens2's score_intervals reads it
-                from grounding_rl.update.recipes.sources import row_weights
+                from grounding_rl.update.sources import row_weights
 
                 try:
                     weights = row_weights(sample["reward_spec"], list(trainer.reward_func_names))
