@@ -485,7 +485,7 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     ``replace_output_dir`` may delete; not compared)."""
     from grounding_rl import __version__
     from grounding_rl.run_record import RUN_OUTPUTS, file_sha256, model_fingerprint
-    from grounding_rl.update.config import DATA_SELECTION_KEYS
+    from grounding_rl.update.recipes import fingerprint_keys
 
     teacher = getattr(training_args, "teacher_model_name_or_path", None)  # distillation: the teacher and its weights
     return {
@@ -499,7 +499,7 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         "prompt_template": training_args.prompt_template, "video_layout": training_args.video_layout,
         "video": training_args.video_settings.to_dict(),
         "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
-        "data_selection": {key: getattr(training_args, key) for key in DATA_SELECTION_KEYS
+        "data_selection": {key: getattr(training_args, key) for key in fingerprint_keys()
                            if hasattr(training_args, key)},
         "lora": lora_settings(model_args), "seed": training_args.seed, "data_seed": training_args.data_seed,
         "version": __version__, "outputs": list(RUN_OUTPUTS),

@@ -25,12 +25,6 @@ from grounding_rl.update.recipes.tempsamp import RewardShapingArguments
 from grounding_rl.update.recipes.two_pass_zoom import TwoPassZoomArguments
 from grounding_rl.update.recipes.validation import EVAL_METRICS, ValidationArguments  # noqa: F401
 
-# the fields that change which samples a run trains on (in its run fingerprint: a resume must keep them)
-DATA_SELECTION_KEYS = ("difficulty_sampling", "difficulty_gaussian_mean", "difficulty_gaussian_std",
-                       "difficulty_num_bins", "difficulty_subset_size", "difficulty_duration_edges",
-                       "difficulty_range", "online_difficulty_range", "difficulty_p_std", "difficulty_p_mean",
-                       "difficulty_mean_reward")
-
 
 @dataclass
 class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineCorrectionArguments,

@@ -17,18 +17,15 @@ from dataclasses import dataclass
 
 from grounding_rl.update.arguments import trl_field
 from grounding_rl.update.config import GroundingGRPOConfig
+from grounding_rl.update.recipes import refused_fields
 from grounding_rl.update.recipes.distillation import _distillation_field
 
-# GRPO-only settings: distill refuses a value other than the default (their GRPO meaning has no use here)
+# GRPO-only settings: distill refuses a value other than the default (their GRPO meaning has no use here); the
+# recipes' own are declared in their modules (Recipe.refused)
 GRPO_ONLY = {
-    "distillation_beta": "distill's divergence is beta (TRL's name); distillation_beta is train's",
-    "distillation_weight": "distill's loss is the teacher term alone",
     "epsilon": "no surrogate to clip (every advantage is 0)", "epsilon_high": "no surrogate to clip",
     "use_bias_correction_kl": "no KL to a reference model", "num_iterations": "fully on-policy (TRL's stable trainer)",
-    "drop_zero_std_groups": "a group of one completion always has zero std",
-    "dynamic_sampling": "no groups to filter", "max_num_gen_batches": "no groups to filter",
-    "use_gt_injection": "the student samples every completion", "reward_shaping": "rewards are logged, not trained on",
-    "online_difficulty_range": "no groups of rewards to filter on",
+    "drop_zero_std_groups": "a group of one completion always has zero std", **refused_fields("distill"),
 }
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+from grounding_rl.update.recipes import recipe_fields
+
 OURS, TRAINER, PEFT, REFUSED = "ours", "transformers.Trainer", "peft", "refused"
 HONOURS = (OURS, TRAINER, PEFT, REFUSED)
 
@@ -165,15 +167,9 @@ FIELDS: dict[str, Honour] = {
         "num_iterations", "epsilon", "epsilon_high", "use_bias_correction_kl", "reward_weights", "scale_rewards",
         "loss_type", "mask_truncated_completions", "log_completions", "num_completions_to_print", "use_vllm",
         "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode", "vllm_max_model_length",
-        "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
-        "vllm_importance_sampling_clip_min", "drop_zero_std_groups", "share_video_encoding", "share_prompt_prefix", "check_first_batch",
-        "dynamic_sampling", "max_num_gen_batches", "use_gt_injection", "reward_shaping", "reward_shaping_threshold",
-        "reward_shaping_alpha", "reward_funcs", "difficulty_sampling", "difficulty_gaussian_mean",
-        "difficulty_gaussian_std", "difficulty_num_bins", "difficulty_subset_size", "difficulty_duration_edges",
-        "difficulty_range", "online_difficulty_range", "difficulty_p_std", "difficulty_p_mean",
-        "difficulty_mean_reward", "eval_file", "eval_max_samples", "teacher_model_name_or_path",
-        "teacher_model_init_kwargs", "distillation_beta", "distillation_weight", "loss_top_k",
-        "crop_spend", "two_pass_zoom", "zoom_margin", "zoom_spend")},
+        "drop_zero_std_groups", "share_video_encoding", "share_prompt_prefix", "check_first_batch", "reward_funcs")},
+    # the recipes' fields, from their modules (grounding_rl/update/recipes); max_tool_calling_iterations is above
+    **{name: _grpo(OURS) for name in recipe_fields() if name != "max_tool_calling_iterations"},
     "vllm_mode": _grpo(REFUSED, "only 'colocate' is supported here (vLLM inside the training processes); TRL's "
                                 "'server' mode is not implemented"),
 }

@@ -8,6 +8,8 @@ class Recipe:
 
     name = ""
     arguments: type | None = None  # the dataclass of the recipe's config fields
+    fingerprint_keys: tuple[str, ...] = ()  # fields a resume must keep (the run fingerprint's ``data_selection``)
+    refused: dict[str, dict[str, str]] = {}  # stage ("distill") → {field: why that stage refuses it set}
     drops_zero_std_groups = False  # mask groups with G equal rewards out of the loss
 
     @staticmethod

@@ -85,6 +85,7 @@ class DifficultySelection(Recipe):
 
     name = "difficulty_selection"
     arguments = DifficultyArguments
+    fingerprint_keys = tuple(DifficultyArguments.__dataclass_fields__)  # they select the samples a run trains on
 
     @staticmethod
     def enabled(args) -> bool:

@@ -59,6 +59,8 @@ class DistillationArguments:
 class Distillation(Recipe):
     name = "distillation"
     arguments = DistillationArguments
+    refused = {"distill": {"distillation_beta": "distill's divergence is beta (TRL's name); distillation_beta is train's",
+                           "distillation_weight": "distill's loss is the teacher term alone"}}
     needs_logits = True
 
     @staticmethod

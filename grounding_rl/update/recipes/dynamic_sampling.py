@@ -97,6 +97,7 @@ class DynamicSampling(Recipe):
 
     name = "dynamic_sampling"
     arguments = DynamicSamplingArguments
+    refused = {"distill": {"dynamic_sampling": "no groups to filter", "max_num_gen_batches": "no groups to filter"}}
     drops_zero_std_groups = True
 
     @staticmethod

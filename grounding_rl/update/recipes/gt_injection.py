@@ -31,6 +31,7 @@ class GroundTruthInjectionArguments:
 class GroundTruthInjection(Recipe):
     name = "gt_injection"
     arguments = GroundTruthInjectionArguments
+    refused = {"distill": {"use_gt_injection": "the student samples every completion"}}
 
     @staticmethod
     def enabled(args) -> bool:

@@ -36,6 +36,8 @@ class OnlineFilter(Recipe):
 
     name = "online_filter"
     arguments = OnlineFilterArguments
+    fingerprint_keys = ("online_difficulty_range",)
+    refused = {"distill": {"online_difficulty_range": "no groups of rewards to filter on"}}
 
     @staticmethod
     def enabled(args) -> bool:

@@ -27,6 +27,7 @@ class RewardShapingArguments:
 class TempSampShaping(Recipe):
     name = "tempsamp"
     arguments = RewardShapingArguments
+    refused = {"distill": {"reward_shaping": "rewards are logged, not trained on"}}
 
     @staticmethod
     def enabled(args) -> bool:
