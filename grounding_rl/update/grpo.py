@@ -54,24 +54,14 @@ class Advantages:
 
 
 def by_group(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``values`` (N,) laid out one group a row: ``(table, group_of_row)``.
-
-    Groups are the rows of equal ``group_ids`` (verl's ``uid``: ``compute_grpo_outcome_advantage(…, index)`` groups by
-    it), in ascending id order, each group's rows in their order in ``values``; a group with fewer rows than the
-    largest is padded with NaN, which the NaN-aware reductions leave out. When the rows come in ascending ids, G per
-    group, ``table`` equals ``values.view(-1, G)``, so per-group reductions over it are bit-identical to reductions
-    over that view.
-
-    Args:
-        values: (N,) float.
-        group_ids: (N,) integer, one id per group.
-
-    Returns:
-        ``table`` (groups, largest group size) and ``group_of_row`` (N,) long, the row of ``table`` holding each value
-        (per-group results of shape (groups,) go back to the rows as ``result[group_of_row]``).
+    """``(table, group_of_row)``: ``values`` (N,) laid out one group a row, groups being the rows of equal
+    ``group_ids`` (N,) (verl's ``uid``, ``compute_grpo_outcome_advantage(…, index)``), in ascending id order, each
+    group's rows in their order; a smaller group is padded with NaN, which NaN-aware reductions leave out. For rows in
+    ascending ids, G per group, ``table`` is ``values.view(-1, G)``: per-group reductions are bit-identical to the view's.
+    ``group_of_row`` (N,) long is each row's row of ``table`` (per-group results go back as ``result[group_of_row]``).
 
     Raises:
-        ValueError: ``group_ids`` not of shape (N,).
+        ValueError: ``values`` and ``group_ids`` not both of shape (N,).
     """
     if group_ids.shape != values.shape or values.ndim != 1:
         raise ValueError(f"values and group_ids must both have shape (N,), got {tuple(values.shape)} and "
