@@ -350,8 +350,7 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
         request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
     from grounding_rl.eval.turns import check_turns_run
 
-    check_turns_run(request.max_turns, request.zoom is not None, request.engine, config.video.sampler,
-                    config.prompt_template)
+    check_turns_run(request.max_turns, request.zoom is not None, config.video.sampler, config.prompt_template)
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
                     run=_run_record(request, config, max_new_tokens, model_id))

@@ -111,38 +111,19 @@ def conversation_prompt(trajectory, family, token_ids: dict, decode=None) -> tup
     return prompt, list(trajectory.prompt_ids) + list(trajectory.completion_ids)
 
 
-def vllm_turns(engine, params: SamplingParams):
-    """A ``generate`` for :func:`grounding_rl.rollout.conversation.run_conversations` on a :class:`VLLMEngine`:
-    every unfinished trajectory's next turn from :func:`conversation_prompt` (all its videos in one prompt; the
-    engine's ``max_videos`` must be ≥ K + 1), the expanded prompt checked against the HF loop's ids. The weights are
-    the engine's as they are (training syncs them once per rollout before the loop). ``turns.logps`` maps
-    ``id(trajectory)`` to vLLM's log-probs of each of its turns' sampled tokens (:func:`conversation_sampling_logps`)."""
-    def turns(trajectories) -> list[list[int]]:
-        tokenizer = engine.llm.get_tokenizer()
-        built = [conversation_prompt(t, engine.family, engine.token_ids,
-                                     decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
-                 for t in trajectories]
-        tokens, logps = engine.sample([p for p, _ in built], [e for _, e in built], params)
-        for t, lp in zip(trajectories, logps):
-            turns.logps.setdefault(id(t), []).append(list(lp))
-        return tokens
-
-    turns.logps = {}
-    return turns
-
-
-def conversation_sampling_logps(trajectories, logps: dict, width: int) -> torch.Tensor:
+def conversation_sampling_logps(trajectories, width: int) -> torch.Tensor:
     """(B, width) float32: vLLM's log-probs of each trajectory's model tokens, NaN at tool tokens, padding and any
     token without one (no importance-sampling correction there, :func:`grounding_rl.update.grpo.
     engine_importance_weights`). Each model turn (a run of 1s in ``tool_mask``) is a prefix of what vLLM sampled for it
     (cut after its end-of-turn token), so it takes the first log-probs of that turn.
 
     Args:
-        trajectories: finished trajectories; logps: ``vllm_turns(...).logps``; width: the batch's completion width.
+        trajectories: finished trajectories (their ``turn_logps``, :meth:`VLLMEngine.continue_turn`); width: the
+            batch's completion width.
     """
     out = torch.full((len(trajectories), width), float("nan"), dtype=torch.float32)
     for row, t in enumerate(trajectories):
-        turns = iter(logps.get(id(t), []))
+        turns = iter(t.turn_logps)
         mask = list(t.tool_mask) + [0]
         begin = None
         for i, m in enumerate(mask):
@@ -274,7 +255,7 @@ class VLLMEngine:
             computed).
         accelerator: the trainer's (for ZeRO-3 gathers, several processes, tensor-parallel groups); None in eval.
         max_videos: videos one prompt may hold (vLLM's ``limit_mm_per_prompt``): 1, or K + 1 for conversations with
-            at most K crops (the clip and each window, :func:`vllm_turns`).
+            at most K crops (the clip and each window, :meth:`continue_turn`).
     """
 
     def __init__(self, model_path: str, eos_token_ids, pad_token_id: int, dtype: str = "auto",
@@ -388,6 +369,20 @@ class VLLMEngine:
                 self.sampling_logps[row, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
         self.sampling_logps = self.sampling_logps.to(device)
         return ids.to(device)
+
+    def continue_turn(self, trajectories, params: SamplingParams) -> list[list[int]]:
+        """The conversation interface (:meth:`grounding_rl.rollout.conversation.HFTurns.continue_turn`): one new
+        model turn per trajectory, in order, from :func:`conversation_prompt` (every video in one prompt:
+        ``max_videos`` ≥ K + 1), on the engine's weights as they are; each ``turn_logps`` gets vLLM's log-probs of
+        the turn (:func:`conversation_sampling_logps`)."""
+        tokenizer = self.llm.get_tokenizer()
+        built = [conversation_prompt(t, self.family, self.token_ids,
+                                     decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+                 for t in trajectories]
+        tokens, logps = self.sample([p for p, _ in built], [e for _, e in built], params)
+        for t, lp in zip(trajectories, logps):
+            t.turn_logps.append(list(lp))
+        return tokens
 
     def sample(self, prompts: list[dict], expanded: list[list[int]], params: SamplingParams
                ) -> tuple[list[list[int]], list[list[float]]]:
