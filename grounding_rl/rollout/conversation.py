@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grounding_rl.data.video import SampledVideo, VideoLoadError, WindowError
+from grounding_rl.data.video import SampledVideo
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import GRID, PIXELS, check_prompt_length
 from grounding_rl.prompts.templates import get_template, instruction
@@ -160,7 +160,8 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
 
     Args:
         new_ids: the turn's sampled ids (cut after its first id in ``end_ids``; trailing padding ignored).
-        environment: ``(clip, window) -> SampledVideo`` (:class:`grounding_rl.rollout.tools.CropEnvironment`).
+        environment: ``(clip, window) -> (SampledVideo | None, error | None)``
+            (:class:`grounding_rl.rollout.tools.CropEnvironment`).
         max_turns: K; the turn after the K-th request (or after a full context) had to answer: it ends the
             trajectory whatever it says.
         end_ids: end-of-turn ids (``<|im_end|>``, the model's EOS); stop_ids: ids cut with the rest of the turn (a
@@ -203,10 +204,9 @@ def _tool_turn(trajectory: Trajectory, turn: dict, request, processor, family, e
     final = trajectory.calls >= max_turns
     window_clip = None
     if request.kind == "call":
-        try:
-            window_clip = environment(trajectory.clip, request.window)
-        except (WindowError, VideoLoadError, ValueError) as err:
-            request = tools.ToolRequest("error", error=f"the window cannot be sampled ({err})"[:200])
+        window_clip, error = environment(trajectory.clip, request.window)
+        if window_clip is None:
+            request = tools.ToolRequest("error", error=f"the window cannot be sampled ({error})"[:200])
     turn.update(kind=request.kind, window=request.window, error=request.error)
     if request.kind == "error":
         trajectory.failures += 1
@@ -242,7 +242,8 @@ def run_conversations(generate, trajectories: list[Trajectory], processor, famil
         generate: ``(list[Trajectory]) -> list[list[int]]``, one new model turn per unfinished trajectory, given in
             order (an engine's ``continue_turn`` with its sampling parameters, or scripted turns in tests).
         trajectories: from :func:`start`.
-        environment: ``(clip, window) -> SampledVideo`` (:class:`grounding_rl.rollout.tools.CropEnvironment`).
+        environment: ``(clip, window) -> (SampledVideo | None, error | None)``
+            (:class:`grounding_rl.rollout.tools.CropEnvironment`).
         end_ids, stop_ids, max_prompt_length, layout: as :func:`step`.
 
     Returns:

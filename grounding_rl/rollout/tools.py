@@ -218,16 +218,9 @@ class CropEnvironment:
     def __init__(self, settings: VideoSettings, spend: str = "fps"):
         self.settings, self.spend = settings, spend
 
-    def window_settings(self, clip: SampledVideo, window: tuple[float, float]) -> VideoSettings:
-        """The sampling settings of ``window`` given the whole clip as sampled: the same T₁ frames of H₁ × W₁
-        spent on the window (``spend="fps"``), see :func:`grounding_rl.data.video.window_settings`."""
-        from grounding_rl.data.video import window_settings
+    def __call__(self, clip: SampledVideo, window: tuple[float, float]) -> tuple[SampledVideo | None, str | None]:
+        """The window's frames as the zoom samples its window (:func:`grounding_rl.rollout.zoom.pass2_clip`:
+        absolute timestamps; ``(None, why)`` when it cannot be sampled)."""
+        from grounding_rl.rollout.zoom import pass2_clip
 
-        return window_settings(self.settings, clip.sampling(), window, self.spend)
-
-    def __call__(self, clip: SampledVideo, window: tuple[float, float]) -> SampledVideo:
-        """The window's frames (absolute timestamps). Raises :class:`grounding_rl.data.video.WindowError` (a window
-        too short to hold two frames) or :class:`grounding_rl.data.video.VideoLoadError`."""
-        from grounding_rl.data.video import sample_window
-
-        return sample_window(clip.path, window[0], window[1], self.window_settings(clip, window))
+        return pass2_clip(clip.path, window, self.settings, clip.sampling(), self.spend)

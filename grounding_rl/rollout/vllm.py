@@ -23,6 +23,7 @@ reached for weight updates, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB; 1 is enough for
 from __future__ import annotations
 
 import os
+from itertools import groupby
 
 import torch
 
@@ -53,8 +54,7 @@ def vllm_video(video, family) -> tuple:
 
 def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None) -> tuple[list[dict], list[list[int]]]:
     """One vLLM prompt per row: the row's token ids without padding (video collapsed,
-    :meth:`grounding_rl.family.base.Family.collapse_video`) and its
-    clip.
+    :meth:`grounding_rl.family.base.Family.collapse_video`) and its clip.
 
     Args:
         inputs: ``input_ids``, ``attention_mask`` (B, P), left-padded (:func:`build_inputs`).
@@ -83,20 +83,11 @@ def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None
 
 
 def conversation_prompt(trajectory, family, token_ids: dict, decode=None) -> tuple[dict, list[int]]:
-    """The vLLM prompt of a conversation's next model turn: its prompt + completion ids so far (model and tool turns,
-    :class:`grounding_rl.rollout.conversation.Trajectory`) with each video collapsed on its own — the first prompt's
-    clip, then each tool turn's window (one video per piece, :meth:`grounding_rl.family.base.Family.collapse_video`)
-    — and every video, in token order, with its exact frames and metadata (:func:`vllm_video`). vLLM expands each
-    placeholder again; its expansion must give back the ids the HF loop generates from (:func:`check_prompt_ids`).
-
-    Args:
-        trajectory: an unfinished trajectory (its ``videos`` are the clip then each window, as ``window_clips``).
-        family, token_ids, decode: as :func:`vllm_prompts`.
-
-    Returns:
-        ``(prompt, expanded)``: ``{"prompt_token_ids", "multi_modal_data": {"video": [(frames, metadata), …]},
-        "mm_processor_kwargs"}`` and the expanded ids (``prompt_ids + completion_ids``).
-    """
+    """:func:`vllm_prompts` for an unfinished :class:`grounding_rl.rollout.conversation.Trajectory`'s next model
+    turn: ``(prompt, expanded)``, its prompt + completion ids so far with each video collapsed on its own (the clip,
+    then each tool turn's window: one video per piece) and every video in token order (``{"video": [(frames,
+    metadata), …]}``); ``expanded`` (``prompt_ids + completion_ids``) is what vLLM's expansion must give back, the
+    ids the HF loop generates from (:func:`check_prompt_ids`)."""
     pieces, ids, mask = [trajectory.prompt_ids], trajectory.completion_ids, trajectory.tool_mask
     begin = 0
     for i in range(1, len(ids) + 1):  # model turns and tool turns: runs of tool_mask; a tool turn holds ≤ 1 video
@@ -123,16 +114,13 @@ def conversation_sampling_logps(trajectories, width: int) -> torch.Tensor:
     """
     out = torch.full((len(trajectories), width), float("nan"), dtype=torch.float32)
     for row, t in enumerate(trajectories):
-        turns = iter(t.turn_logps)
-        mask = list(t.tool_mask) + [0]
-        begin = None
-        for i, m in enumerate(mask):
-            if m and begin is None:
-                begin = i
-            elif not m and begin is not None:
-                values = next(turns, [])[:i - begin]
+        turns, begin = iter(t.turn_logps), 0
+        for model, run in groupby(t.tool_mask):
+            size = len(list(run))
+            if model:
+                values = next(turns, [])[:size]
                 out[row, begin:begin + len(values)] = torch.tensor(values, dtype=torch.float32)
-                begin = None
+            begin += size
     return out
 
 

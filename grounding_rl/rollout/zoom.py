@@ -1,8 +1,7 @@
-"""The zoom's pass-2 window, its clip and its time: pure pieces shared by evaluation's ``--zoom``
-(:mod:`grounding_rl.eval.zoom`, which explains the choices) and training's fixed two-pass zoom
-(:mod:`grounding_rl.update.recipes.two_pass_zoom`), so that a window is widened, sampled and mapped back to the
-video's seconds the same way at training and at test; and pass 2 itself (:func:`zoom_rows`, with Qwen2.5-VL's
-positions placed in the whole video, :func:`video_time_offsets`) for :mod:`grounding_rl.rollout.answering`.
+"""The zoom's pass-2 window, its clip (also the crop tool's, :class:`grounding_rl.rollout.tools.CropEnvironment`) and
+its time, shared by ``--zoom`` (:mod:`grounding_rl.eval.zoom` explains the choices) and the two-pass zoom recipe, so
+that training and test widen, sample and map a window alike; and pass 2 for :mod:`grounding_rl.rollout.answering`
+(:func:`zoom_rows`: turn 2 of the zoom's conversation; Qwen2.5-VL's positions moved by :func:`video_time_offsets`).
 """
 from __future__ import annotations
 
