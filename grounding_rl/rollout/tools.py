@@ -219,8 +219,14 @@ class CropEnvironment:
         self.settings, self.spend = settings, spend
 
     def __call__(self, clip: SampledVideo, window: tuple[float, float]) -> tuple[SampledVideo | None, str | None]:
-        """The window's frames as the zoom samples its window (:func:`grounding_rl.rollout.zoom.pass2_clip`:
-        absolute timestamps; ``(None, why)`` when it cannot be sampled)."""
-        from grounding_rl.rollout.zoom import pass2_clip
+        """The window ``(start, end)`` seconds of ``clip``'s video sampled by seeking under the clip's budget
+        (:func:`grounding_rl.data.video.sample_window`, ``window_settings``; timestamps stay absolute seconds):
+        ``(window clip, None)``, or ``(None, why)`` when it cannot be sampled (``WindowError``, ``VideoLoadError``,
+        ``ValueError``). The zoom's pass 2 samples its window here too."""
+        from grounding_rl.data.video import VideoLoadError, WindowError, sample_window, window_settings
 
-        return pass2_clip(clip.path, window, self.settings, clip.sampling(), self.spend)
+        try:
+            settings = window_settings(self.settings, clip.sampling(), window, self.spend)
+            return sample_window(clip.path, window[0], window[1], settings), None
+        except (WindowError, VideoLoadError, ValueError) as err:
+            return None, str(err)

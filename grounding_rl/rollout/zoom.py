@@ -1,4 +1,4 @@
-"""The zoom's pass-2 window, its clip (also the crop tool's, :class:`grounding_rl.rollout.tools.CropEnvironment`) and
+"""The zoom's pass-2 window (sampled as the crop tool's, :class:`grounding_rl.rollout.tools.CropEnvironment`) and
 its time, shared by ``--zoom`` (:mod:`grounding_rl.eval.zoom` explains the choices) and the two-pass zoom recipe, so
 that training and test widen, sample and map a window alike; and pass 2 for :mod:`grounding_rl.rollout.answering`
 (:func:`zoom_rows`: turn 2 of the zoom's conversation; Qwen2.5-VL's positions moved by :func:`video_time_offsets`).
@@ -53,20 +53,6 @@ def to_absolute(answer: tuple[float, float] | None, origin: float, shift: bool) 
     if answer is None:
         return None
     return (answer[0] + origin, answer[1] + origin) if shift else (float(answer[0]), float(answer[1]))
-
-
-def pass2_clip(path: str, window: tuple[float, float], settings: VideoSettings, first: dict,
-               spend: str = "fps") -> tuple[SampledVideo | None, str | None]:
-    """The window ``(start, end)`` seconds of the video at ``path``, sampled under pass 1's budget (``first``: pass
-    1's :meth:`SampledVideo.sampling`; ``spend``: :func:`grounding_rl.data.video.window_settings`) by seeking
-    (:func:`grounding_rl.data.video.sample_window`; timestamps stay absolute seconds): ``(clip, None)``, or ``(None,
-    why)`` when it cannot be sampled (``WindowError``, ``VideoLoadError``, ``ValueError`` of those functions)."""
-    from grounding_rl.data.video import VideoLoadError, WindowError, sample_window, window_settings
-
-    try:
-        return sample_window(path, window[0], window[1], window_settings(settings, first, window, spend)), None
-    except (WindowError, VideoLoadError, ValueError) as err:
-        return None, str(err)
 
 
 def window_problems(setting: str, video_sampler: str, prompt_template: str, why_one: str) -> list[str]:
@@ -143,7 +129,7 @@ def zoom_rows(model, processor, rows: list, queries, config, max_new_tokens: int
               on_prompt=None) -> list[dict]:
     """Pass 2 for pass-1 ``rows`` ``(Answer, clip)`` whose clip loaded (:mod:`grounding_rl.rollout.answering`),
     ``zoom`` a :class:`grounding_rl.eval.zoom.ZoomSettings`, ``config`` the preprocessing: each window sampled by
-    seeking (:func:`pass2_clip`), the rows answered greedily by one ``continue_turn`` of the engine, the zoom's turn 2
+    seeking (:class:`grounding_rl.rollout.tools.CropEnvironment`), the rows answered greedily by one ``continue_turn`` of the engine, the zoom's turn 2
     (:func:`grounding_rl.rollout.conversation.restart`), answers mapped to absolute time. Returns one dict per row, in
     order (the ``zoom`` of :func:`grounding_rl.eval.zoom.zoom_record`): ``{"window", "fallback", "answer",
     "interval", "sampling", "error"}``; a window that cannot be sampled, or a pass that runs out of memory, gives
@@ -155,12 +141,13 @@ def zoom_rows(model, processor, rows: list, queries, config, max_new_tokens: int
     from grounding_rl.prompts.parsing import parse_answer
     from grounding_rl.rollout import conversation as conv
     from grounding_rl.rollout.generation import SamplingParams
+    from grounding_rl.rollout.tools import CropEnvironment
 
-    family, out, turn2 = family_of(processor), [], []
+    family, out, turn2, sample = family_of(processor), [], [], CropEnvironment(config.video, zoom.spend)
     for answer, clip in rows:
         parsed = parse_answer(answer.text) if answer.text is not None else None
         window, fallback = zoom_window(parsed, clip.duration, zoom.margin, float(answer.sampling["fps"]))
-        window_clip, error = pass2_clip(clip.path, window, config.video, answer.sampling, zoom.spend)
+        window_clip, error = sample(clip, window)
         out.append({"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
                     "interval": None, "sampling": None if window_clip is None else window_clip.sampling(),
                     "error": None if error is None else f"zoom window: {error}"[:300]})

@@ -117,12 +117,13 @@ class TwoPassZoom(Recipe):
         ``zoom_fallback``, ``zoom_window_error`` and ``zoom_window_recall`` (the ground truth wholly inside)."""
         from grounding_rl.family import family_of
         from grounding_rl.prompts.parsing import parse_answer
-        from grounding_rl.rollout.zoom import pass2_clip, window_origin, zoom_window
+        from grounding_rl.rollout.tools import CropEnvironment
+        from grounding_rl.rollout.zoom import window_origin, zoom_window
 
         G = trainer.num_generations
         family = family_of(trainer.accelerator.unwrap_model(trainer.model))
-        settings, shift = family.video_settings(self.args.video_settings), family.window_answer_shift()
-        clips, out = {}, []
+        sample = CropEnvironment(family.video_settings(self.args.video_settings), self.args.zoom_spend)
+        shift, clips, out = family.window_answer_shift(), {}, []
         for row, item in enumerate(items):
             group = (start + row) // G
             clip = item["clip"]
@@ -130,7 +131,7 @@ class TwoPassZoom(Recipe):
                                            float(clip.sampling()["fps"]))
             key = (item["index"], window)
             if key not in clips:
-                clips[key] = pass2_clip(clip.path, window, settings, clip.sampling(), self.args.zoom_spend)[0]
+                clips[key] = sample(clip, window)[0]
             window_clip = clips[key]
             new = {k: v for k, v in item.items() if k != "substituted_from"}  # counted once, in pass 1
             new.update(clip=window_clip if window_clip is not None else clip,
