@@ -116,22 +116,19 @@ def test_two_processes_zero3_with_reference_model(tmp_path, family_model_dir, vi
 CROP_WORKER = WORKER.replace("from grounding_rl.cli.train import main", '''
 import os
 from grounding_rl.rollout import conversation as conv
-real_turns = conv.hf_turns
+from transformers import AutoTokenizer
+real_turns = conv.HFTurns.continue_turn
 rounds = []
-def rank_scripted(model, processor, params, pad_token_id):
-    tok = processor.tokenizer
-    end = tok.convert_tokens_to_ids("<|im_end|>")
+def rank_scripted(self, trajectories, params):
+    tok = AutoTokenizer.from_pretrained(self.model.config._name_or_path)
     crop = tok('<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 3}}</tool_call>',
-               add_special_tokens=False)["input_ids"] + [end]
-    generate = real_turns(model, processor, params, pad_token_id)
-    def turns(trajectories):
-        rounds.append(len(trajectories))
-        sampled = generate(trajectories)
-        if os.environ["RANK"] == "0" and not trajectories[0].turns:
-            return [crop for _ in trajectories]
-        return sampled
-    return turns
-conv.hf_turns = rank_scripted
+               add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+    rounds.append(len(trajectories))
+    sampled = real_turns(self, trajectories, params)
+    if os.environ["RANK"] == "0" and not trajectories[0].turns:
+        return [crop for _ in trajectories]
+    return sampled
+conv.HFTurns.continue_turn = rank_scripted
 from grounding_rl.cli.train import main''').replace('"global_step": t.state.global_step,',
                                                      '"global_step": t.state.global_step, "rounds": rounds,')
 

@@ -303,10 +303,10 @@ def test_generation_encodes_each_video_once_per_rollout_with_the_same_tokens(fam
     def rollout(cache_vision):
         torch.manual_seed(0)
         encoded.clear()
-        sampled = conv.hf_turns(model, processor, SamplingParams(max_new_tokens=8), tok.pad_token_id, cache_vision)
+        sampled = conv.HFTurns(model, tok.pad_token_id, cache_vision)
 
         def generate(trajectories):
-            ids = sampled(trajectories)
+            ids = sampled.continue_turn(trajectories, SamplingParams(max_new_tokens=8))
             return ids if trajectories[0].turns else [tok(c, add_special_tokens=False)["input_ids"] + [end]
                                                       for c in crops]
 
@@ -337,19 +337,18 @@ def test_grpo_step_over_conversations_logs_the_tool_metrics(tiny_model_dir, vide
     and the window, the loss trains on model tokens, TRL's tool metrics are logged."""
     from conftest import clip_dataset, grpo_config, make_grpo_trainer
 
-    def scripted_turns(model, processor, params, pad_token_id):
-        tok = processor.tokenizer
-        end = tok.convert_tokens_to_ids("<|im_end|>")
+    from transformers import AutoTokenizer
 
-        def turns(trajectories):  # first round: even rows crop 1-4 s, odd rows answer; then every row answers
-            crop = '<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>'
-            texts = [crop if not t.turns and row % 2 == 0 else "<think>x</think><answer>1.00 to 3.00</answer>"
-                     for row, t in enumerate(trajectories)]
-            return [tok(text, add_special_tokens=False)["input_ids"] + [end] for text in texts]
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
 
-        return turns
+    def scripted_turns(self, trajectories, params):  # round 1: even rows crop 1-4 s, odd rows answer; then all answer
+        crop = '<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>'
+        texts = [crop if not t.turns and row % 2 == 0 else "<think>x</think><answer>1.00 to 3.00</answer>"
+                 for row, t in enumerate(trajectories)]
+        return [tok(text, add_special_tokens=False)["input_ids"] + [end] for text in texts]
 
-    monkeypatch.setattr(conv, "hf_turns", scripted_turns)
+    monkeypatch.setattr(conv.HFTurns, "continue_turn", scripted_turns)
     config = grpo_config(tmp_path, max_tool_calling_iterations=2, logging_steps=1, max_completion_length=32,
                          reward_funcs=["iou", "format", "crop_window", "crop_cost"], reward_weights=[1, 1, 1, 0.1],
                          beta=0.04, log_completions=True)
@@ -380,24 +379,21 @@ def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_
 
     from grounding_rl.cli import infer as infer_cli
 
-    real_turns = conv.hf_turns
+    from transformers import AutoTokenizer
 
-    def first_turn_scripted(model, processor, params, pad_token_id):
+    real_turns = conv.HFTurns.continue_turn
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def first_turn_scripted(self, trajectories, params):
         """The first turn requests crop(4, 12) (a random model would not); the second is the model's own, generated
         by ``model.generate`` from the prompt, the crop request and the window (two videos)."""
-        tok = processor.tokenizer
-        end = tok.convert_tokens_to_ids("<|im_end|>")
         assert params.do_sample is False and params.max_new_tokens == 40  # greedy, the per-turn budget
-        generate = real_turns(model, processor, params, pad_token_id)
+        if all(t.turns for t in trajectories):
+            return real_turns(self, trajectories, params)
+        return [tok(CROP_4_12, add_special_tokens=False)["input_ids"] + [end] for t in trajectories]
 
-        def turns(trajectories):
-            if all(t.turns for t in trajectories):
-                return generate(trajectories)
-            return [tok(CROP_4_12, add_special_tokens=False)["input_ids"] + [end] for t in trajectories]
-
-        return turns
-
-    monkeypatch.setattr(conv, "hf_turns", first_turn_scripted)
+    monkeypatch.setattr(conv.HFTurns, "continue_turn", first_turn_scripted)
     rc = infer_cli.main(["--model", str(tiny_model_dir), "--video", str(videos_dir / "charades_OHOFG.mp4"),
                          "--query", "person sitting down in a chair.", "--max-turns", "2", "--print-prompt",
                          "--json", *INFER_FAST])
@@ -414,15 +410,15 @@ def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_
     from grounding_rl.eval.turns import check_turns_run
 
     with pytest.raises(UserError, match="--max-turns and --zoom"):  # one line, exit 2 at the command line
-        check_turns_run(1, True, "hf", "exact", "default")
+        check_turns_run(1, True, "exact", "default")
     with pytest.raises(UserError, match="exact sampler"):
-        check_turns_run(1, False, "hf", "qwen_vl_utils", "default")
+        check_turns_run(1, False, "qwen_vl_utils", "default")
     with pytest.raises(UserError, match="set of intervals"):
-        check_turns_run(1, False, "hf", "exact", "timelens2")
+        check_turns_run(1, False, "exact", "timelens2")
     with pytest.raises(UserError, match="≥ 0"):
-        check_turns_run(-1, False, "hf", "exact", "default")
-    check_turns_run(0, True, "vllm", "qwen_vl_utils", "timelens2")  # single turn: nothing to refuse
-    check_turns_run(2, False, "vllm", "exact", "default")  # vLLM runs the conversation too (tests/test_vllm_cpu.py)
+        check_turns_run(-1, False, "exact", "default")
+    check_turns_run(0, True, "qwen_vl_utils", "timelens2")  # single turn: nothing to refuse
+    check_turns_run(2, False, "exact", "default")  # either engine runs the conversation (tests/test_vllm_cpu.py)
 
 
 def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume(tiny_model_dir, videos_dir, tmp_path,
@@ -433,13 +429,16 @@ def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume
 
     crops = [True]
 
-    def scripted(model, processor, params, pad_token_id):  # every query crops 4-12 s, then answers 5-9 s
-        tok = processor.tokenizer
-        end = tok.convert_tokens_to_ids("<|im_end|>")
-        return lambda trajectories: [tok(CROP_4_12 if not t.turns and crops[0] else ANSWER,
-                                         add_special_tokens=False)["input_ids"] + [end] for t in trajectories]
+    from transformers import AutoTokenizer
 
-    monkeypatch.setattr(conv, "hf_turns", scripted)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def scripted(self, trajectories, params):  # every query crops 4-12 s, then answers 5-9 s
+        return [tok(CROP_4_12 if not t.turns and crops[0] else ANSWER, add_special_tokens=False)["input_ids"] + [end]
+                for t in trajectories]
+
+    monkeypatch.setattr(conv.HFTurns, "continue_turn", scripted)
     out = tmp_path / "turns"
     command = ["eval", "--model", str(tiny_model_dir), "--data", str(videos_dir / "annotations.jsonl"), "--out",
                str(out), *INFER_FAST, "--num-workers", "0", "--limit", "3"]
@@ -537,24 +536,21 @@ def test_crop_tool_run_resumed_at_a_checkpoint_ends_bit_identical(tmp_path, tiny
     the same logged metrics."""
     from conftest import clip_dataset, grpo_config, make_grpo_trainer
 
-    real_turns = conv.hf_turns
+    from transformers import AutoTokenizer
 
-    def first_turn_crops(model, processor, params, pad_token_id):
-        tok = processor.tokenizer
-        end = tok.convert_tokens_to_ids("<|im_end|>")
-        generate = real_turns(model, processor, params, pad_token_id)
-        crop = '<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>'
+    real_turns = conv.HFTurns.continue_turn
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    crop = '<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>'
 
-        def turns(trajectories):
-            if all(t.turns for t in trajectories):
-                return generate(trajectories)
-            sampled = generate(trajectories)
-            return [tok(crop, add_special_tokens=False)["input_ids"] + [end] if row % 2 == 0 else ids
-                    for row, (t, ids) in enumerate(zip(trajectories, sampled))]
+    def first_turn_crops(self, trajectories, params):
+        sampled = real_turns(self, trajectories, params)
+        if all(t.turns for t in trajectories):
+            return sampled
+        return [tok(crop, add_special_tokens=False)["input_ids"] + [end] if row % 2 == 0 else ids
+                for row, (t, ids) in enumerate(zip(trajectories, sampled))]
 
-        return turns
-
-    monkeypatch.setattr(conv, "hf_turns", first_turn_crops)
+    monkeypatch.setattr(conv.HFTurns, "continue_turn", first_turn_crops)
 
     def trainer(out, **overrides):
         config = grpo_config(out, max_tool_calling_iterations=1, max_steps=4, logging_steps=1, learning_rate=1e-3,

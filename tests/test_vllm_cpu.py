@@ -200,7 +200,6 @@ def test_multi_turn_greedy_turn_over_clip_and_window_equals_transformers(engine,
     ``VLLMEngine.sample``) and its greedy tokens are transformers' greedy tokens over the same conversation."""
     from grounding_rl.rollout import conversation as conv
     from grounding_rl.rollout.tools import CropEnvironment
-    from grounding_rl.rollout.vllm import vllm_turns
 
     model, processor = policy
     family = family_of(model)
@@ -211,7 +210,7 @@ def test_multi_turn_greedy_turn_over_clip_and_window_equals_transformers(engine,
     conv.step(t, tok(crop, add_special_tokens=False)["input_ids"] + [end], processor, family,
               CropEnvironment(family.video_settings(CLIP_SETTINGS)), max_turns=2, end_ids=[end])
     assert t.windows == [(4.0, 12.0)] and len(t.videos) == 2
-    (sampled,) = vllm_turns(engine, SamplingParams.greedy(12))([t])
+    (sampled,) = engine.continue_turn([t], SamplingParams.greedy(12))
     assert sampled and sampled == forward_greedy(model, conv.conversation_inputs([t], 151643), len(sampled))
 
 
@@ -312,34 +311,28 @@ def test_grpo_step_with_the_crop_tool_samples_every_turn_on_vllm(model_dir, vide
 
     from grounding_rl.rollout import vllm as vllm_module
 
-    real = vllm_module.vllm_turns
+    real = vllm_module.VLLMEngine.continue_turn
 
-    def first_turn_crops(engine, params):
-        generate = real(engine, params)
+    def first_turn_crops(engine, trajectories, params):
         tok = engine.llm.get_tokenizer()
         crop = tok('<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 4}}</tool_call>',
                    add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
-
-        def turns(trajectories):
-            sampled = generate(trajectories)
-            if any(t.turns for t in trajectories):
-                return sampled
-            for row, t in enumerate(trajectories[::2]):
-                generate.logps[id(t)][-1] = [float("nan")] * len(crop)
-            return [crop if row % 2 == 0 else ids for row, ids in enumerate(sampled)]
-
-        turns.logps = generate.logps
-        return turns
+        sampled = real(engine, trajectories, params)
+        if any(t.turns for t in trajectories):
+            return sampled
+        for t in trajectories[::2]:
+            t.turn_logps[-1] = [float("nan")] * len(crop)
+        return [crop if row % 2 == 0 else ids for row, ids in enumerate(sampled)]
 
     assembled = []
     real_logps = vllm_module.conversation_sampling_logps
 
-    def recording(trajectories, logps, width):
-        out = real_logps(trajectories, logps, width)
+    def recording(trajectories, width):
+        out = real_logps(trajectories, width)
         assembled.append((trajectories, out))
         return out
 
-    monkeypatch.setattr(vllm_module, "vllm_turns", first_turn_crops)
+    monkeypatch.setattr(vllm_module.VLLMEngine, "continue_turn", first_turn_crops)
     monkeypatch.setattr(vllm_module, "conversation_sampling_logps", recording)
     config = grpo_config(tmp_path, use_vllm=True, max_tool_calling_iterations=1, logging_steps=1, beta=0.0,
                          max_completion_length=12, vllm_max_model_length=4096)
@@ -382,24 +375,20 @@ def test_two_grpo_steps_through_train_sh(model_dir, tmp_path):
 VLLM_CROP_WORKER = '''
 import os
 from grounding_rl.rollout import vllm as vllm_module
-real_turns = vllm_module.vllm_turns
+real_turns = vllm_module.VLLMEngine.continue_turn
 rounds = []
-def rank_scripted(engine, params):
-    generate = real_turns(engine, params)
+def rank_scripted(engine, trajectories, params):
     tok = engine.llm.get_tokenizer()
     crop = tok('<tool_call>{"name": "crop", "arguments": {"start": 1, "end": 3}}</tool_call>',
                add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
-    def turns(trajectories):
-        rounds.append(len(trajectories))
-        sampled = generate(trajectories)
-        if os.environ["RANK"] != "0" or trajectories[0].turns:
-            return sampled
-        for t in trajectories:
-            generate.logps[id(t)][-1] = [float("nan")] * len(crop)
-        return [crop for _ in trajectories]
-    turns.logps = generate.logps
-    return turns
-vllm_module.vllm_turns = rank_scripted
+    rounds.append(len(trajectories))
+    sampled = real_turns(engine, trajectories, params)
+    if os.environ["RANK"] != "0" or trajectories[0].turns:
+        return sampled
+    for t in trajectories:
+        t.turn_logps[-1] = [float("nan")] * len(crop)
+    return [crop for _ in trajectories]
+vllm_module.VLLMEngine.continue_turn = rank_scripted
 from grounding_rl.cli.train import main'''
 
 

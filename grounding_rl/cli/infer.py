@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         zoom.check_run(args.model, args.engine, config.video.sampler, config.prompt_template)
     from grounding_rl.eval.turns import check_turns_run
 
-    check_turns_run(args.max_turns, zoom is not None, args.engine, config.video.sampler, config.prompt_template)
+    check_turns_run(args.max_turns, zoom is not None, config.video.sampler, config.prompt_template)
     video = _load_video(args.video, config.video)
     if video is None:
         return EXIT_VIDEO

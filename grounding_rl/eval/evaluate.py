@@ -15,16 +15,10 @@
       {"qid", "video", "query", "duration", "gt_start", "gt_end", "gt_raw_start", "gt_raw_end", "answer", "reasoning",
        "start", "end", "iou"[, "error"]}
 
-  With ``zoom`` (``eval --zoom``, :mod:`grounding_rl.eval.zoom`) each query is answered twice: pass 1 over the whole
-  video (each video decoded once for all its queries), pass 2 on the window pass 1's answer gives (decoded by seeking);
-  ``answer``/``start``/``end``/``iou``/``sampling`` are pass 2's in the video's absolute time, pass 1's are kept under
-  ``pass1``, with ``zoom_window`` [a, b] and ``zoom_fallback`` (:func:`grounding_rl.eval.zoom.zoom_record`). Resume
-  and sharding are those of one pass: a query's record is written once both passes are done.
-
-  With ``max_turns`` K > 0 (``eval --max-turns K``, :mod:`grounding_rl.eval.turns`) the policy runs with the crop
-  tool, as multi-turn training does: ``answer`` is the final turn and ``conversation`` keeps every turn, the
-  requested ``windows`` ([start, end] seconds), ``calls`` and ``failures``; ``metrics.json`` adds ``turns``
-  (:func:`grounding_rl.eval.turns.turns_summary`).
+  With ``zoom`` (``eval --zoom``) a record is pass 2's answer, pass 1's under ``pass1``
+  (:func:`grounding_rl.eval.zoom.zoom_record`); with ``max_turns`` K (``eval --max-turns K``) the crop tool's final
+  turn, every turn under ``conversation`` (:mod:`grounding_rl.eval.turns`). A query's record is written once it is
+  answered, so resume and sharding are the same in every mode.
 
   ``start``/``end`` are the parsed prediction in seconds as the model wrote it (null when unparseable; ``iou`` applies
   the reward's rule: clamped to the clip, reversed → 0), so ``grounding-rl score --predictions OUTDIR/predictions.jsonl
@@ -350,8 +344,7 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
         request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
     from grounding_rl.eval.turns import check_turns_run
 
-    check_turns_run(request.max_turns, request.zoom is not None, request.engine, config.video.sampler,
-                    config.prompt_template)
+    check_turns_run(request.max_turns, request.zoom is not None, config.video.sampler, config.prompt_template)
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
                     run=_run_record(request, config, max_new_tokens, model_id))

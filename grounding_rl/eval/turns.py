@@ -10,11 +10,9 @@ from __future__ import annotations
 from grounding_rl.errors import UserError
 
 
-def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, prompt_template: str) -> None:
-    """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, an unknown engine, a
-    sampler other than ``exact`` (windows are sampled exactly) or a template asking for a set of intervals. Both
-    engines run it (``vllm``: every video of a conversation in one prompt,
-    :func:`grounding_rl.rollout.vllm.vllm_turns`)."""
+def check_turns_run(max_turns: int, zoom: bool, sampler: str, prompt_template: str) -> None:
+    """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, a sampler other than
+    ``exact`` (windows are sampled exactly) or a template asking for a set of intervals. Both engines run it."""
     from grounding_rl.prompts.templates import is_set_template
 
     if max_turns < 0:
@@ -23,8 +21,6 @@ def check_turns_run(max_turns: int, zoom: bool, engine: str, sampler: str, promp
         return
     if zoom:
         raise UserError("--max-turns and --zoom are two ways to look again; give one")
-    if engine not in ("hf", "vllm"):
-        raise UserError(f"--max-turns runs with --engine hf or vllm (got {engine!r})")
     if sampler != "exact":
         raise UserError(f"--max-turns samples windows with the exact sampler (the settings have sampler {sampler!r}; "
                         "give --video-sampler exact)")

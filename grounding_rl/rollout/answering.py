@@ -4,9 +4,10 @@ crop tool for up to K turns) is chosen once, and every mode gives the same typed
 clip (:func:`answer_batches`), ``grounding-rl infer`` on its one decoded clip
 (:func:`grounding_rl.eval.infer.clip_answers`).
 
-The modes: one greedy (or sampled) pass, :func:`grounding_rl.rollout.greedy.answer_batch`; the zoom, pass 2 on the
-window of each first answer (:func:`grounding_rl.rollout.zoom.zoom_rows`); the crop tool, up to K turns of the
-multi-turn training loop (:func:`grounding_rl.rollout.conversation.run_conversations`).
+The modes: one greedy (or sampled) pass, :func:`grounding_rl.rollout.greedy.answer_batch`; the zoom, that pass then
+a second turn on the window of its answer (:func:`grounding_rl.rollout.zoom.zoom_rows`); the crop tool, up to K turns
+of training's loop (:func:`grounding_rl.rollout.conversation.run_conversations`). Turns run on the engine's one
+conversation method, ``continue_turn`` (:func:`grounding_rl.rollout.conversation.turn_engine`).
 """
 from __future__ import annotations
 
@@ -104,12 +105,9 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
         return _with_spans(first, config.prompt_template)
     from grounding_rl.rollout.zoom import zoom_rows
 
-    rows = [(a.position, a.text, a.error, a.sampling, clip.path, clip.duration)
-            for a, (_, clip, _) in zip(first, batch) if a.sampling is not None and a.error is None]
-    show = None if on_zoom is None else (lambda index, clip: on_zoom(rows[index][0], clip))
-    zoomed = zoom_rows(model, processor, rows, queries, config.video, config.prompt_template, max_new_tokens,
-                       mode.zoom, engine, config.video_layout, on_prompt=show) if rows else []
-    by_position = {row[0]: item for row, item in zip(rows, zoomed)}
+    rows = [(a, clip) for a, (_, clip, _) in zip(first, batch) if a.sampling is not None and a.error is None]
+    zoomed = zoom_rows(model, processor, rows, queries, config, max_new_tokens, mode.zoom, engine, on_zoom)
+    by_position = {a.position: item for (a, _), item in zip(rows, zoomed)}
     return _with_spans([replace(a, zoom=by_position.get(a.position)) for a in first], config.prompt_template)
 
 
@@ -134,37 +132,28 @@ def _with_spans(answers: list[Answer], template: str) -> list[Answer]:
 def _conversation_rows(model, processor, batch, queries, config, max_new_tokens: int, max_turns: int, engine,
                        on_conversation) -> list[Answer]:
     """:func:`answer_rows` with the crop tool: the rows whose clip loaded converse together, greedily, in the
-    multi-turn training loop (:func:`grounding_rl.rollout.conversation.run_conversations`) with ``model.generate`` or
-    the vLLM ``engine`` (built with ``max_videos`` ≥ K + 1), the windows spending each clip's budget
+    multi-turn training loop (:func:`grounding_rl.rollout.conversation.run_conversations`) on the engine's
+    ``continue_turn`` (:func:`grounding_rl.rollout.conversation.turn_engine`: transformers, or the vLLM ``engine``
+    built with ``max_videos`` ≥ K + 1), the windows spending each clip's budget
     (:class:`grounding_rl.rollout.tools.CropEnvironment`)."""
     import torch
 
     from grounding_rl.family import family_of
-    from grounding_rl.models.tokens import completion_token_ids
-    from grounding_rl.models.vision import placeholder_token_ids
     from grounding_rl.rollout import conversation as conv
     from grounding_rl.rollout.generation import SamplingParams
     from grounding_rl.rollout.tools import CropEnvironment
 
     ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
     family, layout, done = family_of(processor), config.video_layout, {}
-    params = SamplingParams.greedy(max_new_tokens)
-    if engine is not None:
-        from grounding_rl.rollout.vllm import vllm_turns
-
-        generate, end_ids, stop_ids = vllm_turns(engine, params), engine.eos_token_ids, engine.placeholder_ids
-    else:
-        ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
-        generate = conv.hf_turns(model, processor, params, ids.pad)
-        end_ids, stop_ids = list(ids.eos), placeholder_token_ids(model)
+    turns, params = conv.turn_engine(model, processor, engine), SamplingParams.greedy(max_new_tokens)
     try:
         trajectories = [conv.start(processor, family, queries[p], clip, config.prompt_template, max_turns, layout)
                         for p, clip in ok]
         with torch.no_grad():
             if ok:
-                conv.run_conversations(generate, trajectories, processor, family,
-                                       CropEnvironment(family.video_settings(config.video)), max_turns,
-                                       end_ids=end_ids, stop_ids=stop_ids, layout=layout)
+                conv.run_conversations(lambda active: turns.continue_turn(active, params), trajectories, processor,
+                                       family, CropEnvironment(family.video_settings(config.video)), max_turns,
+                                       end_ids=turns.eos_token_ids, stop_ids=turns.placeholder_ids, layout=layout)
     except torch.OutOfMemoryError as err:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -11,12 +11,18 @@ then each window — are in the order their tokens appear, which is the order th
 the next turn and the trainer's forwards share.
 
 :func:`run_conversations` is the loop: every unfinished trajectory gets one model turn per round (``generate``, any
-function of the trajectories: :func:`hf_turns` with ``model.generate``, or scripted completions in tests); a turn
+function of the trajectories: an engine's ``continue_turn`` — :meth:`HFTurns.continue_turn` with ``model.generate``,
+:meth:`grounding_rl.rollout.vllm.VLLMEngine.continue_turn` — or scripted completions in tests); a turn
 that answers, stops without its end-of-turn token (the per-turn budget ``max_new_tokens`` ran out) or is the last
 allowed ends the trajectory; a crop request appends the window, a refused one an error turn. At most
 ``max_tool_calling_iterations`` = K requests, so at most K + 1 model turns. Context budget: every turn's input
 (prompt + completion so far) must fit ``max_prompt_length``; a tool turn that would not fit is replaced by a short
 text turn asking for the answer (``context_forced``), the next turn then being the last.
+
+The zoom of :mod:`grounding_rl.rollout.answering` is a fixed two-turn conversation on the same ``continue_turn``: after
+turn 1 (pass 1, the one pass) the environment restarts the context with the window (:func:`restart`), so turn 2 is
+pass 1's prompt over the window's frames (it never sees turn 1's text). The one pass keeps its batched call
+(:func:`grounding_rl.rollout.generation.generate_answers`: rows on one clip share its prefix prefill).
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grounding_rl.data.video import SampledVideo, VideoLoadError, WindowError
+from grounding_rl.data.video import SampledVideo
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import GRID, PIXELS, check_prompt_length
 from grounding_rl.prompts.templates import get_template, instruction
@@ -53,6 +59,7 @@ class Trajectory:
         context_forced: a tool turn was replaced because the context was full.
         done: no more turns; truncated: the last model turn ran out of ``max_new_tokens`` (or sampled a vision
             placeholder) before its end-of-turn token.
+        turn_logps: per model turn, the engine's log-probs of the tokens it sampled (vLLM; empty with transformers).
     """
 
     query: str
@@ -73,6 +80,7 @@ class Trajectory:
     context_forced: bool = False
     done: bool = False
     truncated: bool = False
+    turn_logps: list[list[float]] = field(default_factory=list)
 
     @property
     def length(self) -> int:
@@ -128,6 +136,18 @@ def start(processor, family, query: str, clip: SampledVideo, template: str, max_
                       messages=messages)
 
 
+def restart(processor, family, query: str, clip: SampledVideo, template: str,
+            layout: str = DEFAULT_VIDEO_LAYOUT) -> Trajectory:
+    """The zoom's second turn (module docstring): a conversation whose context is the one-pass prompt of ``query``
+    over ``clip`` (the window; :func:`grounding_rl.prompts.preprocessing.build_inputs`' row, no tool offer)."""
+    from grounding_rl.prompts.templates import render_prompt
+
+    features = _process(processor, family, render_prompt(processor, query, template, clip.duration), clip, layout)
+    return Trajectory(query=query, clip=clip, protocol=family.tool_protocol,
+                      prompt_ids=features["input_ids"][0].tolist(), prompt_mm=features["mm_token_type_ids"][0].tolist(),
+                      videos=[_video_entry(features, clip)], messages=[])
+
+
 def _append(trajectory: Trajectory, ids: list[int], mm: list[int], model: bool) -> None:
     trajectory.completion_ids += ids
     trajectory.completion_mm += mm
@@ -140,7 +160,8 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
 
     Args:
         new_ids: the turn's sampled ids (cut after its first id in ``end_ids``; trailing padding ignored).
-        environment: ``(clip, window) -> SampledVideo`` (:class:`grounding_rl.rollout.tools.CropEnvironment`).
+        environment: ``(clip, window) -> (SampledVideo | None, error | None)``
+            (:class:`grounding_rl.rollout.tools.CropEnvironment`).
         max_turns: K; the turn after the K-th request (or after a full context) had to answer: it ends the
             trajectory whatever it says.
         end_ids: end-of-turn ids (``<|im_end|>``, the model's EOS); stop_ids: ids cut with the rest of the turn (a
@@ -183,10 +204,9 @@ def _tool_turn(trajectory: Trajectory, turn: dict, request, processor, family, e
     final = trajectory.calls >= max_turns
     window_clip = None
     if request.kind == "call":
-        try:
-            window_clip = environment(trajectory.clip, request.window)
-        except (WindowError, VideoLoadError, ValueError) as err:
-            request = tools.ToolRequest("error", error=f"the window cannot be sampled ({err})"[:200])
+        window_clip, error = environment(trajectory.clip, request.window)
+        if window_clip is None:
+            request = tools.ToolRequest("error", error=f"the window cannot be sampled ({error})"[:200])
     turn.update(kind=request.kind, window=request.window, error=request.error)
     if request.kind == "error":
         trajectory.failures += 1
@@ -220,9 +240,10 @@ def run_conversations(generate, trajectories: list[Trajectory], processor, famil
 
     Args:
         generate: ``(list[Trajectory]) -> list[list[int]]``, one new model turn per unfinished trajectory, given in
-            order (:func:`hf_turns`, or scripted turns in tests).
+            order (an engine's ``continue_turn`` with its sampling parameters, or scripted turns in tests).
         trajectories: from :func:`start`.
-        environment: ``(clip, window) -> SampledVideo`` (:class:`grounding_rl.rollout.tools.CropEnvironment`).
+        environment: ``(clip, window) -> (SampledVideo | None, error | None)``
+            (:class:`grounding_rl.rollout.tools.CropEnvironment`).
         end_ids, stop_ids, max_prompt_length, layout: as :func:`step`.
 
     Returns:
@@ -267,28 +288,43 @@ def conversation_inputs(trajectories: list[Trajectory], pad_token_id: int, with_
     return out
 
 
-def hf_turns(model, processor, params, pad_token_id: int, cache_vision: bool = True):
-    """A ``generate`` for :func:`run_conversations`: one ``model.generate`` over the unfinished trajectories
-    (:func:`conversation_inputs`, every video of each row), ``params`` a
-    :class:`grounding_rl.rollout.generation.SamplingParams` (its ``max_new_tokens`` is the per-turn budget).
+class HFTurns:
+    """The conversation interface on transformers (:meth:`continue_turn`, as
+    :meth:`grounding_rl.rollout.vllm.VLLMEngine.continue_turn`) for ``model`` (unwrapped); ``pad_token_id`` pads;
+    ``eos_token_ids``, ``placeholder_ids`` end and cut a turn (:func:`step`'s ``end_ids``, ``stop_ids``), as the vLLM
+    engine's attributes of those names. With ``cache_vision`` each distinct clip or window goes through the vision
+    tower once for the whole rollout (:class:`grounding_rl.models.vision.VideoFeatureCache` in ``vision``, passed as
+    ``mm_encoder_outputs``); off, every turn encodes every video of every row. The same tokens either way
+    (``tests/test_multiturn.py``); the text of every turn is prefilled in full (no KV cache between turns)."""
 
-    With ``cache_vision`` each distinct clip or window goes through the vision tower once for the whole rollout (the
-    G rows of a group share their clip; a turn reuses the features of the videos earlier turns showed:
-    :class:`grounding_rl.models.vision.VideoFeatureCache`, passed as ``mm_encoder_outputs``); off, every turn
-    re-encodes every video of every row. The same sampled tokens either way (``tests/test_multiturn.py``). The text
-    of every turn is still prefilled in full (no KV cache is kept between turns). ``turns.vision`` is the cache."""
-    from grounding_rl.models.vision import VideoFeatureCache
-    from grounding_rl.rollout.generation import generate
+    def __init__(self, model, pad_token_id: int, cache_vision: bool = True, eos_token_ids=(), placeholder_ids=()):
+        from grounding_rl.models.vision import VideoFeatureCache
 
-    vision = VideoFeatureCache(model) if cache_vision else None
+        self.model, self.pad_token_id = model, pad_token_id
+        self.eos_token_ids, self.placeholder_ids = list(eos_token_ids), list(placeholder_ids)
+        self.vision = VideoFeatureCache(model) if cache_vision else None
 
-    def turns(trajectories: list[Trajectory]) -> list[list[int]]:
-        inputs = conversation_inputs(trajectories, pad_token_id)
-        if vision is not None:
+    def continue_turn(self, trajectories: list[Trajectory], params) -> list[list[int]]:
+        """One new model turn per trajectory, in order, padded at the end (:func:`step` cuts it): one
+        ``model.generate`` over every row's prompt + completion (:func:`conversation_inputs`), ``params`` a
+        :class:`grounding_rl.rollout.generation.SamplingParams` (``max_new_tokens``: the per-turn budget)."""
+        from grounding_rl.rollout.generation import generate
+
+        inputs = conversation_inputs(trajectories, self.pad_token_id)
+        if self.vision is not None:
             inputs.pop(PIXELS)
-            inputs["mm_encoder_outputs"] = vision.encoder_outputs([v for t in trajectories for v in t.videos])
-        inputs = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        return generate(model, inputs, params, pad_token_id=pad_token_id).tolist()
+            inputs["mm_encoder_outputs"] = self.vision.encoder_outputs([v for t in trajectories for v in t.videos])
+        inputs = {k: v.to(self.model.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        return generate(self.model, inputs, params, pad_token_id=self.pad_token_id).tolist()
 
-    turns.vision = vision
-    return turns
+
+def turn_engine(model, processor, engine=None, cache_vision: bool = True):
+    """What continues conversations when answering (:mod:`grounding_rl.rollout.answering`): the vLLM ``engine`` when
+    given, else :class:`HFTurns` on ``model`` with the checkpoint's completion padding."""
+    if engine is not None:
+        return engine
+    from grounding_rl.models.tokens import completion_token_ids
+    from grounding_rl.models.vision import placeholder_token_ids
+
+    ids = completion_token_ids(processor.tokenizer, getattr(model, "generation_config", None))
+    return HFTurns(model, ids.pad, cache_vision, ids.eos, placeholder_token_ids(model))

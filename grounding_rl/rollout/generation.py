@@ -99,25 +99,12 @@ def generate(model, inputs: dict, params: SamplingParams, pad_token_id: int | No
 def generate_answers(model, processor, queries: list[str], videos: list, template: str,
                      params: SamplingParams, engine: "RolloutEngine | None" = None,
                      video_layout: str = DEFAULT_VIDEO_LAYOUT) -> list[str]:
-    """Decoded completions for (query, clip) rows: what ``eval`` and ``infer`` call.
-
-    Rows that pass the same :class:`~grounding_rl.data.video.SampledVideo` object share one vision encoding
-    (several queries about one clip); the text of every row is its own prompt.
-
-    Args:
-        model: a Qwen-VL model in eval mode.
-        processor: its processor.
-        queries: B sentences.
-        videos: B sampled clips, same order.
-        template: prompt template name.
-        params: decoding settings (``SamplingParams.greedy(n)`` for evaluation).
-        engine: another :class:`RolloutEngine` (``eval`` / ``infer --engine vllm``) that decodes from the same
-            prompt tensors and the clips (``model`` is then unused and may be None).
-        video_layout: how the video tokens sit in the prompt (:data:`grounding_rl.family.VIDEO_LAYOUTS`).
-
-    Returns:
-        B strings, special tokens removed.
-    """
+    """The B decoded completions (special tokens removed) of B (query, clip) rows, the one pass of ``eval`` and
+    ``infer`` (:func:`grounding_rl.rollout.greedy.answer_batch`): each row's prompt from ``template`` and
+    ``video_layout`` (:func:`build_inputs`), decoded with ``params`` by ``model`` (eval mode) or another
+    :class:`RolloutEngine` (``--engine vllm``, from the same prompt tensors and clips; ``model`` then unused). Rows
+    that pass the same :class:`~grounding_rl.data.video.SampledVideo` object share one vision encoding and the
+    prefill of their common prefix (several queries about one clip)."""
     if not queries:
         return []
     if engine is not None:

@@ -140,13 +140,8 @@ def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], 
     """
     decoding = sampling_params or SamplingParams.greedy(max_new_tokens, synced_gpus)
     seeded = seeds is not None and decoding.do_sample
-    results: dict[int, tuple[int, str | None, str | None]] = {}
-    ok = []
-    for position, video, error in batch:
-        if video is None:
-            results[position] = (position, None, error)
-        else:
-            ok.append((position, video))
+    results = {position: (position, None, error) for position, video, error in batch if video is None}
+    ok = [(position, video) for position, video, _ in batch if video is not None]
     sampling = {position: video.sampling() for position, video in ok}
     groups = [[item] for item in ok] if seeded else [ok] if ok else []
     while groups:

@@ -218,16 +218,15 @@ class CropEnvironment:
     def __init__(self, settings: VideoSettings, spend: str = "fps"):
         self.settings, self.spend = settings, spend
 
-    def window_settings(self, clip: SampledVideo, window: tuple[float, float]) -> VideoSettings:
-        """The sampling settings of ``window`` given the whole clip as sampled: the same T₁ frames of H₁ × W₁
-        spent on the window (``spend="fps"``), see :func:`grounding_rl.data.video.window_settings`."""
-        from grounding_rl.data.video import window_settings
+    def __call__(self, clip: SampledVideo, window: tuple[float, float]) -> tuple[SampledVideo | None, str | None]:
+        """The window ``(start, end)`` seconds of ``clip``'s video sampled by seeking under the clip's budget
+        (:func:`grounding_rl.data.video.sample_window`, ``window_settings``; timestamps stay absolute seconds):
+        ``(window clip, None)``, or ``(None, why)`` when it cannot be sampled (``WindowError``, ``VideoLoadError``,
+        ``ValueError``). The zoom's pass 2 samples its window here too."""
+        from grounding_rl.data.video import VideoLoadError, WindowError, sample_window, window_settings
 
-        return window_settings(self.settings, clip.sampling(), window, self.spend)
-
-    def __call__(self, clip: SampledVideo, window: tuple[float, float]) -> SampledVideo:
-        """The window's frames (absolute timestamps). Raises :class:`grounding_rl.data.video.WindowError` (a window
-        too short to hold two frames) or :class:`grounding_rl.data.video.VideoLoadError`."""
-        from grounding_rl.data.video import sample_window
-
-        return sample_window(clip.path, window[0], window[1], self.window_settings(clip, window))
+        try:
+            settings = window_settings(self.settings, clip.sampling(), window, self.spend)
+            return sample_window(clip.path, window[0], window[1], settings), None
+        except (WindowError, VideoLoadError, ValueError) as err:
+            return None, str(err)

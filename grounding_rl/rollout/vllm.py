@@ -23,6 +23,7 @@ reached for weight updates, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB; 1 is enough for
 from __future__ import annotations
 
 import os
+from itertools import groupby
 
 import torch
 
@@ -53,8 +54,7 @@ def vllm_video(video, family) -> tuple:
 
 def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None) -> tuple[list[dict], list[list[int]]]:
     """One vLLM prompt per row: the row's token ids without padding (video collapsed,
-    :meth:`grounding_rl.family.base.Family.collapse_video`) and its
-    clip.
+    :meth:`grounding_rl.family.base.Family.collapse_video`) and its clip.
 
     Args:
         inputs: ``input_ids``, ``attention_mask`` (B, P), left-padded (:func:`build_inputs`).
@@ -83,20 +83,11 @@ def vllm_prompts(inputs: dict, clips: list, family, token_ids: dict, decode=None
 
 
 def conversation_prompt(trajectory, family, token_ids: dict, decode=None) -> tuple[dict, list[int]]:
-    """The vLLM prompt of a conversation's next model turn: its prompt + completion ids so far (model and tool turns,
-    :class:`grounding_rl.rollout.conversation.Trajectory`) with each video collapsed on its own — the first prompt's
-    clip, then each tool turn's window (one video per piece, :meth:`grounding_rl.family.base.Family.collapse_video`)
-    — and every video, in token order, with its exact frames and metadata (:func:`vllm_video`). vLLM expands each
-    placeholder again; its expansion must give back the ids the HF loop generates from (:func:`check_prompt_ids`).
-
-    Args:
-        trajectory: an unfinished trajectory (its ``videos`` are the clip then each window, as ``window_clips``).
-        family, token_ids, decode: as :func:`vllm_prompts`.
-
-    Returns:
-        ``(prompt, expanded)``: ``{"prompt_token_ids", "multi_modal_data": {"video": [(frames, metadata), …]},
-        "mm_processor_kwargs"}`` and the expanded ids (``prompt_ids + completion_ids``).
-    """
+    """:func:`vllm_prompts` for an unfinished :class:`grounding_rl.rollout.conversation.Trajectory`'s next model
+    turn: ``(prompt, expanded)``, its prompt + completion ids so far with each video collapsed on its own (the clip,
+    then each tool turn's window: one video per piece) and every video in token order (``{"video": [(frames,
+    metadata), …]}``); ``expanded`` (``prompt_ids + completion_ids``) is what vLLM's expansion must give back, the
+    ids the HF loop generates from (:func:`check_prompt_ids`)."""
     pieces, ids, mask = [trajectory.prompt_ids], trajectory.completion_ids, trajectory.tool_mask
     begin = 0
     for i in range(1, len(ids) + 1):  # model turns and tool turns: runs of tool_mask; a tool turn holds ≤ 1 video
@@ -111,47 +102,25 @@ def conversation_prompt(trajectory, family, token_ids: dict, decode=None) -> tup
     return prompt, list(trajectory.prompt_ids) + list(trajectory.completion_ids)
 
 
-def vllm_turns(engine, params: SamplingParams):
-    """A ``generate`` for :func:`grounding_rl.rollout.conversation.run_conversations` on a :class:`VLLMEngine`:
-    every unfinished trajectory's next turn from :func:`conversation_prompt` (all its videos in one prompt; the
-    engine's ``max_videos`` must be ≥ K + 1), the expanded prompt checked against the HF loop's ids. The weights are
-    the engine's as they are (training syncs them once per rollout before the loop). ``turns.logps`` maps
-    ``id(trajectory)`` to vLLM's log-probs of each of its turns' sampled tokens (:func:`conversation_sampling_logps`)."""
-    def turns(trajectories) -> list[list[int]]:
-        tokenizer = engine.llm.get_tokenizer()
-        built = [conversation_prompt(t, engine.family, engine.token_ids,
-                                     decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
-                 for t in trajectories]
-        tokens, logps = engine.sample([p for p, _ in built], [e for _, e in built], params)
-        for t, lp in zip(trajectories, logps):
-            turns.logps.setdefault(id(t), []).append(list(lp))
-        return tokens
-
-    turns.logps = {}
-    return turns
-
-
-def conversation_sampling_logps(trajectories, logps: dict, width: int) -> torch.Tensor:
+def conversation_sampling_logps(trajectories, width: int) -> torch.Tensor:
     """(B, width) float32: vLLM's log-probs of each trajectory's model tokens, NaN at tool tokens, padding and any
     token without one (no importance-sampling correction there, :func:`grounding_rl.update.grpo.
     engine_importance_weights`). Each model turn (a run of 1s in ``tool_mask``) is a prefix of what vLLM sampled for it
     (cut after its end-of-turn token), so it takes the first log-probs of that turn.
 
     Args:
-        trajectories: finished trajectories; logps: ``vllm_turns(...).logps``; width: the batch's completion width.
+        trajectories: finished trajectories (their ``turn_logps``, :meth:`VLLMEngine.continue_turn`); width: the
+            batch's completion width.
     """
     out = torch.full((len(trajectories), width), float("nan"), dtype=torch.float32)
     for row, t in enumerate(trajectories):
-        turns = iter(logps.get(id(t), []))
-        mask = list(t.tool_mask) + [0]
-        begin = None
-        for i, m in enumerate(mask):
-            if m and begin is None:
-                begin = i
-            elif not m and begin is not None:
-                values = next(turns, [])[:i - begin]
+        turns, begin = iter(t.turn_logps), 0
+        for model, run in groupby(t.tool_mask):
+            size = len(list(run))
+            if model:
+                values = next(turns, [])[:size]
                 out[row, begin:begin + len(values)] = torch.tensor(values, dtype=torch.float32)
-                begin = None
+            begin += size
     return out
 
 
@@ -274,7 +243,7 @@ class VLLMEngine:
             computed).
         accelerator: the trainer's (for ZeRO-3 gathers, several processes, tensor-parallel groups); None in eval.
         max_videos: videos one prompt may hold (vLLM's ``limit_mm_per_prompt``): 1, or K + 1 for conversations with
-            at most K crops (the clip and each window, :func:`vllm_turns`).
+            at most K crops (the clip and each window, :meth:`continue_turn`).
     """
 
     def __init__(self, model_path: str, eos_token_ids, pad_token_id: int, dtype: str = "auto",
@@ -388,6 +357,20 @@ class VLLMEngine:
                 self.sampling_logps[row, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
         self.sampling_logps = self.sampling_logps.to(device)
         return ids.to(device)
+
+    def continue_turn(self, trajectories, params: SamplingParams) -> list[list[int]]:
+        """The conversation interface (:meth:`grounding_rl.rollout.conversation.HFTurns.continue_turn`): one new
+        model turn per trajectory, in order, from :func:`conversation_prompt` (every video in one prompt:
+        ``max_videos`` ≥ K + 1), on the engine's weights as they are; each ``turn_logps`` gets vLLM's log-probs of
+        the turn (:func:`conversation_sampling_logps`)."""
+        tokenizer = self.llm.get_tokenizer()
+        built = [conversation_prompt(t, self.family, self.token_ids,
+                                     decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+                 for t in trajectories]
+        tokens, logps = self.sample([p for p, _ in built], [e for _, e in built], params)
+        for t, lp in zip(trajectories, logps):
+            t.turn_logps.append(list(lp))
+        return tokens
 
     def sample(self, prompts: list[dict], expanded: list[list[int]], params: SamplingParams
                ) -> tuple[list[list[int]], list[list[float]]]:

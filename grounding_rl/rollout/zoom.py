@@ -1,15 +1,13 @@
-"""The zoom's pass-2 window, its clip and its time: pure pieces shared by evaluation's ``--zoom``
-(:mod:`grounding_rl.eval.zoom`, which explains the choices) and training's fixed two-pass zoom
-(:mod:`grounding_rl.update.recipes.two_pass_zoom`), so that a window is widened, sampled and mapped back to the
-video's seconds the same way at training and at test; and pass 2 itself (:func:`zoom_rows`, with Qwen2.5-VL's
-positions placed in the whole video, :func:`video_time_offsets`) for :mod:`grounding_rl.rollout.answering`.
+"""The zoom's pass-2 window (sampled as the crop tool's, :class:`grounding_rl.rollout.tools.CropEnvironment`) and
+its time, shared by ``--zoom`` (:mod:`grounding_rl.eval.zoom` explains the choices) and the two-pass zoom recipe, so
+that training and test widen, sample and map a window alike; and pass 2 for :mod:`grounding_rl.rollout.answering`
+(:func:`zoom_rows`: turn 2 of the zoom's conversation; Qwen2.5-VL's positions moved by :func:`video_time_offsets`).
 """
 from __future__ import annotations
 
 import contextlib
 
 from grounding_rl.data.video import SampledVideo, VideoSettings
-from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 
 ZOOM_SPEND = ("fps", "resolution")
 ZOOM_TIME = ("video", "window")
@@ -55,21 +53,6 @@ def to_absolute(answer: tuple[float, float] | None, origin: float, shift: bool) 
     if answer is None:
         return None
     return (answer[0] + origin, answer[1] + origin) if shift else (float(answer[0]), float(answer[1]))
-
-
-def pass2_clip(path: str, window: tuple[float, float], settings: VideoSettings, first: dict,
-               spend: str = "fps") -> SampledVideo:
-    """The window ``(start, end)`` seconds of the video at ``path``, sampled under pass 1's budget (``first``: pass
-    1's :meth:`SampledVideo.sampling`; ``spend``: :func:`grounding_rl.data.video.window_settings`) by seeking
-    (:func:`grounding_rl.data.video.sample_window`); timestamps stay absolute seconds.
-
-    Raises:
-        WindowError, VideoLoadError, ValueError: as :func:`grounding_rl.data.video.sample_window` /
-        ``window_settings``.
-    """
-    from grounding_rl.data.video import sample_window, window_settings
-
-    return sample_window(path, window[0], window[1], window_settings(settings, first, window, spend))
 
 
 def window_problems(setting: str, video_sampler: str, prompt_template: str, why_one: str) -> list[str]:
@@ -142,63 +125,55 @@ def video_time_offsets(model, offsets: list[int] | None):
         del core.get_rope_index
 
 
-def zoom_rows(model, processor, rows, queries, settings: VideoSettings, template: str, max_new_tokens: int,
-              zoom, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT, on_prompt=None) -> list[dict]:
-    """Pass 2 for pass-1 rows ``(position, answer, error, sampling, path, duration)`` whose clip loaded, ``zoom`` a
-    :class:`grounding_rl.eval.zoom.ZoomSettings`: each window sampled by seeking
-    (:func:`grounding_rl.data.video.sample_window`), the rows answered in one greedy batch (each its own clip), answers
-    mapped to absolute time. Returns one dict per row, in order (the ``zoom`` of
-    :func:`grounding_rl.eval.zoom.zoom_record`): ``{"window", "fallback", "answer", "interval", "sampling", "error"}``;
-    a window that cannot be sampled, or a pass that runs out of memory, gives ``error`` (the record keeps pass 1's
-    answer). ``on_prompt(row_index, video)`` is called with each pass-2 clip before generation (``--print-prompt``)."""
-    from grounding_rl.data.video import VideoLoadError, WindowError
-    from grounding_rl.prompts.parsing import parse_answer
-    from grounding_rl.rollout.generation import SamplingParams, generate_answers
+def zoom_rows(model, processor, rows: list, queries, config, max_new_tokens: int, zoom, engine=None,
+              on_prompt=None) -> list[dict]:
+    """Pass 2 for pass-1 ``rows`` ``(Answer, clip)`` whose clip loaded (:mod:`grounding_rl.rollout.answering`),
+    ``zoom`` a :class:`grounding_rl.eval.zoom.ZoomSettings`, ``config`` the preprocessing: each window sampled by
+    seeking (:class:`grounding_rl.rollout.tools.CropEnvironment`), the rows answered greedily by one ``continue_turn`` of the engine, the zoom's turn 2
+    (:func:`grounding_rl.rollout.conversation.restart`), answers mapped to absolute time. Returns one dict per row, in
+    order (the ``zoom`` of :func:`grounding_rl.eval.zoom.zoom_record`): ``{"window", "fallback", "answer",
+    "interval", "sampling", "error"}``; a window that cannot be sampled, or a pass that runs out of memory, gives
+    ``error`` (the record keeps pass 1's answer). ``on_prompt(position, clip)`` is called with each pass-2 clip before
+    generation (``--print-prompt``)."""
+    import torch
 
-    out, clips, ok = [], [], []
-    for index, (position, answer, _, sampling, path, duration) in enumerate(rows):
-        parsed = parse_answer(answer) if answer is not None else None
-        window, fallback = zoom_window(parsed, duration, zoom.margin, float(sampling["fps"]))
-        item = {"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
-                "interval": None, "sampling": None, "error": None}
-        try:
-            clip = pass2_clip(path, window, settings, sampling, zoom.spend)
-        except (WindowError, VideoLoadError, ValueError) as err:
-            item["error"] = f"zoom window: {err}"[:300]
-        else:
-            item["sampling"] = clip.sampling()
-            clips.append(clip)
-            ok.append(index)
-            if on_prompt is not None:
-                on_prompt(index, clip)
-        out.append(item)
-    if not ok:
-        return out
     from grounding_rl.family import family_of
+    from grounding_rl.prompts.parsing import parse_answer
+    from grounding_rl.rollout import conversation as conv
+    from grounding_rl.rollout.generation import SamplingParams
+    from grounding_rl.rollout.tools import CropEnvironment
 
-    family = family_of(processor)
-    shift_answer = family.window_answer_shift(zoom.time)
+    family, out, turn2, sample = family_of(processor), [], [], CropEnvironment(config.video, zoom.spend)
+    for answer, clip in rows:
+        parsed = parse_answer(answer.text) if answer.text is not None else None
+        window, fallback = zoom_window(parsed, clip.duration, zoom.margin, float(answer.sampling["fps"]))
+        window_clip, error = sample(clip, window)
+        out.append({"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
+                    "interval": None, "sampling": None if window_clip is None else window_clip.sampling(),
+                    "error": None if error is None else f"zoom window: {error}"[:300]})
+        if window_clip is not None:
+            turn2.append((out[-1], conv.restart(processor, family, queries[answer.position], window_clip,
+                                                config.prompt_template, config.video_layout)))
+            if on_prompt is not None:
+                on_prompt(answer.position, window_clip)
     offsets = None
-    if family.window_position_shift(zoom.time):
+    if turn2 and family.window_position_shift(zoom.time):
         from grounding_rl.models.vision import unwrap
 
         per_second = unwrap(model).config.vision_config.tokens_per_second
-        offsets = [position_offset(window_origin(clip), per_second) for clip in clips]
-    import torch
-
-    try:
+        offsets = [position_offset(window_origin(t.clip), per_second) for _, t in turn2]
+    try:  # the windows are distinct: nothing for a vision cache to share
         with video_time_offsets(model, offsets):
-            answers = generate_answers(model, processor, [queries[rows[i][0]] for i in ok], clips, template,
-                                       SamplingParams.greedy(max_new_tokens),
-                                       **({"engine": engine} if engine else {}), video_layout=video_layout)
+            ids = conv.turn_engine(model, processor, engine, cache_vision=False).continue_turn(
+                [t for _, t in turn2], SamplingParams.greedy(max_new_tokens)) if turn2 else []
     except torch.OutOfMemoryError as err:  # pass 1's answers stand, with the reason (as a clip that does not load)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        for index in ok:
-            out[index]["error"] = f"zoom pass: out of memory: {err}"[:300]
+        for item, _ in turn2:
+            item["error"] = f"zoom pass: out of memory: {err}"[:300]
         return out
-    for index, clip, answer in zip(ok, clips, answers):
-        parsed = parse_answer(answer)
-        out[index]["answer"] = answer
-        out[index]["interval"] = to_absolute(parsed, window_origin(clip), shift_answer)
+    shift = family.window_answer_shift(zoom.time)
+    texts = processor.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) if ids else []
+    for (item, t), text in zip(turn2, texts):
+        item.update(answer=text, interval=to_absolute(parse_answer(text), window_origin(t.clip), shift))
     return out

@@ -11,12 +11,12 @@ the columns ``crop_windows`` and ``crop_calls`` (for the ``crop_window`` and ``c
 ``tools/failure_frequency`` (TRL's definitions), ``zoom/coverage``, ``tools/context_forced``; with
 ``log_completions`` each row's conversation record (turns, windows) is in ``extra.conversation``.
 
-With ``use_vllm`` every turn is sampled by the vLLM engine (:func:`grounding_rl.rollout.vllm.vllm_turns`: one prompt
-with every video so far, weights synced once per rollout) and its log-probs of the model tokens feed the
-importance-sampling correction (NaN, no correction, at tool tokens); on one process or several, each with its own
-engine (``vllm_tensor_parallel_size`` 1: ranks may run different numbers of turns). Not combined (yet) with
-dynamic sampling, ground-truth injection, distillation or validation during training (``eval_file``: it would score
-single-turn answers) — refused.
+Every turn is one ``continue_turn`` of the engine (:class:`grounding_rl.rollout.conversation.HFTurns`; with
+``use_vllm`` :meth:`grounding_rl.rollout.vllm.VLLMEngine.continue_turn`: one prompt with every video so far, weights
+synced once per rollout, its log-probs of the model tokens feeding the importance-sampling correction (NaN, no
+correction, at tool tokens); on one process or several, each with its own engine (``vllm_tensor_parallel_size`` 1:
+ranks may run different numbers of turns)). Not combined (yet) with dynamic sampling, ground-truth injection,
+distillation or validation during training (``eval_file``: it would score single-turn answers) — refused.
 """
 from __future__ import annotations
 
@@ -99,6 +99,7 @@ class CropTool(Recipe):
     def converse(self, trainer, items):
         """Run this process's conversations (rows in order) and return ``(batch, clean, texts, items)`` for
         :func:`grounding_rl.update.rollout.build_rollout`."""
+        import contextlib
         import dataclasses
 
         import torch
@@ -120,24 +121,24 @@ class CropTool(Recipe):
         environment = CropEnvironment(family.video_settings(args.video_settings), args.crop_spend)
         run = dict(end_ids=trainer.eos_token_ids, stop_ids=trainer.placeholder_ids,
                    max_prompt_length=args.max_prompt_length, layout=args.video_layout)
-        engine, generate = trainer.rollout_engine, None
-        if hasattr(engine, "sync_weights"):  # vLLM: the policy's weights once per rollout, every turn on the engine
+        engine = trainer.rollout_engine
+        on_vllm = hasattr(engine, "sync_weights")
+        if on_vllm:  # vLLM: the policy's weights once per rollout, every turn on the engine
             from grounding_rl.rollout import vllm
 
             with timed(trainer, "sync_weights"):
                 engine.sync_weights(trainer.model_wrapped)
-            generate = vllm.vllm_turns(engine, trainer.sampling)
-            with timed(trainer, "generate"):
-                conv.run_conversations(generate, trajectories, processor, family, environment, K, **run)
-        else:
-            with timed(trainer, "generate"), unwrap_model_for_generation(
-                    trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
-                    gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
-                # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another
-                # rank's, and under ZeRO-3 the parameters are gathered for generation (setup)
-                sampling = dataclasses.replace(trainer.sampling, synced_gpus=False)
-                conv.run_conversations(conv.hf_turns(unwrapped, processor, sampling, trainer.pad_token_id),
-                                       trajectories, processor, family, environment, K, **run)
+            model, sampling = contextlib.nullcontext(), trainer.sampling
+        else:  # under ZeRO-3 the parameters are gathered for generation (setup)
+            model = unwrap_model_for_generation(
+                trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+            # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another rank's
+            sampling = dataclasses.replace(trainer.sampling, synced_gpus=False)
+        with timed(trainer, "generate"), model as unwrapped:
+            turns = engine if on_vllm else conv.HFTurns(unwrapped, trainer.pad_token_id)
+            conv.run_conversations(lambda active: turns.continue_turn(active, sampling), trajectories, processor,
+                                   family, environment, K, **run)
         device = trainer.accelerator.device
         batch = batching.to_device(conversation_batch(trajectories, trainer.pad_token_id), device)
         truncated = torch.tensor([t.truncated for t in trajectories], device=device)
@@ -148,9 +149,9 @@ class CropTool(Recipe):
                  "lengths": torch.tensor([len(t.completion_ids) for t in trajectories], device=device),
                  "truncated": truncated, "placeholder_cut": torch.zeros_like(truncated),
                  "is_gt": torch.zeros_like(truncated), "sampling_logps": None}
-        if generate is not None and engine.logps_need_correcting:  # vLLM's log-probs of the model tokens
+        if on_vllm and engine.logps_need_correcting:  # vLLM's log-probs of the model tokens
             clean["sampling_logps"] = vllm.conversation_sampling_logps(
-                trajectories, generate.logps, batch["completion_ids"].size(1)).to(device)
+                trajectories, batch["completion_ids"].size(1)).to(device)
         sums = torch.tensor(metric_sums(trajectories, [(it["start"], it["end"]) for it in items]), device=device)
         sums = trainer.accelerator.gather(sums.unsqueeze(0)).sum(dim=0).tolist()  # all processes' trajectories
         for name, value in metrics_from_sums(sums).items():

@@ -3,13 +3,11 @@ on the whole clip, the ordinary draw) and a **pass-2** group (G completions on a
 higher rate), each group's advantages normalised on its own (:func:`grounding_rl.update.grpo.group_advantages` over
 groups of G: the pass-2 draw has its own group ids).
 
-Pass 2 is ``eval --zoom``'s (:mod:`grounding_rl.eval.zoom`), with the same pieces (:mod:`grounding_rl.rollout.zoom`):
-the window is an answer widened by ``zoom_margin`` (:func:`zoom_window`: m = max(margin · length, one temporal patch
-of pass 1); an answer that does not parse gives the centre half), sampled under pass 1's budget spent per
-``zoom_spend`` (:func:`pass2_clip`), with the same prompt, and the family's time convention: Qwen2.5-VL answers in
-window time (positions from the window's first frame t₀, eval's default ``--zoom-time window``), Qwen3-VL reads the
-window's true timestamps. The pass-2 rows carry ``answer_origin`` (t₀ for Qwen2.5-VL, else 0): their answers are mapped
-back to the video's seconds before any reward sees them (:func:`grounding_rl.update.rollout.answer_spans`), and
+Pass 2 is ``eval --zoom``'s (:mod:`grounding_rl.eval.zoom`: the window widened by ``zoom_margin``, sampled under
+pass 1's budget spent per ``zoom_spend``, the same prompt, the family's time: eval's default ``--zoom-time``), with the
+same pieces (:mod:`grounding_rl.rollout.zoom`), sampled by pass 1's own draw on the window clip (a group of G rows
+on one clip, as pass 1's). The pass-2 rows carry ``answer_origin`` (t₀ for Qwen2.5-VL, else 0): their answers are
+mapped back to the video's seconds before any reward sees them (:func:`grounding_rl.update.rollout.answer_spans`), and
 ``zoom_window`` [a, b] seconds.
 
 Where the window comes from during training: **the policy's own first sampled pass-1 completion of the group**,
@@ -117,15 +115,15 @@ class TwoPassZoom(Recipe):
         the window of its group's first completion (``texts``: all processes' pass-1 completions, gather order),
         sampled once per group, with the columns ``answer_origin`` (seconds), ``zoom_window`` [a, b],
         ``zoom_fallback``, ``zoom_window_error`` and ``zoom_window_recall`` (the ground truth wholly inside)."""
-        from grounding_rl.data.video import VideoLoadError, WindowError
         from grounding_rl.family import family_of
         from grounding_rl.prompts.parsing import parse_answer
-        from grounding_rl.rollout.zoom import pass2_clip, window_origin, zoom_window
+        from grounding_rl.rollout.tools import CropEnvironment
+        from grounding_rl.rollout.zoom import window_origin, zoom_window
 
         G = trainer.num_generations
         family = family_of(trainer.accelerator.unwrap_model(trainer.model))
-        settings, shift = family.video_settings(self.args.video_settings), family.window_answer_shift()
-        clips, out = {}, []
+        sample = CropEnvironment(family.video_settings(self.args.video_settings), self.args.zoom_spend)
+        shift, clips, out = family.window_answer_shift(), {}, []
         for row, item in enumerate(items):
             group = (start + row) // G
             clip = item["clip"]
@@ -133,10 +131,7 @@ class TwoPassZoom(Recipe):
                                            float(clip.sampling()["fps"]))
             key = (item["index"], window)
             if key not in clips:
-                try:
-                    clips[key] = pass2_clip(clip.path, window, settings, clip.sampling(), self.args.zoom_spend)
-                except (WindowError, VideoLoadError, ValueError):
-                    clips[key] = None
+                clips[key] = sample(clip, window)[0]
             window_clip = clips[key]
             new = {k: v for k, v in item.items() if k != "substituted_from"}  # counted once, in pass 1
             new.update(clip=window_clip if window_clip is not None else clip,
