@@ -105,6 +105,26 @@ def reused_vllm_engines(cache: dict):
         engines.vllm_engine_for_inference = build
 
 
+@contextlib.contextmanager
+def lighter_eval():
+    """The tests' speed-ups that leave the answers alone, within the block: ``eval`` writes no ``report.html`` (its
+    gallery decodes the shown clips again) and each checkpoint's processor is loaded once (eval, infer and the trainers
+    read the same folders; a processor is ≈ 1 s to load)."""
+    import functools
+
+    import pytest
+
+    from grounding_rl.eval import engines, gallery
+    from grounding_rl.models import loading
+
+    load_processor = functools.lru_cache(maxsize=None)(loading.load_processor)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gallery, "write_report_html", lambda path, *args, **kwargs: Path(path), raising=False)
+        patch.setattr(loading, "load_processor", load_processor)
+        patch.setattr(engines, "load_processor", load_processor, raising=False)  # the vLLM engine's processor
+        yield
+
+
 def engine_flags(engine: str) -> list[str]:
     return [] if engine == "hf" else ["--engine", engine]
 
