@@ -3,10 +3,10 @@ vllm is not importable, as in the main environment).
 
 Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q`` (≈ 7 min on 2 cores). One engine is built for the
 module (three videos per prompt: it also samples a conversation's second turn over the clip and a window), a second,
-fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, one per family for the golden
-answers of ``eval`` and ``infer`` with ``--engine vllm`` in every mode (tests/golden_answers.py), one for a multi-turn
-GRPO step, ``scripts/train.sh`` runs 2 GRPO steps, and 2 processes (one engine each) run one multi-turn GRPO step
-whose ranks run different numbers of turns (≈ 2 min more).
+fresh one on changed weights for the weight-update test, one per family for the golden answers of ``eval`` and
+``infer`` with ``--engine vllm`` in every mode (tests/golden_answers.py; the Qwen3-VL one also for the Qwen3-VL
+prompt test), one for a multi-turn GRPO step, ``scripts/train.sh`` runs 2 GRPO steps, and 2 processes (one engine
+each) run one multi-turn GRPO step whose ranks run different numbers of turns (≈ 2 min more).
 The tiny model's attention heads are 64 wide (vllm-cpu's attention takes head_dim 64 or 128 only).
 """
 import json
@@ -247,20 +247,21 @@ def test_weight_update_matches_a_fresh_engine(engine, greedy, policy, clip, tmp_
     assert (fresh.sampling_logps - updated).abs().max().item() < 1e-4
 
 
-def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_path_factory, qwen3_processor_dir,
-                                                                             videos_dir):
+def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(golden_vllm, videos_dir, monkeypatch):
     """Qwen3-VL: vLLM writes the textual timestamps itself from the clip description; with the processor's (true
     presentation times) its expanded prompt, 3D positions, greedy tokens and log-probs equal transformers', in the
     released video layout (the default: no <|vision_start|> … <|vision_end|> around the groups) and in transformers
-    5.x's (prompt ids and positions)."""
-    from grounding_rl.dev.tiny import build_tiny_model
+    5.x's (prompt ids and positions). On the golden answers' noisy tiny Qwen3-VL (three layers: one per DeepStack
+    feature) and eval's engine for it, which the golden answers' test reuses."""
+    from grounding_rl.eval import engines
 
-    sizes = {**SIZES, "num_layers": 3}  # one LLM layer per DeepStack feature
-    path = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3_vllm"), like=qwen3_processor_dir, seed=0, **sizes)
+    models, cache = golden_vllm
+    path = models["qwen3_vl"]
     model, processor = load_policy(str(path)).eval(), load_processor(str(path))
     settings = VideoSettings(fps=1.0, min_pixels=4 * 32 * 32, max_pixels=4 * 32 * 32, max_frames=12)
     clip = sample_frames(videos_dir / CLIP, family_of(model).video_settings(settings))
-    engine = make_engine(path, model)
+    with golden.reused_vllm_engines(cache), golden.one_thread():  # built as eval builds it in the golden test
+        engine = engines.vllm_engine_for_inference(str(path), processor)
     calls = []
     runner = runner_model(engine.llm)
     original = runner.get_mrope_input_positions
@@ -270,7 +271,7 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
         calls.append((list(input_tokens), out))
         return out
 
-    runner.get_mrope_input_positions = record
+    monkeypatch.setattr(runner, "get_mrope_input_positions", record)
     for layout in ("transformers5", "released"):
         calls.clear()
         inputs = prompt_inputs(processor, clip, video_layout=layout)
@@ -309,9 +310,7 @@ def test_vllm_eval_and_infer_answers_match_the_golden_files(golden_vllm, videos_
     golden files recorded at the commit before the answering code was unified (tests/golden_answers.py); the crop
     tool's results keep their conversation (the answer is the last turn's text, every call a window or a failure)."""
     models, engines = golden_vllm
-    for key in [key for key in engines if key[0] != str(models[family])]:
-        del engines[key]  # one family's engine at a time (the tests run family by family)
-    with golden.reused_vllm_engines(engines):
+    with golden.reused_vllm_engines(engines), golden.lighter_eval():
         records = golden.eval_answers(models[family], videos_dir, mode, tmp_path, engine="vllm")
         results = golden.infer_answers(models[family], videos_dir, mode, engine="vllm")
     assert records == read_jsonl(golden.golden_name("eval", family, mode, "vllm"))
