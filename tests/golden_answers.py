@@ -1,11 +1,21 @@
 """Golden answers of every answering mode: what ``eval`` and ``infer`` answer in one pass, with
-``--zoom`` and with the crop tool (``--max-turns``) on the noisy tiny model of each family (HF engine), and the
-SHA-256 of the weights after two CPU steps of the two training recipes that run the turn loop (two-pass zoom, crop
-tool). tests/test_golden_answers.py recomputes them and compares with tests/fixtures/golden/.
+``--zoom`` and with the crop tool (``--max-turns``) on the noisy tiny model of each family, on the HF engine and on
+vLLM (``--engine vllm``), and the SHA-256 of the weights after two CPU steps of the two training recipes that run the
+turn loop (two-pass zoom, crop tool). tests/test_golden_answers.py (HF) and tests/test_vllm_cpu.py (vLLM) recompute
+them and compare with tests/fixtures/golden/.
 
-Run as a script to (re)write the golden files, at the commit whose answers are the reference:
+Run as a script to (re)write the golden files of one engine, at the commit whose answers are the reference:
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python tests/golden_answers.py
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python tests/golden_answers.py                     # HF answers, recipe weights
+    PYTHONPATH=. HF_HUB_OFFLINE=1 .venv-vllm/bin/python tests/golden_answers.py --engine vllm   # *_vllm_* files
+
+Both were made at cfb51f4, the HF files with the main environment (.venv), the vLLM files with .venv-vllm (vllm-cpu
+0.32.0, transformers 5.19.0, torch 2.14.1) on a tree exported from cfb51f4 (``git archive cfb51f4``) with this
+script (its ``--engine vllm`` version) copied in and ../shared beside it, cfb51f4's own tests/conftest.py (the same
+as the later one's helpers used here). vLLM needs attention heads 64 wide on CPU: its tiny models are built wider
+(:data:`VLLM_SIZES`), then made noisy the same way. Each family's vLLM engine is built once and reused by every
+mode's ``eval`` and ``infer`` (:func:`reused_vllm_engines`, caches reset between calls; the engine build dominates the
+cost).
 
 The tiny models are built as the tests build them (``grounding_rl.dev.tiny.build_tiny_model``, seed 0, then
 :func:`conftest.make_noisy_model`): their greedy answers depend on the clip and the query. ``video`` is written
@@ -32,6 +42,11 @@ FAST = ["--fps", "1", "--max-pixels", str(28 * 28 * 16), "--min-pixels", str(28 
 LINES = (0, 3, 5, 6)
 INFER_QUERIES = ("person sitting down in a chair.", "a person is eating some food.")
 RECIPES = {"two_pass_zoom": dict(two_pass_zoom=True), "crop_tool": dict(max_tool_calling_iterations=1)}
+ENGINES = ("hf", "vllm")
+# vllm-cpu's attention takes head_dim 64 or 128 only; Qwen3-VL needs one LLM layer per DeepStack feature (3)
+VLLM_SIZES = {"qwen2_5_vl": dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=2),
+              "qwen3_vl": dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=3)}
+VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}  # as tests/test_vllm_cpu.py
 
 
 @contextlib.contextmanager
@@ -47,21 +62,75 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-def build_models(shared: Path, out: Path) -> dict[str, Path]:
-    """``{family: folder}`` of the noisy tiny model of each family, built in ``out``."""
+def build_models(shared: Path, out: Path, engine: str = "hf") -> dict[str, Path]:
+    """``{family: folder}`` of the noisy tiny model of each family for ``engine``, built in ``out`` (for vLLM at
+    :data:`VLLM_SIZES`)."""
     sys.path.insert(0, str(HERE))
     from conftest import make_noisy_model
 
     from grounding_rl.dev.tiny import build_tiny_model
 
     models = shared / "models"
-    tiny = {"qwen2_5_vl": build_tiny_model(out / "tiny25", tokenizer=models / "Qwen2.5-VL-7B-Instruct", seed=0),
-            "qwen3_vl": build_tiny_model(out / "tiny3", like=models / "Qwen3-VL-8B-Instruct", seed=0)}
+    sizes = VLLM_SIZES if engine == "vllm" else {family: {} for family in FAMILIES}
+    tiny = {"qwen2_5_vl": build_tiny_model(out / "tiny25", tokenizer=models / "Qwen2.5-VL-7B-Instruct", seed=0,
+                                           **sizes["qwen2_5_vl"]),
+            "qwen3_vl": build_tiny_model(out / "tiny3", like=models / "Qwen3-VL-8B-Instruct", seed=0,
+                                         **sizes["qwen3_vl"])}
     return {family: make_noisy_model(path, out / f"noisy_{family}") for family, path in tiny.items()}
 
 
-def eval_answers(model: Path, videos: Path, mode: str, out: Path) -> list[dict]:
-    """``grounding-rl eval`` records of :data:`LINES` in ``mode`` (``video`` relative to ``videos``)."""
+@contextlib.contextmanager
+def reused_vllm_engines(cache: dict):
+    """Within the block, ``eval`` and ``infer`` get the vLLM engine of a checkpoint from ``cache`` (``{(model path,
+    dtype, max_model_len): engine}``, filled on first use), built once for :data:`MODES`' most videos per prompt (the
+    clip and ``--max-turns`` windows), its caches reset on each reuse, instead of a new engine each call."""
+    from grounding_rl.eval import engines
+
+    build = engines.vllm_engine_for_inference
+    most = 1 + max(int(flags[1]) for flags in MODES.values() if flags[:1] == ["--max-turns"])
+
+    def cached(model_path, processor, dtype="auto", max_model_len=32768, max_videos=1):
+        assert max_videos <= most, f"{max_videos} videos per prompt; the reused engines take {most}"
+        key = (str(model_path), dtype, max_model_len)
+        if key in cache:
+            cache[key].reset_caches()  # as a new engine: no vision features or KV blocks of an earlier call
+        else:
+            cache[key] = build(model_path, processor, dtype, max_model_len=max_model_len, max_videos=most)
+        return cache[key]
+
+    engines.vllm_engine_for_inference = cached
+    try:
+        yield
+    finally:
+        engines.vllm_engine_for_inference = build
+
+
+@contextlib.contextmanager
+def lighter_eval():
+    """The tests' speed-ups that leave the answers alone, within the block: ``eval`` writes no ``report.html`` (its
+    gallery decodes the shown clips again) and each checkpoint's processor is loaded once (eval, infer and the trainers
+    read the same folders; a processor is ≈ 1 s to load)."""
+    import functools
+
+    import pytest
+
+    from grounding_rl.eval import engines, gallery
+    from grounding_rl.models import loading
+
+    load_processor = functools.lru_cache(maxsize=None)(loading.load_processor)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gallery, "write_report_html", lambda path, *args, **kwargs: Path(path), raising=False)
+        patch.setattr(loading, "load_processor", load_processor)
+        patch.setattr(engines, "load_processor", load_processor, raising=False)  # the vLLM engine's processor
+        yield
+
+
+def engine_flags(engine: str) -> list[str]:
+    return [] if engine == "hf" else ["--engine", engine]
+
+
+def eval_answers(model: Path, videos: Path, mode: str, out: Path, engine: str = "hf") -> list[dict]:
+    """``grounding-rl eval`` records of :data:`LINES` in ``mode`` on ``engine`` (``video`` relative to ``videos``)."""
     from grounding_rl.cli import main as cli
 
     lines = (videos / "annotations.jsonl").read_text().splitlines()
@@ -71,17 +140,19 @@ def eval_answers(model: Path, videos: Path, mode: str, out: Path) -> list[dict]:
     data.write_text("".join(json.dumps({**row, "video": str(videos / row["video"])}) + "\n" for row in rows))
     with contextlib.redirect_stdout(io.StringIO()), one_thread():
         rc = cli(["eval", "--model", str(model), "--data", str(data), "--out", str(out / "eval"), *FAST,
-                  "--num-workers", "0", "--batch-size", "2", *MODES[mode]])
+                  "--num-workers", "0", "--batch-size", "2", *MODES[mode], *engine_flags(engine)])
     assert rc == 0, f"eval {mode} exited {rc}"
     records = [json.loads(line) for line in (out / "eval" / "predictions.jsonl").read_text().splitlines()]
     return [{**r, "video": str(Path(r["video"]).relative_to(videos))} for r in records]
 
 
-def infer_answers(model: Path, videos: Path, mode: str) -> list[dict]:
-    """``grounding-rl infer --json`` results for :data:`INFER_QUERIES` on the Charades clip in ``mode``."""
+def infer_answers(model: Path, videos: Path, mode: str, engine: str = "hf") -> list[dict]:
+    """``grounding-rl infer --json`` results for :data:`INFER_QUERIES` on the Charades clip in ``mode`` on
+    ``engine``."""
     from grounding_rl.cli import infer as infer_cli
 
-    command = ["--model", str(model), "--video", str(videos / "charades_OHOFG.mp4"), "--json", *FAST, *MODES[mode]]
+    command = ["--model", str(model), "--video", str(videos / "charades_OHOFG.mp4"), "--json", *FAST, *MODES[mode],
+               *engine_flags(engine)]
     for query in INFER_QUERIES:
         command += ["--query", query]
     stdout = io.StringIO()
@@ -111,17 +182,47 @@ def recipe_weights_sha256(model: Path, videos: Path, recipe: str, out: Path) -> 
     return digest.hexdigest()
 
 
-def golden_name(kind: str, family: str, mode: str) -> Path:
-    return GOLDEN / f"{kind}_{family}_{mode}.jsonl"
+def golden_name(kind: str, family: str, mode: str, engine: str = "hf") -> Path:
+    """The golden file of ``kind`` (eval, infer) answers: ``{kind}_{family}_{mode}.jsonl``, ``{kind}_vllm_…`` for
+    vLLM's."""
+    return GOLDEN / (f"{kind}_{family}_{mode}.jsonl" if engine == "hf" else f"{kind}_{engine}_{family}_{mode}.jsonl")
 
 
-def main() -> int:
+def write_vllm_goldens(shared: Path, videos: Path, tmp: Path) -> None:
+    """The ``*_vllm_*`` golden files: eval and infer answers of each family × mode on vLLM, one engine per family."""
+    import os
+
+    for name, value in VLLM_ENV.items():
+        os.environ.setdefault(name, value)
+    models = build_models(shared, tmp, engine="vllm")
+    cache = {}
+    with reused_vllm_engines(cache):
+        for family, model in models.items():
+            for mode in MODES:
+                records = eval_answers(model, videos, mode, tmp / f"eval_{family}_{mode}", engine="vllm")
+                golden_name("eval", family, mode, "vllm").write_text("".join(json.dumps(r) + "\n" for r in records))
+                results = infer_answers(model, videos, mode, engine="vllm")
+                golden_name("infer", family, mode, "vllm").write_text("".join(json.dumps(r) + "\n" for r in results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     from grounding_rl.paths import shared_dir
 
+    parser = argparse.ArgumentParser(description="(re)write the golden files of one engine")
+    parser.add_argument("--engine", choices=ENGINES, default="hf",
+                        help="hf: the HF answers and the recipes' weights; vllm: the *_vllm_* answers (.venv-vllm)")
+    engine = parser.parse_args(argv).engine
     shared = shared_dir()
     assert shared is not None, "../shared is needed"
     videos = shared / "data" / "videos"
     GOLDEN.mkdir(parents=True, exist_ok=True)
+    if engine == "vllm":
+        with tempfile.TemporaryDirectory() as tmp:
+            write_vllm_goldens(shared, videos, Path(tmp))
+        print(f"wrote {GOLDEN}/*_vllm_*")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         models = build_models(shared, tmp)

@@ -11,8 +11,19 @@ import golden_answers as golden
 
 
 @pytest.fixture(scope="module")
-def golden_models(shared, tmp_path_factory):
-    return golden.build_models(shared, tmp_path_factory.mktemp("golden_models"))
+def golden_models(noisy_tiny_model_dir, tiny_qwen3_model_dir, tmp_path_factory):
+    """The noisy tiny model of each family as ``golden.build_models`` builds it, from the session's tiny models (built
+    once for every test file that uses them)."""
+    from conftest import make_noisy_model
+
+    return {"qwen2_5_vl": noisy_tiny_model_dir,
+            "qwen3_vl": make_noisy_model(tiny_qwen3_model_dir, tmp_path_factory.mktemp("golden") / "noisy_qwen3_vl")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lighter_eval():
+    with golden.lighter_eval():
+        yield
 
 
 def _read(path):

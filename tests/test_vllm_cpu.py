@@ -3,9 +3,10 @@ vllm is not importable, as in the main environment).
 
 Run: ``.venv-vllm/bin/python -m pytest tests/test_vllm_cpu.py -q`` (≈ 7 min on 2 cores). One engine is built for the
 module (three videos per prompt: it also samples a conversation's second turn over the clip and a window), a second,
-fresh one on changed weights for the weight-update test, a third for a tiny Qwen3-VL, a fourth for ``infer --engine
-vllm --max-turns 2``, a fifth for one multi-turn GRPO step, ``scripts/train.sh`` runs 2 GRPO steps, and 2 processes
-(one engine each) run one multi-turn GRPO step whose ranks run different numbers of turns (≈ 2 min more).
+fresh one on changed weights for the weight-update test, one per family for the golden answers of ``eval`` and
+``infer`` with ``--engine vllm`` in every mode (tests/golden_answers.py; the Qwen3-VL one also for the Qwen3-VL
+prompt test), one for a multi-turn GRPO step, ``scripts/train.sh`` runs 2 GRPO steps, and 2 processes (one engine
+each) run one multi-turn GRPO step whose ranks run different numbers of turns (≈ 2 min more).
 The tiny model's attention heads are 64 wide (vllm-cpu's attention takes head_dim 64 or 128 only).
 """
 import json
@@ -16,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import golden_answers as golden
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process (weight updates)
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -38,6 +41,10 @@ SIZES = dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256
 CLIP = "charades_OHOFG.mp4"  # 30 fps source; 2 fps sampled: source metadata would make vLLM read 1.992 fps
 QUERY = "person opens the door."
 CLIP_SETTINGS = VideoSettings(fps=2.0, min_pixels=4 * 28 * 28, max_pixels=4 * 28 * 28)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -239,20 +246,21 @@ def test_weight_update_matches_a_fresh_engine(engine, greedy, policy, clip, tmp_
     assert (fresh.sampling_logps - updated).abs().max().item() < 1e-4
 
 
-def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_path_factory, qwen3_processor_dir,
-                                                                             videos_dir):
+def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(golden_vllm, videos_dir, monkeypatch):
     """Qwen3-VL: vLLM writes the textual timestamps itself from the clip description; with the processor's (true
     presentation times) its expanded prompt, 3D positions, greedy tokens and log-probs equal transformers', in the
     released video layout (the default: no <|vision_start|> … <|vision_end|> around the groups) and in transformers
-    5.x's (prompt ids and positions)."""
-    from grounding_rl.dev.tiny import build_tiny_model
+    5.x's (prompt ids and positions). On the golden answers' noisy tiny Qwen3-VL (three layers: one per DeepStack
+    feature) and eval's engine for it, which the golden answers' test reuses."""
+    from grounding_rl.eval import engines
 
-    sizes = {**SIZES, "num_layers": 3}  # one LLM layer per DeepStack feature
-    path = build_tiny_model(tmp_path_factory.mktemp("tiny_qwen3_vllm"), like=qwen3_processor_dir, seed=0, **sizes)
+    models, cache = golden_vllm
+    path = models["qwen3_vl"]
     model, processor = load_policy(str(path)).eval(), load_processor(str(path))
     settings = VideoSettings(fps=1.0, min_pixels=4 * 32 * 32, max_pixels=4 * 32 * 32, max_frames=12)
     clip = sample_frames(videos_dir / CLIP, family_of(model).video_settings(settings))
-    engine = make_engine(path, model)
+    with golden.reused_vllm_engines(cache), golden.one_thread():  # built as eval builds it in the golden test
+        engine = engines.vllm_engine_for_inference(str(path), processor)
     calls = []
     runner = runner_model(engine.llm)
     original = runner.get_mrope_input_positions
@@ -262,7 +270,7 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
         calls.append((list(input_tokens), out))
         return out
 
-    runner.get_mrope_input_positions = record
+    monkeypatch.setattr(runner, "get_mrope_input_positions", record)
     for layout in ("transformers5", "released"):
         calls.clear()
         inputs = prompt_inputs(processor, clip, video_layout=layout)
@@ -286,20 +294,30 @@ def test_qwen3_vl_prompt_timestamps_positions_and_tokens_equal_transformers(tmp_
     assert (forward - engine.sampling_logps)[mask.bool()].abs().max().item() < 0.05
 
 
-def test_infer_max_turns_on_vllm_completes_and_keeps_the_conversation(model_dir, videos_dir, capsys):
-    """``infer --engine vllm --max-turns 2`` on the tiny model: the conversation loop runs on vLLM to its end (the
-    random model answers, or runs out of tokens, in its first turn) and the result keeps its turns."""
-    from grounding_rl.cli import infer as infer_cli
+@pytest.fixture(scope="module")
+def golden_vllm(shared, tmp_path_factory):
+    """The noisy tiny model of each family at vLLM's sizes (tests/golden_answers.py) and the cache of the engines
+    that every mode's ``eval`` and ``infer`` of a family reuse."""
+    return golden.build_models(shared, tmp_path_factory.mktemp("golden_vllm"), engine="vllm"), {}
 
-    rc = infer_cli.main(["--model", str(model_dir), "--video", str(videos_dir / CLIP), "--query", QUERY,
-                         "--engine", "vllm", "--max-turns", "2", "--json", "--fps", "2", "--max-pixels",
-                         str(4 * 28 * 28), "--min-pixels", str(4 * 28 * 28), "--max-new-tokens", "12"])
-    assert rc == 0
-    (result,) = json.loads(capsys.readouterr().out)
-    turns = result["conversation"]["turns"]
-    assert 1 <= len(turns) <= 3 and result["answer"] == turns[-1]["text"]
-    record = result["conversation"]
-    assert record["calls"] == len(record["windows"]) + record["failures"]
+
+@pytest.mark.parametrize("mode", list(golden.MODES))
+@pytest.mark.parametrize("family", golden.FAMILIES)
+def test_vllm_eval_and_infer_answers_match_the_golden_files(golden_vllm, videos_dir, tmp_path, family, mode):
+    """Same answers on vLLM: ``eval --engine vllm`` and ``infer --engine vllm`` in each mode (one pass, ``--zoom``,
+    the crop tool with ``--max-turns 2``) on the noisy tiny model of each family write, in every field, what the
+    golden files recorded at the commit before the answering code was unified (tests/golden_answers.py); the crop
+    tool's results keep their conversation (the answer is the last turn's text, every call a window or a failure)."""
+    models, engines = golden_vllm
+    with golden.reused_vllm_engines(engines), golden.lighter_eval():
+        records = golden.eval_answers(models[family], videos_dir, mode, tmp_path, engine="vllm")
+        results = golden.infer_answers(models[family], videos_dir, mode, engine="vllm")
+    assert records == read_jsonl(golden.golden_name("eval", family, mode, "vllm"))
+    assert results == read_jsonl(golden.golden_name("infer", family, mode, "vllm"))
+    for result in results if mode == "crop_tool" else ():
+        record = result["conversation"]
+        assert 1 <= len(record["turns"]) <= 3 and result["answer"] == record["turns"][-1]["text"]
+        assert record["calls"] == len(record["windows"]) + record["failures"]
 
 
 def test_grpo_step_with_the_crop_tool_samples_every_turn_on_vllm(model_dir, videos_dir, tmp_path, monkeypatch):
