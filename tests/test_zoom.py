@@ -62,9 +62,9 @@ def test_window_settings_unknown_spend():
 
 
 def test_absolute_time_and_position_offsets():
-    assert rzm.to_absolute((2.0, 5.5), 30.25, shift=True) == (32.25, 35.75)
-    assert rzm.to_absolute((32.0, 35.0), 30.25, shift=False) == (32.0, 35.0)
-    assert rzm.to_absolute(None, 30.25, shift=True) is None
+    assert rzm.to_absolute((2.0, 5.5), 30.25) == (32.25, 35.75)
+    assert rzm.to_absolute((32, 35.0), 0.0) == (32.0, 35.0)
+    assert rzm.to_absolute(None, 30.25) is None
     assert rzm.position_offset(30.0, 2) == 60 and rzm.position_offset(12.3, 2) == 25
 
 
@@ -251,7 +251,7 @@ def test_video_time_offsets_shift_qwen2_5_vl_positions_inside_the_block_only(tin
                          VideoSettings(fps=1.0, max_pixels=28 * 28 * 16, min_pixels=28 * 28 * 4))
     inputs = dict(build_inputs(processor, ["q"], [clip], "default"))
     before = rope_position_ids(model, inputs)
-    offset = rzm.position_offset(rzm.window_origin(clip), model.config.vision_config.tokens_per_second)
+    offset = rzm.position_offset(float(clip.timestamps[0]), model.config.vision_config.tokens_per_second)
     assert offset == 40
     with rzm.video_time_offsets(model, [offset]):
         inside = rope_position_ids(model, inputs)

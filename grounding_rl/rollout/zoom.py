@@ -1,7 +1,7 @@
-"""The zoom's pass-2 window (sampled as the crop tool's, :class:`grounding_rl.rollout.tools.CropEnvironment`) and
-its time, shared by ``--zoom`` (:mod:`grounding_rl.eval.zoom` explains the choices) and the two-pass zoom recipe, so
-that training and test widen, sample and map a window alike; and pass 2 for :mod:`grounding_rl.rollout.answering`
-(:func:`zoom_rows`: turn 2 of the zoom's conversation; Qwen2.5-VL's positions moved by :func:`video_time_offsets`).
+"""The zoom's pass 2, shared by ``--zoom`` (:mod:`grounding_rl.eval.zoom` explains the choices) and the two-pass zoom
+recipe: :class:`ZoomEnvironment` turns pass 1's answer into the window turn 2 sees, so that training and test widen,
+sample and map a window alike; :func:`zoom_rows` runs turn 2 for :mod:`grounding_rl.rollout.answering` (Qwen2.5-VL's
+positions moved by :func:`video_time_offsets`).
 """
 from __future__ import annotations
 
@@ -42,17 +42,34 @@ def zoom_window(answer: tuple[float, float] | None, duration: float, margin: flo
     return (duration / 4.0, 3.0 * duration / 4.0), True
 
 
-def window_origin(video: SampledVideo) -> float:
-    """Seconds at which pass 2's positional time starts: its first frame's presentation time."""
-    return float(video.timestamps[0])
+class ZoomEnvironment:
+    """The one place that composes pass 1 → window → pass 2: its reply to turn 1 is the window of pass 1's answer
+    (:func:`zoom_window`, ``margin``) sampled as the crop tool's (:class:`grounding_rl.rollout.tools.CropEnvironment`:
+    ``settings``, ``spend``), which turn 2 sees in place of the clip, and the origin of turn 2's answers: the window's
+    first frame time where they are in window time (:meth:`grounding_rl.family.Family.window_answer_shift`), else 0."""
+
+    def __init__(self, settings: VideoSettings, spend: str, margin: float, shift: bool):
+        from grounding_rl.rollout.tools import CropEnvironment
+
+        self.sample, self.margin, self.shift, self.clips = CropEnvironment(settings, spend), margin, shift, {}
+
+    def __call__(self, text: str | None, clip: SampledVideo, key=None) -> tuple:
+        """The reply to pass 1's ``text`` (None: none) on ``clip``: ``([a, b] seconds to 6 places, fallback, window
+        clip or None, why not or None, origin seconds)``; equal ``key`` and window sample once."""
+        from grounding_rl.prompts.parsing import parse_answer
+
+        window, fallback = zoom_window(parse_answer(text), clip.duration, self.margin, float(clip.sampling()["fps"]))
+        if (key, window) not in self.clips:
+            self.clips[key, window] = self.sample(clip, window)
+        window_clip, error = self.clips[key, window]
+        origin = float(window_clip.timestamps[0]) if window_clip is not None and self.shift else 0.0
+        return [round(window[0], 6), round(window[1], 6)], fallback, window_clip, error, origin
 
 
-def to_absolute(answer: tuple[float, float] | None, origin: float, shift: bool) -> tuple[float, float] | None:
-    """Pass 2's parsed answer in the video's absolute time: ``(s + origin, e + origin)`` when ``shift``
-    (:meth:`grounding_rl.family.Family.window_answer_shift`), else unchanged; None stays None."""
-    if answer is None:
-        return None
-    return (answer[0] + origin, answer[1] + origin) if shift else (float(answer[0]), float(answer[1]))
+def to_absolute(answer: tuple[float, float] | None, origin: float) -> tuple[float, float] | None:
+    """Pass 2's parsed answer in the video's seconds: ``origin`` (:class:`ZoomEnvironment`'s, 0 for an answer already in
+    them) added to both ends as floats; None stays None."""
+    return None if answer is None else (answer[0] + origin, answer[1] + origin)
 
 
 def window_problems(setting: str, video_sampler: str, prompt_template: str, why_one: str) -> list[str]:
@@ -128,32 +145,30 @@ def video_time_offsets(model, offsets: list[int] | None):
 def zoom_rows(model, processor, rows: list, queries, config, max_new_tokens: int, zoom, engine=None,
               on_prompt=None) -> list[dict]:
     """Pass 2 for pass-1 ``rows`` ``(Answer, clip)`` whose clip loaded (:mod:`grounding_rl.rollout.answering`),
-    ``zoom`` a :class:`grounding_rl.eval.zoom.ZoomSettings`, ``config`` the preprocessing: each window sampled by
-    seeking (:class:`grounding_rl.rollout.tools.CropEnvironment`), the rows answered greedily by one ``continue_turn`` of the engine, the zoom's turn 2
-    (:func:`grounding_rl.rollout.conversation.restart`), answers mapped to absolute time. Returns one dict per row, in
-    order (the ``zoom`` of :func:`grounding_rl.eval.zoom.zoom_record`): ``{"window", "fallback", "answer",
-    "interval", "sampling", "error"}``; a window that cannot be sampled, or a pass that runs out of memory, gives
-    ``error`` (the record keeps pass 1's answer). ``on_prompt(position, clip)`` is called with each pass-2 clip before
-    generation (``--print-prompt``)."""
+    ``zoom`` a :class:`grounding_rl.eval.zoom.ZoomSettings`, ``config`` the preprocessing: the windows of a
+    :class:`ZoomEnvironment` answered greedily by one ``continue_turn`` of the engine (turn 2,
+    :func:`grounding_rl.rollout.conversation.restart`). Returns one dict per row, in order (the ``zoom`` of
+    :func:`grounding_rl.eval.zoom.zoom_record`): ``{"window", "fallback", "answer", "interval" (the video's seconds),
+    "sampling", "error"}``; a window that cannot be sampled, or a pass that runs out of memory, gives ``error`` (the
+    record keeps pass 1's answer). ``on_prompt(position, clip)`` is called with each pass-2 clip before generation
+    (``--print-prompt``)."""
     import torch
 
     from grounding_rl.family import family_of
     from grounding_rl.prompts.parsing import parse_answer
     from grounding_rl.rollout import conversation as conv
     from grounding_rl.rollout.generation import SamplingParams
-    from grounding_rl.rollout.tools import CropEnvironment
 
-    family, out, turn2, sample = family_of(processor), [], [], CropEnvironment(config.video, zoom.spend)
+    family, out, turn2 = family_of(processor), [], []
+    environment = ZoomEnvironment(config.video, zoom.spend, zoom.margin, family.window_answer_shift(zoom.time))
     for answer, clip in rows:
-        parsed = parse_answer(answer.text) if answer.text is not None else None
-        window, fallback = zoom_window(parsed, clip.duration, zoom.margin, float(answer.sampling["fps"]))
-        window_clip, error = sample(clip, window)
-        out.append({"window": [round(window[0], 6), round(window[1], 6)], "fallback": fallback, "answer": None,
-                    "interval": None, "sampling": None if window_clip is None else window_clip.sampling(),
+        window, fallback, window_clip, error, origin = environment(answer.text, clip, answer.position)
+        out.append({"window": window, "fallback": fallback, "answer": None, "interval": None,
+                    "sampling": None if window_clip is None else window_clip.sampling(),
                     "error": None if error is None else f"zoom window: {error}"[:300]})
         if window_clip is not None:
-            turn2.append((out[-1], conv.restart(processor, family, queries[answer.position], window_clip,
-                                                config.prompt_template, config.video_layout)))
+            turn2.append((out[-1], origin, conv.restart(processor, family, queries[answer.position], window_clip,
+                                                        config.prompt_template, config.video_layout)))
             if on_prompt is not None:
                 on_prompt(answer.position, window_clip)
     offsets = None
@@ -161,19 +176,18 @@ def zoom_rows(model, processor, rows: list, queries, config, max_new_tokens: int
         from grounding_rl.models.vision import unwrap
 
         per_second = unwrap(model).config.vision_config.tokens_per_second
-        offsets = [position_offset(window_origin(t.clip), per_second) for _, t in turn2]
+        offsets = [position_offset(float(t.clip.timestamps[0]), per_second) for _, _, t in turn2]
     try:  # the windows are distinct: nothing for a vision cache to share
         with video_time_offsets(model, offsets):
             ids = conv.turn_engine(model, processor, engine, cache_vision=False).continue_turn(
-                [t for _, t in turn2], SamplingParams.greedy(max_new_tokens)) if turn2 else []
+                [t for _, _, t in turn2], SamplingParams.greedy(max_new_tokens)) if turn2 else []
     except torch.OutOfMemoryError as err:  # pass 1's answers stand, with the reason (as a clip that does not load)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        for item, _ in turn2:
+        for item, _, _ in turn2:
             item["error"] = f"zoom pass: out of memory: {err}"[:300]
         return out
-    shift = family.window_answer_shift(zoom.time)
     texts = processor.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) if ids else []
-    for (item, t), text in zip(turn2, texts):
-        item.update(answer=text, interval=to_absolute(parse_answer(text), window_origin(t.clip), shift))
+    for (item, origin, _), text in zip(turn2, texts):
+        item.update(answer=text, interval=to_absolute(parse_answer(text), origin))
     return out

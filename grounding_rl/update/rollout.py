@@ -223,14 +223,13 @@ def reward_columns(trainer, items: list[dict], completion_ids: list[list[int]]) 
 
 
 def answer_spans(texts: list[str], origins: list[float]) -> list[tuple[float, float] | None]:
-    """Each text's parsed answer in the video's seconds: shifted by its row's ``origin`` (the first frame time of
-    the window it answered in, when its answer is in window time: two-pass zoom on Qwen2.5-VL; 0 otherwise,
-    :func:`grounding_rl.rollout.zoom.to_absolute`); None when it does not parse. E.g. "2.00 to 5.50" with 30.25 →
-    (32.25, 35.75)."""
+    """Each text's parsed answer in the video's seconds, its row's ``origin`` added
+    (:func:`grounding_rl.rollout.zoom.to_absolute`, :class:`grounding_rl.rollout.zoom.ZoomEnvironment`'s origin); None
+    when it does not parse. E.g. "2.00 to 5.50" with 30.25 → (32.25, 35.75)."""
     from grounding_rl.prompts.parsing import parse_answer
     from grounding_rl.rollout.zoom import to_absolute
 
-    return [to_absolute(parse_answer(text), origin, bool(origin)) for text, origin in zip(texts, origins)]
+    return [to_absolute(parse_answer(text), origin) for text, origin in zip(texts, origins)]
 
 
 def score(trainer, items: list[dict], texts: list[str], completion_ids: torch.Tensor,

@@ -3,12 +3,11 @@ on the whole clip, the ordinary draw) and a **pass-2** group (G completions on a
 higher rate), each group's advantages normalised on its own (:func:`grounding_rl.update.grpo.group_advantages` over
 groups of G: the pass-2 draw has its own group ids).
 
-Pass 2 is ``eval --zoom``'s (:mod:`grounding_rl.eval.zoom`: the window widened by ``zoom_margin``, sampled under
-pass 1's budget spent per ``zoom_spend``, the same prompt, the family's time: eval's default ``--zoom-time``), with the
-same pieces (:mod:`grounding_rl.rollout.zoom`), sampled by pass 1's own draw on the window clip (a group of G rows
-on one clip, as pass 1's). The pass-2 rows carry ``answer_origin`` (t₀ for Qwen2.5-VL, else 0): their answers are
-mapped back to the video's seconds before any reward sees them (:func:`grounding_rl.update.rollout.answer_spans`), and
-``zoom_window`` [a, b] seconds.
+Pass 2 is ``eval --zoom``'s turn 2 (:mod:`grounding_rl.eval.zoom`), its window from the same
+:class:`grounding_rl.rollout.zoom.ZoomEnvironment` (widened by ``zoom_margin``, sampled under pass 1's budget spent per
+``zoom_spend``, the family's time: eval's default ``--zoom-time``), drawn by pass 1's own draw (G rows on the window
+clip). The pass-2 rows carry ``answer_origin`` (t₀ for Qwen2.5-VL, else 0), added to their answers before any reward
+sees them (:func:`grounding_rl.update.rollout.answer_spans`), and ``zoom_window`` [a, b] seconds.
 
 Where the window comes from during training: **the policy's own first sampled pass-1 completion of the group**,
 widened by the margin as at evaluation. So the windows trained on are the kind the policy will zoom into at test
@@ -112,32 +111,20 @@ class TwoPassZoom(Recipe):
 
     def pass2_items(self, trainer, items: list[dict], texts: list[str], start: int) -> list[dict]:
         """The pass-2 items of this process's pass-1 ``items`` (global rows ``start`` …): each row's clip replaced by
-        the window of its group's first completion (``texts``: all processes' pass-1 completions, gather order),
-        sampled once per group, with the columns ``answer_origin`` (seconds), ``zoom_window`` [a, b],
-        ``zoom_fallback``, ``zoom_window_error`` and ``zoom_window_recall`` (the ground truth wholly inside)."""
+        the window of its group's first completion (``texts``: all processes' pass-1 completions, gather order), with
+        the columns ``answer_origin``, ``zoom_window``, ``zoom_fallback``, ``zoom_window_error`` and
+        ``zoom_window_recall`` (the ground truth wholly inside)."""
         from grounding_rl.family import family_of
-        from grounding_rl.prompts.parsing import parse_answer
-        from grounding_rl.rollout.tools import CropEnvironment
-        from grounding_rl.rollout.zoom import window_origin, zoom_window
+        from grounding_rl.rollout.zoom import ZoomEnvironment
 
-        G = trainer.num_generations
+        G, out = trainer.num_generations, []
         family = family_of(trainer.accelerator.unwrap_model(trainer.model))
-        sample = CropEnvironment(family.video_settings(self.args.video_settings), self.args.zoom_spend)
-        shift, clips, out = family.window_answer_shift(), {}, []
+        environment = ZoomEnvironment(family.video_settings(self.args.video_settings), self.args.zoom_spend,
+                                      self.args.zoom_margin, family.window_answer_shift())
         for row, item in enumerate(items):
-            group = (start + row) // G
-            clip = item["clip"]
-            window, fallback = zoom_window(parse_answer(texts[group * G]), clip.duration, self.args.zoom_margin,
-                                           float(clip.sampling()["fps"]))
-            key = (item["index"], window)
-            if key not in clips:
-                clips[key] = sample(clip, window)[0]
-            window_clip = clips[key]
-            new = {k: v for k, v in item.items() if k != "substituted_from"}  # counted once, in pass 1
-            new.update(clip=window_clip if window_clip is not None else clip,
-                       answer_origin=window_origin(window_clip) if window_clip is not None and shift else 0.0,
-                       zoom_window=[round(window[0], 6), round(window[1], 6)], zoom_fallback=fallback,
-                       zoom_window_error=window_clip is None,
-                       zoom_window_recall=window[0] <= item["start"] and item["end"] <= window[1])
-            out.append(new)
+            window, fallback, clip, _, origin = environment(texts[(start + row) // G * G], item["clip"], item["index"])
+            out.append({k: v for k, v in item.items() if k != "substituted_from"} | dict(  # counted once, in pass 1
+                clip=item["clip"] if clip is None else clip, answer_origin=origin, zoom_window=window,
+                zoom_fallback=fallback, zoom_window_error=clip is None,
+                zoom_window_recall=window[0] <= item["start"] and item["end"] <= window[1]))
         return out
