@@ -17,20 +17,6 @@ as the later one's helpers used here). vLLM needs attention heads 64 wide on CPU
 mode's ``eval`` and ``infer`` (:func:`reused_vllm_engines`, caches reset between calls; the engine build dominates the
 cost).
 
-``--spans`` writes only the ``*_spans_*`` files (HF): eval and infer answers in every mode of two checkpoints that,
-unlike the noisy models, answer parsable spans, so that the zoom's pass 2 runs on pass 1's window and its answer is
-converted to the video's time (Qwen2.5-VL's window time shift, Qwen3-VL's true timestamps), on their own clips and
-queries (tests/fixtures/golden_spans: 4 clips and lines 0-3 of ``grounding-rl demo-data --seed 1``'s test.jsonl).
-The checkpoints are demo SFT runs (float32, saved files only, no optimizer): Qwen2.5-VL a demo tiny model (demo
-tokenizer, hidden 128) after 600 SFT steps (seed 1) on ``demo-data --seed 1``'s train.jsonl; Qwen3-VL
-``grounding-rl tiny-model --from-config configs/demo_sft_qwen3_vl.yaml`` then ``grounding-rl sft --config
-configs/demo_sft_qwen3_vl.yaml --max_steps 150 --seed 1`` on the same train.jsonl.
-Neither was trained on the crop tool: in that mode they answer without calling it (often unparsable). Made at
-cfb51f4 with the main environment (.venv) on a tree exported from it (``git archive cfb51f4``), this script and
-tests/fixtures/golden_spans copied in, ../shared beside it:
-
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python tests/golden_answers.py --spans
-
 The tiny models are built as the tests build them (``grounding_rl.dev.tiny.build_tiny_model``, seed 0, then
 :func:`conftest.make_noisy_model`): their greedy answers depend on the clip and the query. ``video`` is written
 relative to the clips' folder. Everything runs on one CPU thread (:func:`one_thread`): a float sum's order follows the
@@ -61,10 +47,6 @@ ENGINES = ("hf", "vllm")
 VLLM_SIZES = {"qwen2_5_vl": dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=2),
               "qwen3_vl": dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=3)}
 VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}  # as tests/test_vllm_cpu.py
-# checkpoints that answer parsable spans (demo SFT of each family) with their clips and 4 queries (annotations.jsonl)
-SPANS = HERE / "fixtures" / "golden_spans"
-SPANS_FLAGS = ["--max-new-tokens", "32"]  # the checkpoints' own video settings (grounding_config.json)
-SPANS_LINES = (0, 1, 2, 3)
 
 
 @contextlib.contextmanager
@@ -147,41 +129,37 @@ def engine_flags(engine: str) -> list[str]:
     return [] if engine == "hf" else ["--engine", engine]
 
 
-def eval_answers(model: Path, videos: Path, mode: str, out: Path, engine: str = "hf", lines: tuple = LINES,
-                 flags: list[str] = FAST) -> list[dict]:
-    """``grounding-rl eval`` records of ``lines`` of ``videos/annotations.jsonl`` in ``mode`` on ``engine`` with
-    ``flags`` (``video`` relative to ``videos``)."""
+def eval_answers(model: Path, videos: Path, mode: str, out: Path, engine: str = "hf") -> list[dict]:
+    """``grounding-rl eval`` records of :data:`LINES` in ``mode`` on ``engine`` (``video`` relative to ``videos``)."""
     from grounding_rl.cli import main as cli
 
-    annotations = (videos / "annotations.jsonl").read_text().splitlines()
+    lines = (videos / "annotations.jsonl").read_text().splitlines()
     out.mkdir(parents=True, exist_ok=True)
     data = out / "data.jsonl"
-    rows = [json.loads(annotations[i]) for i in lines]
+    rows = [json.loads(lines[i]) for i in LINES]
     data.write_text("".join(json.dumps({**row, "video": str(videos / row["video"])}) + "\n" for row in rows))
     with contextlib.redirect_stdout(io.StringIO()), one_thread():
-        rc = cli(["eval", "--model", str(model), "--data", str(data), "--out", str(out / "eval"), *flags,
+        rc = cli(["eval", "--model", str(model), "--data", str(data), "--out", str(out / "eval"), *FAST,
                   "--num-workers", "0", "--batch-size", "2", *MODES[mode], *engine_flags(engine)])
     assert rc == 0, f"eval {mode} exited {rc}"
     records = [json.loads(line) for line in (out / "eval" / "predictions.jsonl").read_text().splitlines()]
     return [{**r, "video": str(Path(r["video"]).relative_to(videos))} for r in records]
 
 
-def infer_answers(model: Path, videos: Path, mode: str, engine: str = "hf", clip: str = "charades_OHOFG.mp4",
-                  queries: tuple = INFER_QUERIES, flags: list[str] = FAST) -> list[dict]:
-    """``grounding-rl infer --json`` results for ``queries`` on ``videos/clip`` in ``mode`` on ``engine`` with
-    ``flags``."""
+def infer_answers(model: Path, videos: Path, mode: str, engine: str = "hf") -> list[dict]:
+    """``grounding-rl infer --json`` results for :data:`INFER_QUERIES` on the Charades clip in ``mode`` on
+    ``engine``."""
     from grounding_rl.cli import infer as infer_cli
 
-    command = ["--model", str(model), "--video", str(videos / clip), "--json", *flags, *MODES[mode],
+    command = ["--model", str(model), "--video", str(videos / "charades_OHOFG.mp4"), "--json", *FAST, *MODES[mode],
                *engine_flags(engine)]
-    for query in queries:
+    for query in INFER_QUERIES:
         command += ["--query", query]
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout), one_thread():
         rc = infer_cli.main(command)
     assert rc == 0, f"infer {mode} exited {rc}"
-    # the last line: deepspeed's accelerator probe may print a warning on stdout first (once, on its first import)
-    return json.loads(stdout.getvalue().splitlines()[-1])
+    return json.loads(stdout.getvalue())
 
 
 def recipe_weights_sha256(model: Path, videos: Path, recipe: str, out: Path) -> str:
@@ -204,11 +182,9 @@ def recipe_weights_sha256(model: Path, videos: Path, recipe: str, out: Path) -> 
     return digest.hexdigest()
 
 
-def golden_name(kind: str, family: str, mode: str, engine: str = "hf", spans: bool = False) -> Path:
+def golden_name(kind: str, family: str, mode: str, engine: str = "hf") -> Path:
     """The golden file of ``kind`` (eval, infer) answers: ``{kind}_{family}_{mode}.jsonl``, ``{kind}_vllm_…`` for
-    vLLM's, ``{kind}_spans_…`` for the :data:`SPANS` checkpoints'."""
-    if spans:
-        return GOLDEN / f"{kind}_spans_{family}_{mode}.jsonl"
+    vLLM's."""
     return GOLDEN / (f"{kind}_{family}_{mode}.jsonl" if engine == "hf" else f"{kind}_{engine}_{family}_{mode}.jsonl")
 
 
@@ -229,26 +205,6 @@ def write_vllm_goldens(shared: Path, videos: Path, tmp: Path) -> None:
                 golden_name("infer", family, mode, "vllm").write_text("".join(json.dumps(r) + "\n" for r in results))
 
 
-def span_answers(family: str, mode: str, out: Path) -> tuple[list[dict], list[dict]]:
-    """Eval records (:data:`SPANS_LINES`) and infer results (the first clip, its query and the second's) of the
-    :data:`SPANS` checkpoint of ``family`` in ``mode`` on HF."""
-    rows = [json.loads(line) for line in (SPANS / "annotations.jsonl").read_text().splitlines()]
-    model = SPANS / family
-    records = eval_answers(model, SPANS, mode, out, lines=SPANS_LINES, flags=SPANS_FLAGS)
-    results = infer_answers(model, SPANS, mode, clip=rows[0]["video"], queries=(rows[0]["query"], rows[1]["query"]),
-                            flags=SPANS_FLAGS)
-    return records, results
-
-
-def write_span_goldens(tmp: Path) -> None:
-    """The ``*_spans_*`` golden files: eval and infer answers of each :data:`SPANS` checkpoint × mode on HF."""
-    for family in FAMILIES:
-        for mode in MODES:
-            records, results = span_answers(family, mode, tmp / f"spans_{family}_{mode}")
-            for kind, rows in (("eval", records), ("infer", results)):
-                golden_name(kind, family, mode, spans=True).write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -257,16 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="(re)write the golden files of one engine")
     parser.add_argument("--engine", choices=ENGINES, default="hf",
                         help="hf: the HF answers and the recipes' weights; vllm: the *_vllm_* answers (.venv-vllm)")
-    parser.add_argument("--spans", action="store_true",
-                        help="only the *_spans_* answers of the checkpoints in fixtures/golden_spans (HF)")
-    args = parser.parse_args(argv)
-    engine = args.engine
-    if args.spans:
-        GOLDEN.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            write_span_goldens(Path(tmp))
-        print(f"wrote {GOLDEN}/*_spans_*")
-        return 0
+    engine = parser.parse_args(argv).engine
     shared = shared_dir()
     assert shared is not None, "../shared is needed"
     videos = shared / "data" / "videos"

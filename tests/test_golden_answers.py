@@ -43,24 +43,3 @@ def test_eval_and_infer_answers_match_the_golden_files(golden_models, videos_dir
 def test_turn_loop_recipes_end_with_the_golden_weights(golden_models, videos_dir, tmp_path, family, recipe):
     expected = json.loads((golden.GOLDEN / "recipe_weights.json").read_text())[f"{family}/{recipe}"]
     assert golden.recipe_weights_sha256(golden_models[family], videos_dir, recipe, tmp_path) == expected
-
-
-@pytest.mark.parametrize("mode", sorted(golden.MODES))
-@pytest.mark.parametrize("family", golden.FAMILIES)
-def test_eval_and_infer_golden_spans_match(tmp_path, family, mode):
-    """On the checkpoints that answer parsable spans (fixtures/golden_spans), so that the zoom's pass 2 runs on the
-    window of pass 1's answer and its answer is converted to the video's time."""
-    records, results = golden.span_answers(family, mode, tmp_path)
-    assert records == _read(golden.golden_name("eval", family, mode, spans=True))
-    assert results == _read(golden.golden_name("infer", family, mode, spans=True))
-
-
-@pytest.mark.parametrize("family", golden.FAMILIES)
-def test_golden_spans_exercise_the_zoom_windows(family):
-    """The span goldens are worth their files: every one-pass and zoom answer parses, and the zoom's pass 2 ran on
-    pass 1's window (not the fallback), a window narrower than the clip for some query."""
-    for mode in ("single", "zoom"):
-        assert all(r["start"] is not None for r in _read(golden.golden_name("eval", family, mode, spans=True)))
-    zoomed = _read(golden.golden_name("eval", family, "zoom", spans=True))
-    assert not any(r["zoom_fallback"] for r in zoomed)
-    assert any(r["zoom_window"] != [0.0, r["duration"]] for r in zoomed)
