@@ -59,6 +59,9 @@ _FILLERS = {"time", "at", "is", "about", "around", "approximately", "roughly", "
 _MAX_FILLERS = 3
 
 _TIME, _JOIN, _UNIT, _FOREIGN, _START, _END, _FILL, _BREAK = range(8)
+# a word's kind: the first set that holds it (else _BREAK)
+_WORD_KINDS = ((_UNIT, _UNITS), (_FOREIGN, _FOREIGN_UNITS), (_JOIN, _JOINER_WORDS), (_START, _START_WORDS),
+               (_END, _END_WORDS), (_FILL, _FILLERS))
 
 
 def _clock_seconds(text: str, number=float):
@@ -90,20 +93,7 @@ def _tokens(text: str, exact: bool = False) -> list[tuple[int, object]]:
             out.append((_TIME, seconds if seconds is not None and math.isfinite(seconds) else None))
         elif kind == "word":
             word = value.lower()
-            if word in _UNITS:
-                out.append((_UNIT, word))
-            elif word in _FOREIGN_UNITS:
-                out.append((_FOREIGN, word))
-            elif word in _JOINER_WORDS:
-                out.append((_JOIN, word))
-            elif word in _START_WORDS:
-                out.append((_START, word))
-            elif word in _END_WORDS:
-                out.append((_END, word))
-            elif word in _FILLERS:
-                out.append((_FILL, word))
-            else:
-                out.append((_BREAK, word))
+            out.append((next((kind for kind, words in _WORD_KINDS if word in words), _BREAK), word))
         elif kind == "dash":
             attached = match.end() < len(text) and (text[match.end()].isdigit() or text[match.end()] == ".")
             out.append((_JOIN, "sign" if attached else value))
