@@ -22,8 +22,9 @@ class Recipe:
         """One message per invalid setting of the recipe's fields (checked whether or not it is enabled)."""
         return []
 
-    def __init__(self, args):
-        self.args = args
+    def __init__(self, args, config=None):
+        self.args = args  # the recipe's own fields are read from here (``self.args.<field>``)
+        self.config = args if config is None else config  # the training config: every other field
 
     def setup(self, trainer) -> None:
         """Once, at the end of the trainer's ``__init__`` (models a recipe holds, e.g. a teacher)."""

@@ -85,7 +85,7 @@ class CropTool(Recipe):
                 rank's conversations end when they answer), and partitioned layers would leave them waiting on each
                 other's parameter gathers.
         """
-        if (trainer.is_deepspeed_enabled and not self.args.ds3_gather_for_generation
+        if (trainer.is_deepspeed_enabled and not self.config.ds3_gather_for_generation
                 and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3):
             raise ValueError("max_tool_calling_iterations > 0 under ZeRO-3 needs ds3_gather_for_generation: true "
                              "(each rank runs as many turns as its own conversations need)")

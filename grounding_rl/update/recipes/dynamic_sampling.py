@@ -113,7 +113,7 @@ class DynamicSampling(Recipe):
     def resample(self, trainer, rollout, draw):
         """The rollout to train on; ``draw(items, group_offset)`` builds one more (:func:`build_rollout`)."""
         acc, G = trainer.accelerator, trainer.num_generations
-        total = self.args.generation_batch_size // G
+        total = self.config.generation_batch_size // G
         first, kept = group_order(trainer, rollout)
         draws, kept = [rollout], [(0, g) for g in kept]
         while len(draws) < self.args.max_num_gen_batches and len(kept) < total:
@@ -160,7 +160,7 @@ class DynamicSampling(Recipe):
             local = r - start
             items.append(dict(draws[d].items[local]) if 0 <= local < len(draws[d]) else
                          trainer.data_collator.load_item(views[d]["items"][r]["index"]))
-        batch = batching.to_device(batching.prompt_batch(trainer.processing_class, items, self.args.prompt_template,
-                                                         share_videos=self.args.share_video_encoding,
-                                                         video_layout=self.args.video_layout), acc.device)
+        batch = batching.to_device(batching.prompt_batch(trainer.processing_class, items, self.config.prompt_template,
+                                                         share_videos=self.config.share_video_encoding,
+                                                         video_layout=self.config.video_layout), acc.device)
         return Rollout(items=items, batch=batch, **fields)

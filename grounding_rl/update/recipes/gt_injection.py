@@ -51,12 +51,12 @@ class GroundTruthInjection(Recipe):
         picked = rows.nonzero().flatten().tolist()
         if not picked:
             return completion_ids, rows
-        tokenizer, limit = trainer.processing_class.tokenizer, self.args.max_completion_length
+        tokenizer, limit = trainer.processing_class.tokenizer, self.config.max_completion_length
         answers = []
         for r in picked:
             item = items[r]
-            text = (answer_set_text(item["spans"], template=self.args.prompt_template) if item.get("spans") else
-                    answer_text(item["start"], item["end"], template=self.args.prompt_template))
+            text = (answer_set_text(item["spans"], template=self.config.prompt_template) if item.get("spans") else
+                    answer_text(item["start"], item["end"], template=self.config.prompt_template))
             ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [trainer.eos_token_ids[0]]
             if len(ids) > limit:
                 raise UserError(f"use_gt_injection: the ground-truth answer of sample {item['index']} (qid "

@@ -119,7 +119,7 @@ class TwoPassZoom(Recipe):
 
         G, out = trainer.num_generations, []
         family = family_of(trainer.accelerator.unwrap_model(trainer.model))
-        environment = ZoomEnvironment(family.video_settings(self.args.video_settings), self.args.zoom_spend,
+        environment = ZoomEnvironment(family.video_settings(self.config.video_settings), self.args.zoom_spend,
                                       self.args.zoom_margin, family.window_answer_shift())
         for row, item in enumerate(items):
             window, fallback, clip, _, origin = environment(texts[(start + row) // G * G], item["clip"], item["index"])
