@@ -55,7 +55,8 @@ class Recipe:
         return rewards_per_func
 
     def resample(self, trainer, rollout, draw):
-        """The rollout to train on; ``draw(k)`` builds the k-th extra rollout of this step."""
+        """The rollout to train on; ``draw(items, group_offset, generate=None)`` builds an extra rollout of this step
+        (:func:`grounding_rl.update.rollout.build_rollout`)."""
         return rollout
 
     def loss_inputs(self, trainer, rollout, batch) -> None:
