@@ -166,9 +166,10 @@ def sample(trainer, items: list[dict], generate=None) -> tuple[dict, torch.Tenso
 @contextmanager
 def conversation_turns(trainer, sampling):
     """The rollout engine's conversation interface, ``continue_turn(trajectories, sampling)``
-    (:mod:`grounding_rl.rollout.conversation`), for the turns of one rollout: the engine's own where it has one (vLLM,
-    once the policy's weights are synced), or :class:`grounding_rl.rollout.conversation.HFTurns` on the policy unwrapped for generation (ZeRO-3
-    parameters gathered with ``ds3_gather_for_generation``; each distinct clip or window encoded once). Yields ``(turns, sampling)``: on transformers ``sampling`` as given, on vLLM the
+    (:mod:`grounding_rl.rollout.conversation`), for the turns of one rollout: the engine's own where it has one
+    (vLLM, once the policy's weights are synced), or :class:`grounding_rl.rollout.conversation.HFTurns` on the
+    policy unwrapped for generation (ZeRO-3 parameters gathered with ``ds3_gather_for_generation``; each distinct
+    clip or window encoded once). Yields ``(turns, sampling)``: on transformers ``sampling`` as given, on vLLM the
     trainer's own. Timed as ``generate``."""
     from trl.models import unwrap_model_for_generation
 
