@@ -19,9 +19,12 @@ def stage_classes(stage):
 
     from grounding_rl.cli.common import GroundingScriptArguments
     from grounding_rl.update.config import GroundingGRPOConfig
+    from grounding_rl.update.recipes import recipe_arguments
     from grounding_rl.update.sft import GroundingSFTConfig
 
-    return GroundingScriptArguments, GroundingGRPOConfig if stage == "grpo" else GroundingSFTConfig, ModelConfig
+    if stage == "grpo":
+        return GroundingScriptArguments, GroundingGRPOConfig, ModelConfig, *recipe_arguments()
+    return GroundingScriptArguments, GroundingSFTConfig, ModelConfig
 
 
 def stage_fields(stage):
