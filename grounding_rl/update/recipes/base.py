@@ -3,6 +3,13 @@ registry of recipes is :mod:`grounding_rl.update.recipes`."""
 from __future__ import annotations
 
 
+def range_problem(key: str, value) -> list[str]:
+    """The message for a ``[low, high]`` range field that is not ``0 ≤ low < high ≤ 1`` (empty when fine)."""
+    if value is not None and (len(value) != 2 or not 0.0 <= value[0] < value[1] <= 1.0):
+        return [f"{key} must be [low, high] with 0 ≤ low < high ≤ 1 (got {value})"]
+    return []
+
+
 class Recipe:
     """Base of a recipe. Subclasses set :attr:`name` and :attr:`arguments` and override the hooks they need."""
 

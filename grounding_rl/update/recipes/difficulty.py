@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from grounding_rl.data.selection import (ROLLOUTS, TIMELENS2_MEAN_REWARD, TIMELENS2_P_MEAN, TIMELENS2_P_STD,
                                           TIMELENS_DURATION_EDGES)
 from grounding_rl.errors import UserError
-from grounding_rl.update.recipes.base import Recipe
+from grounding_rl.update.recipes.base import Recipe, range_problem
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +69,6 @@ class DifficultyArguments:
                           "(xiaomi-research/time-r1 src/utils/process_data.py keeps (0, 0.7]: [0.0, 0.7]). Applied "
                           "before difficulty_sampling. None = off."},
     )
-
-
-def range_problem(key: str, value) -> list[str]:
-    """The message for a ``[low, high]`` range field that is not ``0 ≤ low < high ≤ 1`` (empty when fine)."""
-    if value is not None and (len(value) != 2 or not 0.0 <= value[0] < value[1] <= 1.0):
-        return [f"{key} must be [low, high] with 0 ≤ low < high ≤ 1 (got {value})"]
-    return []
 
 
 class DifficultySelection(Recipe):

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grounding_rl.update.arguments import data_seed
-from grounding_rl.update.recipes.base import Recipe
-from grounding_rl.update.recipes.difficulty import range_problem
+from grounding_rl.update.recipes.base import Recipe, range_problem
 
 logger = logging.getLogger(__name__)
 
