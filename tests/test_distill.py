@@ -136,7 +136,7 @@ def test_grpo_with_a_teacher_term_adds_weight_times_the_divergence(tmp_path, vid
     batch = trainer.generate_and_score(next(iter(trainer.get_train_dataloader())))
     with_teacher = trainer.compute_loss(trainer.model, batch).item()
     divergence = trainer._metrics["distillation/divergence"][-1]
-    args.distillation_weight = 0.0  # the same batch, the teacher term weighted 0
+    args.recipe_args["distillation"].distillation_weight = 0.0  # the same batch, the teacher term weighted 0
     alone = trainer.compute_loss(trainer.model, batch).item()
     assert divergence > 0
     assert with_teacher - alone == pytest.approx(0.25 * divergence, rel=1e-5, abs=1e-7)
