@@ -153,7 +153,7 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
 
         Raises:
             ValueError: an invalid setting (the config's or a recipe's)."""
-        own, recipe_args = split_settings(dict(settings))
+        own, recipe_args = split_settings(settings)
         return cls(**own).set_recipes(recipe_args)
 
     def set_recipes(self, recipe_args: dict):

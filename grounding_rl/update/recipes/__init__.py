@@ -4,7 +4,8 @@ their validation, the recipes they conflict with (by name) and the hooks it need
 :data:`RECIPES`; deleting a recipe's module and its lines here leaves the package working. The trainer calls the hooks of the active recipes at fixed points of a step and
 never branches on a recipe's field; adding a recipe touches its module and this registry. A recipe declares in its
 module the fields a resume must keep (:attr:`Recipe.fingerprint_keys`, read by the run fingerprint) and those a stage
-refuses (:attr:`Recipe.refused`, read by ``distill``); ``update/fields.py`` reads the recipes' fields from here.
+refuses (:attr:`Recipe.refused`, checked here); ``update/fields.py``, the configs, the run fingerprint and the trainer
+ask this registry (:func:`recipe_enabled`, :func:`teacher`, ...), whose answers stand when a recipe is deleted.
 
 Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every default does nothing): ``prepare_data`` (the training set, once),
 ``sampler`` (the training sampler), ``pool`` (the samples an extra draw may use), ``converse`` (a draw of conversations), ``inject`` (replace completions,
@@ -42,20 +43,11 @@ def own_args(config, name: str):
     return getattr(config, "recipe_args", {}).get(name) or RECIPES[name].arguments()
 
 
-def fingerprint_keys() -> list[str]:
-    """The fields a resume must keep, of every registered recipe (:attr:`Recipe.fingerprint_keys`)."""
-    return [key for recipe in RECIPES.values() for key in recipe.fingerprint_keys]
-
-
 def data_selection(config) -> dict:
-    """``{field: value}`` of :func:`fingerprint_keys` in ``config``'s recipe arguments (the run fingerprint's)."""
+    """``{field: value}`` of every registered recipe's :attr:`Recipe.fingerprint_keys` in ``config`` (the fields a
+    resume must keep: the run fingerprint's ``data_selection``)."""
     return {key: getattr(own_args(config, name), key) for name, recipe in RECIPES.items()
             for key in recipe.fingerprint_keys}
-
-
-def refused_fields(stage: str) -> dict[str, str]:
-    """``{field: why}`` of the registered recipes' fields that ``stage`` refuses set (:attr:`Recipe.refused`)."""
-    return {name: why for recipe in RECIPES.values() for name, why in recipe.refused.get(stage, {}).items()}
 
 
 def recipe_fields() -> list[str]:
@@ -70,12 +62,10 @@ def split_settings(settings: dict) -> tuple[dict, dict]:
     the recipes' (the latter built as their dataclasses, defaults for the rest)."""
     from dataclasses import fields
 
-    recipe_args = {}
-    for name, recipe in RECIPES.items():
-        own = {f.name for f in fields(recipe.arguments)} if recipe.arguments else set()
-        recipe_args[name] = recipe.arguments(**{k: settings.pop(k) for k in list(settings) if k in own}) \
-            if recipe.arguments else None
-    return settings, recipe_args
+    own = {name: {f.name for f in fields(recipe.arguments)} for name, recipe in RECIPES.items()}
+    return ({key: value for key, value in settings.items() if not any(key in names for names in own.values())},
+            {name: RECIPES[name].arguments(**{k: v for k, v in settings.items() if k in names})
+             for name, names in own.items()})
 
 
 def recipe_problems(config) -> list[str]:
