@@ -123,7 +123,7 @@ def grpo_config(output_dir, **overrides):
     """A ``GroundingGRPOConfig`` of :data:`GRPO_TEST_SETTINGS` writing to ``output_dir``, ``overrides`` on top."""
     from grounding_rl.update.config import GroundingGRPOConfig
 
-    return GroundingGRPOConfig(**{**GRPO_TEST_SETTINGS, "output_dir": str(output_dir), **overrides})
+    return GroundingGRPOConfig.build(**{**GRPO_TEST_SETTINGS, "output_dir": str(output_dir), **overrides})
 
 
 def clip_dataset(videos_dir: Path, names=(POOL, MAKEUP)):

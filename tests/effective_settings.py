@@ -89,7 +89,7 @@ def training_settings(path: Path) -> dict:
     parsed = parse_training_args(config_class, ["--config", str(path), "--use_cpu", "true"], f"grounding-rl {stage}")
     merged: dict = {}
     roots = _roots()
-    for part in parsed:
+    for part in (*parsed, *getattr(parsed[1], "recipe_args", {}).values()):  # the recipes' own dataclasses
         for f in dataclasses.fields(part):
             if f.name in MACHINE_FIELDS:
                 continue

@@ -386,7 +386,18 @@ CASES = {
     "check: --json in a missing folder": (lambda d: ["check", "--config", str(REPO_ROOT / "configs" /
                                                                               "demo_grpo.yaml"),
                                                      "--json", str(d / "no" / "c.json")], ["--json", "folder"]),
-
+    # ---- recipes: their fields parsed as their own dataclasses (rows below this line) ----
+    "train: typo'd recipe key": (
+        lambda d: (d.joinpath("recipe_typo.yaml").write_text("learning_rate: 1.0e-6\nonline_dificulty_range: [0.0, 0.7]\n"),
+                   ["train", "--config", str(d / "recipe_typo.yaml")])[1],
+        ["recipe_typo.yaml:2: unknown key 'online_dificulty_range'", "did you mean 'online_difficulty_range'"]),
+    "train: typo'd recipe flag": (lambda d: [*TRAIN, "--dynamic_sampleing", "true"],
+                                  ["unknown option --dynamic_sampleing", "'--dynamic_sampling'"]),
+    "train: invalid recipe value": (lambda d: [*TRAIN, "--max_num_gen_batches", "0"],
+                                    ["demo_grpo.yaml: invalid GroundingGRPOConfig",
+                                     "max_num_gen_batches must be ≥ 1 (got 0)"]),
+    "train: recipes that conflict": (lambda d: [*TRAIN, "--two_pass_zoom", "true", "--use_gt_injection", "true"],
+                                     ["demo_grpo.yaml: invalid", "two_pass_zoom does not run with use_gt_injection"]),
 }
 
 

@@ -223,10 +223,10 @@ def test_trainer_trains_on_the_offline_selection(tiny_model_dir, videos_dir, tmp
     samples = [{"video": str(videos_dir / name), "query": "q", "start": 1.0, "end": 4.0, "duration": 6.5,
                 "qid": str(i), "difficulty": {"iou": iou, "timelens_iou": iou}}
                for i, (name, iou) in enumerate([(POOL, 0.0), (MAKEUP, 0.4), (OHOFG, 0.95), (POOL, 0.1)])]
-    args = GroundingGRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4,
-                               report_to=[], difficulty_range=[0.0, 0.7], difficulty_sampling="timelens",
-                               difficulty_subset_size=1, difficulty_num_bins=0, difficulty_gaussian_std=0.05,
-                               difficulty_duration_edges=None)
+    args = GroundingGRPOConfig.build(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4,
+                                     report_to=[], difficulty_range=[0.0, 0.7], difficulty_sampling="timelens",
+                                     difficulty_subset_size=1, difficulty_num_bins=0, difficulty_gaussian_std=0.05,
+                                     difficulty_duration_edges=None)
     trainer = GroundingGRPOTrainer(load_policy(str(tiny_model_dir)), args, GroundingDataset(samples),
                                    load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward])
     # the range keeps qids 1 and 3 (IoU 0.4, 0.1); a Gaussian at 0.05 of width 0.05 then all but certainly draws 3

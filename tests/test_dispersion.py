@@ -9,6 +9,7 @@ import torch
 from grounding_rl.data.dataset import GroundingDataset, weighted_repeat_sampler
 from grounding_rl.data.selection import dispersion_weights, read_scores, select_samples
 from grounding_rl.errors import UserError
+from grounding_rl.update.config import GroundingGRPOConfig
 
 torch.set_num_threads(1)
 
@@ -80,7 +81,7 @@ def test_dispersion_recipe_scores_the_rollouts_with_the_training_and_mean_reward
                            online_difficulty_range=None, generation_batch_size=4, num_iterations=1,
                            steps_per_generation=1)
     args.difficulty_sampling = "dispersion"
-    assert DifficultySelection.problems(args) == []
+    assert DifficultySelection.problems(args, args) == []
     names = ["twass1", "set_iou", "parse_penalty", "format"]
     trainer = SimpleNamespace(reward_funcs=get_reward_funcs(names), reward_func_names=names,
                               reward_weights=torch.ones(4), num_generations=2)
@@ -92,11 +93,12 @@ def test_dispersion_recipe_scores_the_rollouts_with_the_training_and_mean_reward
     order = list(recipe.sampler(trainer, dataset))
     assert len(order) == 2 * 2 and order[0] == order[1]  # one generation batch of 2 clips, each G = 2 times
     args.difficulty_mean_reward = "no_such_reward"
-    assert "difficulty_mean_reward" in DifficultySelection.problems(args)[0]
-    args.difficulty_mean_reward, args.online_difficulty_range = "set_iou", [0.0, 0.7]
-    assert "use one of them" in DifficultySelection.problems(args)[0]
-    args.difficulty_sampling, args.online_difficulty_range, args.difficulty_p_std = "none", None, 2.0
-    assert DifficultySelection.problems(args) == [
+    assert "difficulty_mean_reward" in DifficultySelection.problems(args, args)[0]
+    with pytest.raises(ValueError, match="online_difficulty_range filters it: use one of them"):
+        GroundingGRPOConfig.build(output_dir="unused", use_cpu=True, difficulty_sampling="dispersion",
+                                  online_difficulty_range=[0.0, 0.7])
+    args.difficulty_mean_reward, args.difficulty_sampling, args.difficulty_p_std = "set_iou", "none", 2.0
+    assert DifficultySelection.problems(args, args) == [
         "difficulty_p_std, difficulty_p_mean and difficulty_mean_reward weigh samples only with difficulty_sampling: "
         "dispersion (it is 'none')"]
 

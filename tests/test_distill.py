@@ -123,7 +123,7 @@ def test_grpo_with_a_teacher_term_adds_weight_times_the_divergence(tmp_path, vid
     from grounding_rl.update.config import GroundingGRPOConfig
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
-    args = GroundingGRPOConfig(
+    args = GroundingGRPOConfig.build(
         output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=4, max_steps=1,
         max_completion_length=8, report_to=[], save_strategy="no", seed=0, video_fps=1.0, video_min_pixels=3136,
         video_max_pixels=3136, dataloader_num_workers=0, teacher_model_name_or_path=str(noisy_bpe_teacher),
@@ -136,7 +136,7 @@ def test_grpo_with_a_teacher_term_adds_weight_times_the_divergence(tmp_path, vid
     batch = trainer.generate_and_score(next(iter(trainer.get_train_dataloader())))
     with_teacher = trainer.compute_loss(trainer.model, batch).item()
     divergence = trainer._metrics["distillation/divergence"][-1]
-    args.distillation_weight = 0.0  # the same batch, the teacher term weighted 0
+    args.recipe_args["distillation"].distillation_weight = 0.0  # the same batch, the teacher term weighted 0
     alone = trainer.compute_loss(trainer.model, batch).item()
     assert divergence > 0
     assert with_teacher - alone == pytest.approx(0.25 * divergence, rel=1e-5, abs=1e-7)
@@ -171,13 +171,14 @@ def test_distill_recipes_parse(name, student, teacher, template):
     the Qwen3 pair is thinking-free."""
     from grounding_rl.cli.common import parse_training_args
     from grounding_rl.prompts.templates import is_thinking_free
+    from grounding_rl.update import recipes
     from grounding_rl.update.distill_config import DistillationConfig
 
     _, args, model_args = parse_training_args(DistillationConfig, ["--config", f"configs/{name}", "--use_cpu", "true"],
                                               "grounding-rl distill")
-    assert (model_args.model_name_or_path, args.teacher_model_name_or_path) == (student, teacher)
-    assert (args.beta, args.teacher_divergence_beta, args.kl_beta, args.num_generations) == (1.0, 1.0, 0.0, 1)
-    assert args.prompt_template == template and args.bf16 and args.loss_top_k == 0
+    assert (model_args.model_name_or_path, recipes.teacher(args)) == (student, (teacher, 1.0))
+    assert (args.beta, args.kl_beta, args.num_generations) == (1.0, 0.0, 1)
+    assert args.prompt_template == template and args.bf16 and args.recipe_args["distillation"].loss_top_k == 0
     assert is_thinking_free(template) == name.startswith("qwen3")
 
 

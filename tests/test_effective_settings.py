@@ -35,13 +35,14 @@ def test_what_the_recipes_declare_is_what_the_hand_lists_held():
     hand-written lists of fcc6386 held (config.DATA_SELECTION_KEYS, distill_config.GRPO_ONLY): a checkpoint written
     before still compares, distill still refuses the same settings."""
     from grounding_rl.update.distill_config import GRPO_ONLY
-    from grounding_rl.update.recipes import fingerprint_keys
+    from grounding_rl.update.recipes import RECIPES
 
-    assert sorted(fingerprint_keys()) == sorted((
+    assert sorted(key for recipe in RECIPES.values() for key in recipe.fingerprint_keys) == sorted((
         "difficulty_sampling", "difficulty_gaussian_mean", "difficulty_gaussian_std", "difficulty_num_bins",
         "difficulty_subset_size", "difficulty_duration_edges", "difficulty_range", "online_difficulty_range",
         "difficulty_p_std", "difficulty_p_mean", "difficulty_mean_reward"))
-    assert sorted(GRPO_ONLY) == sorted((
+    refused = [key for recipe in RECIPES.values() for key in recipe.refused.get("distill", {})]
+    assert sorted([*GRPO_ONLY, *refused]) == sorted((
         "distillation_beta", "distillation_weight", "epsilon", "epsilon_high", "use_bias_correction_kl",
         "num_iterations", "drop_zero_std_groups", "dynamic_sampling", "max_num_gen_batches", "use_gt_injection",
         "reward_shaping", "online_difficulty_range"))

@@ -10,6 +10,7 @@ import yaml
 from grounding_rl.cli import main as cli
 from grounding_rl.paths import REPO_ROOT
 from grounding_rl.update.fields import FIELDS, HONOURS, REFUSED, is_default, refused_settings
+from grounding_rl.update.recipes import recipe_fields
 
 CONFIGS = {"grpo": REPO_ROOT / "configs" / "demo_grpo.yaml", "sft": REPO_ROOT / "configs" / "demo_sft.yaml"}
 
@@ -19,9 +20,12 @@ def stage_classes(stage):
 
     from grounding_rl.cli.common import GroundingScriptArguments
     from grounding_rl.update.config import GroundingGRPOConfig
+    from grounding_rl.update.recipes import recipe_arguments
     from grounding_rl.update.sft import GroundingSFTConfig
 
-    return GroundingScriptArguments, GroundingGRPOConfig if stage == "grpo" else GroundingSFTConfig, ModelConfig
+    if stage == "grpo":
+        return GroundingScriptArguments, GroundingGRPOConfig, ModelConfig, *recipe_arguments()
+    return GroundingScriptArguments, GroundingSFTConfig, ModelConfig
 
 
 def stage_fields(stage):
@@ -40,7 +44,7 @@ def test_the_table_names_no_field_that_is_not_parsed():
     known = set(stage_fields("grpo")) | set(stage_fields("sft"))
     assert sorted(set(FIELDS) - known) == []
     sft_only = {name for name, h in FIELDS.items() if h.grpo is None}
-    assert sft_only == {"think_text", "crop_trajectory_fraction"}
+    assert sft_only == {"think_text", "crop_trajectory_fraction", "max_tool_calling_iterations"} - set(recipe_fields())
     assert not sft_only & set(stage_fields("grpo"))
 
 

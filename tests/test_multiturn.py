@@ -470,11 +470,14 @@ def test_crop_tool_settings_are_checked(tmp_path):
             ({"max_tool_calling_iterations": 1, "use_gt_injection": True},
              "max_tool_calling_iterations > 0 does not run with use_gt_injection yet"),
             ({"max_tool_calling_iterations": 1, "video_sampler": "qwen_vl_utils"}, "with the exact sampler"),
-            ({"max_tool_calling_iterations": 1, "prompt_template": "timelens2"}, "asks for a set of intervals"),
-            ({"max_tool_calling_iterations": 1, "use_vllm": True, "vllm_tensor_parallel_size": 2},
-             "runs with vllm_tensor_parallel_size 1")):
+            ({"max_tool_calling_iterations": 1, "prompt_template": "timelens2"}, "asks for a set of intervals")):
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             grpo_config(tmp_path, **overrides)
+    from grounding_rl.update.recipes.crop_tool import CropTool, CropToolArguments
+
+    config = grpo_config(tmp_path)  # 1 process refuses tensor parallelism itself, so the recipe sees it set after
+    config.use_vllm, config.vllm_tensor_parallel_size = True, 2
+    assert "runs with vllm_tensor_parallel_size 1" in CropTool.problems(CropToolArguments(1), config)[0]
 
 
 def test_crop_tool_under_zero3_needs_the_parameters_gathered_for_generation(tmp_path):

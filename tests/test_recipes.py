@@ -257,7 +257,8 @@ def test_timelens2_recipes_hold_its_sampling_and_batch(name):
     completions a step on 8 GPUs as 1 per micro-step × 8 accumulation steps, constant lr, max_grad_norm 1, seed 42,
     2 fps and ≤ 512 frames, the plain k3 KL; 300 steps for the 8B, 200 for the 4B."""
     _, args, _ = _parse(name)
-    assert (args.difficulty_sampling, args.difficulty_p_std, args.difficulty_p_mean, args.difficulty_mean_reward) == (
+    own = args.recipe_args["difficulty_selection"]
+    assert (own.difficulty_sampling, own.difficulty_p_std, own.difficulty_p_mean, own.difficulty_mean_reward) == (
         "dispersion", 0.0, 2.0, "set_iou")
     assert args.per_device_train_batch_size * 8 * args.gradient_accumulation_steps == 64
     assert args.lr_scheduler_type == "constant" and args.max_grad_norm == 1.0 and args.seed == 42

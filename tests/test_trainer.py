@@ -419,7 +419,9 @@ def test_trl_named_fields_keep_trl_defaults():
             return f.default
         return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
-    ours = {f.name: f for f in dataclasses.fields(GroundingGRPOConfig)}
+    from grounding_rl.update.recipes import recipe_arguments
+
+    ours = {f.name: f for cls in (GroundingGRPOConfig, *recipe_arguments()) for f in dataclasses.fields(cls)}
     trl_fields = {f.name: f for f in dataclasses.fields(trl.GRPOConfig)}
     differ = {name: (default(ours[name]), default(trl_fields[name])) for name in ours
               if name in trl_fields and default(ours[name]) != default(trl_fields[name])}

@@ -85,16 +85,18 @@ def test_eval_steps_log_metrics_and_the_best_checkpoint_is_loaded(tmp_path, tiny
 
 def test_train_command_reads_eval_file_from_the_yaml_keys(tmp_path, tiny_model_dir, videos_dir):
     from grounding_rl.cli.common import parse_training_args
-    from grounding_rl.cli.train import load_eval_samples
     from grounding_rl.paths import REPO_ROOT
+    from grounding_rl.update.recipes import trainer_inputs
 
     script, args, _ = parse_training_args(GroundingGRPOConfig, [
         "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path", str(tiny_model_dir),
         "--output_dir", str(tmp_path), "--eval_strategy", "steps", "--eval_steps", "2",
         "--eval_file", str(videos_dir / "annotations.jsonl"), "--eval_max_samples", "3",
         "--online_difficulty_range", "0.0", "0.7"], "grounding-rl train")
-    assert args.online_difficulty_range == [0.0, 0.7] and args.eval_max_samples == 3
-    samples, dropped = load_eval_samples(args, script)
+    own = args.recipe_args
+    assert own["online_filter"].online_difficulty_range == [0.0, 0.7] and own["validation"].eval_max_samples == 3
+    inputs = trainer_inputs(args, script)
+    samples, dropped = inputs["eval_dataset"], inputs["eval_dropped"]
     lines = [json.loads(line) for line in (videos_dir / "annotations.jsonl").read_text().splitlines()[:3]]
     assert [s.query for s in samples] == [line["query"] for line in lines] and dropped == 0
     assert all(s.video.startswith(str(videos_dir)) for s in samples)

@@ -123,16 +123,17 @@ def test_vllm_config_knobs_and_engine_choice(tmp_path):
     from grounding_rl.update.config import GroundingGRPOConfig
 
     common = dict(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, report_to=[])
-    args = GroundingGRPOConfig(**common)
-    assert (args.use_vllm, args.vllm_mode, args.vllm_importance_sampling_mode,
-            args.vllm_importance_sampling_clip_max, args.vllm_importance_sampling_clip_min) == (
+    args = GroundingGRPOConfig.build(**common)
+    correction = args.recipe_args["vllm_importance_sampling"]
+    assert (args.use_vllm, args.vllm_mode, correction.vllm_importance_sampling_mode,
+            correction.vllm_importance_sampling_clip_max, correction.vllm_importance_sampling_clip_min) == (
         False, "colocate", "sequence_mask", 3.0, None)
     assert (args.vllm_gpu_memory_utilization, args.vllm_tensor_parallel_size, args.vllm_enable_sleep_mode) == (
         0.3, 1, False)
     with pytest.raises(ValueError, match="only 'colocate'"):
         GroundingGRPOConfig(**common, use_vllm=True, vllm_mode="server")
     with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
-        GroundingGRPOConfig(**common, use_vllm=True, vllm_importance_sampling_mode="sequence")
+        GroundingGRPOConfig.build(**common, use_vllm=True, vllm_importance_sampling_mode="sequence")
     assert isinstance(make_rollout_engine(args, None, None, None), HFGenerateEngine)
 
 

@@ -181,8 +181,11 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     """
     from trl import ModelConfig, TrlParser
 
+    from grounding_rl.update.recipes import RECIPES, recipe_arguments
+
     argv = _config_path(sys.argv[1:] if argv is None else argv)
-    parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig), prog=prog,
+    recipes = recipe_arguments() if hasattr(config_class, "set_recipes") else []  # GRPO's configs take the recipes'
+    parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig, *recipes), prog=prog,
                        usage=f"{prog} --config CONFIG.yaml [--key value ...]", description=USAGE.format(
                            prog=prog, example=EXAMPLES.get(prog.rsplit(" ", 1)[-1], "configs/demo_grpo.yaml")),
                        formatter_class=_HelpFormatter)
@@ -195,7 +198,10 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         argv = [a for a in argv if not a.startswith("--config=")] + (
             ["--config", config_path] if "--config" not in argv else [])
     try:
-        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+        script_args, training_args, model_args, *parsed = parser.parse_args_and_config(argv)
+        if recipes:
+            by_class = {type(args): args for args in parsed}
+            training_args.set_recipes({name: by_class.get(recipe.arguments) for name, recipe in RECIPES.items()})
     except ValueError as err:
         raise UserError(f"{config_path or 'command line'}: {err}") from None
     _check_honoured(script_args, model_args, training_args, config_path or "command line",
@@ -207,18 +213,25 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
         raise UserError("model_name_or_path is required (in the YAML or as --model_name_or_path)")
-    script_args.train_file = resolve_config_path(script_args.train_file)
-    script_args.video_root = resolve_config_path(script_args.video_root)
-    script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
-    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
-    if getattr(training_args, "teacher_model_name_or_path", None):  # a distillation teacher (train or distill)
-        training_args.teacher_model_name_or_path = resolve_model_path(training_args.teacher_model_name_or_path)
-    training_args.output_dir = resolve_config_path(training_args.output_dir)
+    _resolve_paths(script_args, training_args, model_args)
     from grounding_rl.update.trackers import default_wandb_dir
 
     default_wandb_dir(training_args.report_to, training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
+
+
+def _resolve_paths(script_args, training_args, model_args) -> None:
+    """The paths of a training run against the working directory, in place: train file, video root, frame cache,
+    model (a hub id stays), the recipes' (a distillation teacher's) and the output folder."""
+    from grounding_rl.update.recipes import resolve_paths
+
+    script_args.train_file = resolve_config_path(script_args.train_file)
+    script_args.video_root = resolve_config_path(script_args.video_root)
+    script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
+    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
+    resolve_paths(training_args)
+    training_args.output_dir = resolve_config_path(training_args.output_dir)
 
 
 def _check_honoured(script_args, model_args, training_args, where: str, stage: str) -> None:
@@ -485,12 +498,12 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     ``replace_output_dir`` may delete; not compared)."""
     from grounding_rl import __version__
     from grounding_rl.run_record import RUN_OUTPUTS, file_sha256, model_fingerprint
-    from grounding_rl.update.recipes import fingerprint_keys
+    from grounding_rl.update.recipes import data_selection, teacher
 
-    teacher = getattr(training_args, "teacher_model_name_or_path", None)  # distillation: the teacher and its weights
+    pair = teacher(training_args) if hasattr(training_args, "recipe_args") else None  # distillation's, and its β
     return {
-        **({"teacher": teacher, "teacher_fingerprint": model_fingerprint(teacher, None),
-            "teacher_divergence_beta": training_args.teacher_divergence_beta} if teacher else {}),
+        **({"teacher": pair[0], "teacher_fingerprint": model_fingerprint(pair[0], None),
+            "teacher_divergence_beta": pair[1]} if pair else {}),
         "train_file": script_args.train_file, "train_sha256": file_sha256(script_args.train_file),
         "max_train_samples": script_args.max_train_samples, "min_video_duration": script_args.min_video_duration,
         "max_video_duration": script_args.max_video_duration, "model": model_args.model_name_or_path,
@@ -499,8 +512,7 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         "prompt_template": training_args.prompt_template, "video_layout": training_args.video_layout,
         "video": training_args.video_settings.to_dict(),
         "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
-        "data_selection": {key: getattr(training_args, key) for key in fingerprint_keys()
-                           if hasattr(training_args, key)},
+        "data_selection": data_selection(training_args) if hasattr(training_args, "recipe_args") else {},
         "lora": lora_settings(model_args), "seed": training_args.seed, "data_seed": training_args.data_seed,
         "version": __version__, "outputs": list(RUN_OUTPUTS),
     }
@@ -780,14 +792,16 @@ def check_teacher(model_args, training_args) -> None:
         UserError: one line: the tokenizers disagree on a shared id, or the chat tokens differ and the template is not
             thinking-free.
     """
-    teacher = getattr(training_args, "teacher_model_name_or_path", None)
-    if not teacher:
+    from grounding_rl.update.recipes import teacher
+
+    pair = teacher(training_args)
+    if not pair:
         return
     from grounding_rl.models.loading import load_processor
     from grounding_rl.update.recipes.distillation import check_pair
 
     student = load_processor(model_args.model_name_or_path, revision=model_args.model_revision)
-    check_pair(student.tokenizer, load_processor(teacher).tokenizer, training_args.prompt_template, teacher)
+    check_pair(student.tokenizer, load_processor(pair[0]).tokenizer, training_args.prompt_template, pair[0])
 
 
 def train_and_finish(trainer, resume: str | None, prog: str) -> int:

@@ -15,7 +15,12 @@ from grounding_rl.cli.train import run_trainer
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grounding_rl.errors import UserError
     from grounding_rl.update.distill_config import DistillationConfig
+    from grounding_rl.update.recipes import RECIPES
+
+    if "distillation" not in RECIPES:
+        raise UserError("the distillation recipe (grounding_rl/update/recipes/distillation.py) is not registered")
 
     return run_trainer(DistillationConfig, argv, "grounding-rl distill", stage="distillation")
 

@@ -145,9 +145,11 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     family = family_of(model_config)
     settings = family.video_settings(args.video_settings)
     video = video_prompt(settings, video_seconds, frame_size, token_pixels, family)
-    teacher = {}
-    if getattr(args, "teacher_model_name_or_path", None):  # a distillation teacher, frozen in the same processes
-        teacher_config = memory.model_config(args.teacher_model_name_or_path, shared_dir())
+    from grounding_rl.update.recipes import teacher as teacher_of
+
+    teacher, pair = {}, teacher_of(args)
+    if pair:  # a distillation teacher, frozen in the same processes
+        teacher_config = memory.model_config(pair[0], shared_dir())
         teacher_shape = memory.model_shape(memory.meta_model(teacher_config))
         teacher = {"teacher_params": teacher_shape.total_params, "teacher_vocab": teacher_shape.vocab}
     if video_tokens is not None:
@@ -165,7 +167,7 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     return {"recipe": config, "model": name, "gpus": gpus, "nodes": nodes, "shape": asdict(shape),
             "workload": {**asdict(work), "prompt_tokens": work.prompt_tokens, "sequence_tokens": work.sequence_tokens},
             "video": video, "max_prompt_length": args.max_prompt_length,
-            "teacher_divergence_beta": args.teacher_divergence_beta if teacher else None,
+            "teacher_divergence_beta": pair[1] if pair else None,
             "prompt_refused": bool(args.max_prompt_length) and work.prompt_tokens > args.max_prompt_length,
             "strategies": rows}
 

@@ -12,23 +12,6 @@ import sys
 from grounding_rl.cli import common
 
 
-def load_eval_samples(training_args, script_args):
-    """``(samples, dropped)`` of ``eval_file`` for validation during training (the evaluation policy of
-    :func:`grounding_rl.data.samples.load_samples`, relative videos against ``video_root``; the first
-    ``eval_max_samples``; dropped lines counted only for the whole file), or ``(None, 0)`` without one."""
-    if not training_args.eval_file:
-        return None, 0
-    from grounding_rl.data.samples import load_samples
-    from grounding_rl.paths import resolve_config_path
-
-    training_args.eval_file = resolve_config_path(training_args.eval_file)
-    counts: dict[str, int] = {}
-    samples = load_samples(training_args.eval_file, video_root=script_args.video_root, counts=counts)
-    if training_args.eval_max_samples:
-        return samples[: training_args.eval_max_samples], 0
-    return samples, counts.get("dropped", 0)
-
-
 def main(argv: list[str] | None = None) -> int:
     from grounding_rl.update.config import GroundingGRPOConfig
 
@@ -46,16 +29,16 @@ def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | No
     resume = common.resolve_resume(training_args, fingerprint)  # before any loading: a wrong checkpoint fails at once
     common.claim_output_dir(script_args, training_args, fingerprint, resume)  # one run per folder
     common.init_deepspeed_comm(training_args)
+    from grounding_rl.update.recipes import trainer_inputs
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
     dataset = common.load_dataset(script_args)
     warn_single_span_rewards(dataset, training_args.reward_funcs)
     model, processor = common.load_training_model(script_args, model_args, training_args)
-    eval_samples, eval_dropped = load_eval_samples(training_args, script_args)
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
                                    frame_cache=common.frame_cache(script_args),
                                    max_missing_fraction=script_args.max_missing_fraction,
-                                   eval_dataset=eval_samples, eval_dropped=eval_dropped)
+                                   **trainer_inputs(training_args, script_args))
     if stage is not None:
         trainer.stage = stage
     trainer.fingerprint = fingerprint

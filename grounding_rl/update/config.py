@@ -13,28 +13,15 @@ from dataclasses import dataclass, field
 from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
 from grounding_rl.update.arguments import BaseTrainingArguments, count_problems, trl_field
 from grounding_rl.update.grpo import LOSS_TYPES, SCALE_REWARDS
-from grounding_rl.update.recipes import recipe_problems
-from grounding_rl.update.recipes.difficulty import DIFFICULTY_SAMPLING, DifficultyArguments  # noqa: F401
-from grounding_rl.update.recipes.crop_tool import CropToolArguments
-from grounding_rl.update.recipes.distillation import DistillationArguments
-from grounding_rl.update.recipes.dynamic_sampling import DynamicSamplingArguments
-from grounding_rl.update.recipes.engine_correction import EngineCorrectionArguments
-from grounding_rl.update.recipes.gt_injection import GroundTruthInjectionArguments
-from grounding_rl.update.recipes.online_filter import OnlineFilterArguments
-from grounding_rl.update.recipes.tempsamp import RewardShapingArguments
-from grounding_rl.update.recipes.two_pass_zoom import TwoPassZoomArguments
-from grounding_rl.update.recipes.validation import EVAL_METRICS, ValidationArguments  # noqa: F401
+from grounding_rl.update.recipes import recipe_problems, split_settings
 
 
 @dataclass
-class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineCorrectionArguments,
-                          DynamicSamplingArguments, GroundTruthInjectionArguments, RewardShapingArguments,
-                          DifficultyArguments, OnlineFilterArguments, DistillationArguments, ValidationArguments,
-                          CropToolArguments, TwoPassZoomArguments):
+class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
     """Configuration of :class:`grounding_rl.update.trainer.GroundingGRPOTrainer`.
 
-    The recipes' fields come from their modules' dataclasses (:mod:`grounding_rl.update.recipes`), with their
-    validation; the YAML keys are the fields' names. Unknown keys fail in the parser; contradictory values fail in ``__post_init__`` with a message naming the keys.
+    The recipes' fields are their modules' dataclasses (:mod:`grounding_rl.update.recipes`), parsed next to this one
+    and held as :attr:`recipe_args` (:meth:`set_recipes`, which checks them); the YAML keys are the fields' names. Unknown keys fail in the parser; contradictory values fail in ``__post_init__`` with a message naming the keys.
     Batch semantics are TRL's: the generation batch (``per_device_train_batch_size × num_processes ×
     steps_per_generation`` completions) holds whole groups of ``num_generations``; each clip is repeated G times.
     """
@@ -158,9 +145,33 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
                     f"sets) is 'set_iou' (prompt_template {self.prompt_template!r})"]
         return []
 
+    stage = "train"  # the command that takes this config (a recipe's refusals are by command, Recipe.refused)
+
+    @classmethod
+    def build(cls, **settings):
+        """The config of keyword ``settings`` that may hold recipe fields too (set and checked, :meth:`set_recipes`).
+
+        Raises:
+            ValueError: an invalid setting (the config's or a recipe's)."""
+        own, recipe_args = split_settings(settings)
+        return cls(**own).set_recipes(recipe_args)
+
+    def set_recipes(self, recipe_args: dict):
+        """Hold ``recipe_args`` ({recipe name: its arguments}, those :func:`grounding_rl.update.recipes.split_settings`
+        or the parser made) as :attr:`recipe_args` and check them against this config; returns ``self``.
+
+        Raises:
+            ValueError: one message naming every invalid recipe setting (:func:`grounding_rl.update.recipes.recipe_problems`)."""
+        self.recipe_args = dict(recipe_args)
+        problems = recipe_problems(self)
+        if problems:
+            raise ValueError(f"invalid {type(self).__name__}: " + "; ".join(problems))
+        return self
+
     def __post_init__(self):
         from grounding_rl.update.fields import refused_settings
 
+        self.recipe_args = {}  # the recipes' arguments, by name (set_recipes; their defaults until then)
         refused = refused_settings(self, "grpo")  # the values as parsed, before TrainingArguments changes any
         if refused:
             raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(refused))
@@ -204,7 +215,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             problems.append(f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} "
                             f"reward_funcs {self.reward_funcs}")
-        problems += recipe_problems(self)
         problems += self.preprocessing_problems()
         problems += self.vllm_problems()
         if problems:
@@ -231,11 +241,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
                 f"{self.per_device_train_batch_size} × {num_processes} processes × steps_per_generation "
                 f"{self.steps_per_generation}) must be divisible by num_generations ({self.num_generations})"
             )
-        if self.dynamic_sampling and (self.generation_batch_size // num_processes) % self.num_generations:
-            raise ValueError(
-                f"dynamic_sampling needs whole groups on every process: per_device_train_batch_size "
-                f"{self.per_device_train_batch_size} × steps_per_generation {self.steps_per_generation} must be "
-                f"divisible by num_generations ({self.num_generations})")
         save_steps = self.save_steps
         if (str(getattr(self.save_strategy, "value", self.save_strategy)) == "steps" and save_steps >= 1
                 and int(save_steps) % self.generation_window):
@@ -252,16 +257,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments, EngineC
     def kl_beta(self) -> float:
         """The weight of the KL to the reference model in the loss (GRPO's ``beta``)."""
         return self.beta
-
-    @property
-    def teacher_weight(self) -> float:
-        """The weight of the distillation teacher term (``distillation_weight``)."""
-        return self.distillation_weight
-
-    @property
-    def teacher_divergence_beta(self) -> float:
-        """The generalized-JSD β of the teacher term (``distillation_beta``)."""
-        return self.distillation_beta
 
     def vllm_problems(self) -> list[str]:
         """Messages for invalid vLLM settings (empty when all is well or ``use_vllm`` is off)."""

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trl import DistillationConfig as TRLDistillationConfig
+
 from grounding_rl.update.arguments import trl_field
 from grounding_rl.update.config import GroundingGRPOConfig
-from grounding_rl.update.recipes import refused_fields
-from grounding_rl.update.recipes.distillation import _distillation_field
 
 # GRPO-only settings: distill refuses a value other than the default (their GRPO meaning has no use here); the
-# recipes' own are declared in their modules (Recipe.refused)
+# recipes' own are declared in their modules (Recipe.refused) and checked with them
 GRPO_ONLY = {
     "epsilon": "no surrogate to clip (every advantage is 0)", "epsilon_high": "no surrogate to clip",
     "use_bias_correction_kl": "no KL to a reference model", "num_iterations": "fully on-policy (TRL's stable trainer)",
-    "drop_zero_std_groups": "a group of one completion always has zero std", **refused_fields("distill"),
+    "drop_zero_std_groups": "a group of one completion always has zero std",
 }
 
 
@@ -33,7 +33,7 @@ GRPO_ONLY = {
 class DistillationConfig(GroundingGRPOConfig):
     """Configuration of ``grounding-rl distill`` (see the module docstring)."""
 
-    beta: float = _distillation_field("beta")
+    beta: float = trl_field("beta", source=TRLDistillationConfig)
     num_generations: int = trl_field(
         "num_generations", default=1, note="Distillation: one completion per prompt, as TRL's DistillationTrainer; "
         "no other value.")
@@ -41,6 +41,7 @@ class DistillationConfig(GroundingGRPOConfig):
                                    note="Distillation: none (one completion per prompt has no std to scale by).")
 
     min_generations = 1
+    stage = "distill"
 
     def __post_init__(self):
         from dataclasses import fields
@@ -53,8 +54,6 @@ class DistillationConfig(GroundingGRPOConfig):
                             "prompt, as TRL's DistillationTrainer")
         if self.scale_rewards not in ("none", False, "false"):
             problems.append(f"scale_rewards must be none for distill (got {self.scale_rewards!r})")
-        if not self.teacher_model_name_or_path:
-            problems.append("teacher_model_name_or_path is required (in the YAML or as --teacher_model_name_or_path)")
         if not 0.0 <= self.beta <= 1.0:
             problems.append(f"beta must be in [0, 1] (got {self.beta}): 0 forward KL, 0.5 JSD, 1 reverse KL")
         if problems:
@@ -65,11 +64,3 @@ class DistillationConfig(GroundingGRPOConfig):
     def kl_beta(self) -> float:
         """No KL to a reference model in distillation (``beta`` is the divergence's)."""
         return 0.0
-
-    @property
-    def teacher_weight(self) -> float:
-        return 1.0
-
-    @property
-    def teacher_divergence_beta(self) -> float:
-        return self.beta

@@ -28,6 +28,7 @@ def vllm_engine_for_training(args, accelerator, model, processor):
     the policy's checkpoint; the prompt + completion budget is ``vllm_max_model_length``, else
     ``max_prompt_length`` (8192 when unset) + ``max_completion_length``."""
     from grounding_rl.rollout.vllm import VLLMEngine
+    from grounding_rl.update.recipes import max_videos, recipe_enabled
 
     unwrapped = accelerator.unwrap_model(model)
     base = getattr(unwrapped, "get_base_model", lambda: unwrapped)()
@@ -37,5 +38,5 @@ def vllm_engine_for_training(args, accelerator, model, processor):
                       max_model_len=length, gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                       tensor_parallel_size=args.vllm_tensor_parallel_size,
                       enable_sleep_mode=args.vllm_enable_sleep_mode, seed=args.seed,
-                      logps_need_correcting=args.vllm_importance_sampling_correction, accelerator=accelerator,
-                      max_videos=(getattr(args, "max_tool_calling_iterations", 0) or 0) + 1)
+                      logps_need_correcting=recipe_enabled(args, "vllm_importance_sampling"), accelerator=accelerator,
+                      max_videos=max_videos(args))

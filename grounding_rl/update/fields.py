@@ -53,6 +53,7 @@ _HUB = ("every push here waits for the one before and none is skipped (grounding
         "hub_always_push: true would ask")
 _SAMPLER = "GRPO's sampler repeats each clip num_generations times (TRL's RepeatSampler)"
 _SAMPLER_SFT = "the samples have no length column before the collator tokenises them"
+_SFT = ("think_text", "crop_trajectory_fraction", "max_tool_calling_iterations")  # GroundingSFTConfig's own fields
 
 
 def _refused(grpo_why: str, sft_why: str | None = None) -> Honour:
@@ -111,7 +112,7 @@ FIELDS: dict[str, Honour] = {
                                               "prompt and completion tokens"),
     "log_level": _T, "log_level_replica": _T, "disable_tqdm": _T, "report_to": _T, "run_name": _T, "project": _T,
     "trackio_space_id": _T, "trackio_bucket_id": _T, "trackio_static_space_id": _T,
-    "eval_strategy": Honour(OURS, REFUSED, _NO_EVAL_SFT),  # GRPO: needs eval_file (GroundingGRPOConfig)
+    "eval_strategy": Honour(OURS, REFUSED, _NO_EVAL_SFT),  # GRPO: the validation recipe
     "eval_steps": Honour(TRAINER, REFUSED, _NO_EVAL_SFT), "eval_delay": Honour(TRAINER, REFUSED, _NO_EVAL_SFT),
     "per_device_eval_batch_size": Honour(OURS, REFUSED, _NO_EVAL_SFT),
     "prediction_loss_only": _refused(_GRPO_EVAL, _NO_EVAL_SFT),
@@ -128,7 +129,7 @@ FIELDS: dict[str, Honour] = {
     "push_to_hub": _O, "hub_token": _O, "hub_private_repo": _T, "hub_model_id": _O, "hub_strategy": _O,
     "hub_revision": _O, "hub_always_push": _both(REFUSED, _HUB),
     "load_best_model_at_end": Honour(TRAINER, REFUSED, _NO_EVAL_SFT),
-    "metric_for_best_model": Honour(OURS, REFUSED, _NO_EVAL_SFT),  # GRPO: one of EVAL_METRICS
+    "metric_for_best_model": Honour(OURS, REFUSED, _NO_EVAL_SFT),  # GRPO: one of the validation recipe's metrics
     "greater_is_better": Honour(TRAINER, REFUSED, _NO_EVAL_SFT),
     "ignore_data_skip": _T, "restore_callback_states_from_checkpoint": _T,
     "full_determinism": _O, "seed": _O,  # seed_everything before the model; the GRPO sampler
@@ -157,9 +158,8 @@ FIELDS: dict[str, Honour] = {
     "video_max_frames": _O, "video_min_pixels": _O, "video_max_pixels": _O, "video_total_pixels": _O,
     "video_sampler": _O, "video_total_tokens": _O, "video_min_tokens": _O, "video_budget_lowers_fps": _O,
     "video_cover_tail": _O,
-    # --- GroundingSFTConfig
-    "think_text": Honour(None, OURS), "crop_trajectory_fraction": Honour(None, OURS),
-    "max_tool_calling_iterations": _O,  # GRPO: the crop tool's K; SFT: the K of the crop trajectories' offer
+    # --- GroundingSFTConfig; GRPO honours a name that is also a recipe's field (the crop trajectories' K)
+    **{name: Honour(OURS if name in recipe_fields() else None, OURS) for name in _SFT},
     # --- GroundingGRPOConfig: TRL 1.16's GRPO knobs and ours (grounding_rl/update/config.py)
     **{name: _grpo(OURS) for name in (
         "disable_dropout", "num_generations", "max_completion_length", "ds3_gather_for_generation", "shuffle_dataset",
@@ -168,8 +168,7 @@ FIELDS: dict[str, Honour] = {
         "loss_type", "mask_truncated_completions", "log_completions", "num_completions_to_print", "use_vllm",
         "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode", "vllm_max_model_length",
         "drop_zero_std_groups", "share_video_encoding", "share_prompt_prefix", "check_first_batch", "reward_funcs")},
-    # the recipes' fields, from their modules (grounding_rl/update/recipes); max_tool_calling_iterations is above
-    **{name: _grpo(OURS) for name in recipe_fields() if name != "max_tool_calling_iterations"},
+    **{name: _grpo(OURS) for name in recipe_fields() if name not in _SFT},  # the recipes' (update/recipes)
     "vllm_mode": _grpo(REFUSED, "only 'colocate' is supported here (vLLM inside the training processes); TRL's "
                                 "'server' mode is not implemented"),
 }

@@ -238,6 +238,7 @@ class GroundingSaveMixin:
             import dataclasses
 
             from grounding_rl.family import family_of
+            from grounding_rl.update.recipes import teacher
 
             unwrapped = self.accelerator.unwrap_model(self.model)
             base = getattr(unwrapped, "name_or_path", None)
@@ -247,7 +248,7 @@ class GroundingSaveMixin:
                                          data_mix=getattr(self, "data_mix", None) or config.data_mix,
                                          duration_filter=getattr(self, "duration_filter", None))
             write_grounding_files(folder, config, base, self.stage, self.command or training_command(),
-                                  lora_targets_of(unwrapped), getattr(self.args, "teacher_model_name_or_path", None),
+                                  lora_targets_of(unwrapped), (teacher(self.args) or (None,))[0],
                                   datasets_of(getattr(self, "train_dataset", None)), tracker_lines(self.args))
             if self.fingerprint is not None:
                 write_record(Path(folder) / "run_fingerprint.json", self.fingerprint)

@@ -43,8 +43,7 @@ from grounding_rl.update.arguments import data_seed
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
-from grounding_rl.update.recipes import active_recipes
-from grounding_rl.update.recipes.validation import ValidationMixin
+from grounding_rl.update.recipes import active_recipes, trainer_mixins
 from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, last_checkpoint,
                                         write_rollout_format)
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
@@ -56,7 +55,7 @@ from grounding_rl.update.sources import row_settings
 logger = logging.getLogger(__name__)
 
 
-class GroundingGRPOTrainer(ValidationMixin, CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
+class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
     """GRPO trainer for Qwen-VL models (any family of :mod:`grounding_rl.family`) on (video, query, start, end)
     samples.
 

@@ -1,9 +1,11 @@
-"""Recipes: each one a module with its config fields (a dataclass mixed into
-:class:`grounding_rl.update.config.GroundingGRPOConfig`, YAML keys unchanged), their validation and the hooks it needs,
-registered by name in :data:`RECIPES`. The trainer calls the hooks of the active recipes at fixed points of a step and
+"""Recipes: each one a module with its config fields (a dataclass parsed next to
+:class:`grounding_rl.update.config.GroundingGRPOConfig`, YAML keys unchanged, held as the config's ``recipe_args``),
+their validation, the recipes they conflict with (by name) and the hooks it needs, registered by name in
+:data:`RECIPES`; deleting a recipe's module and its lines here leaves the package working. The trainer calls the hooks of the active recipes at fixed points of a step and
 never branches on a recipe's field; adding a recipe touches its module and this registry. A recipe declares in its
 module the fields a resume must keep (:attr:`Recipe.fingerprint_keys`, read by the run fingerprint) and those a stage
-refuses (:attr:`Recipe.refused`, read by ``distill``); ``update/fields.py`` reads the recipes' fields from here.
+refuses (:attr:`Recipe.refused`, checked here); ``update/fields.py``, the configs, the run fingerprint and the trainer
+ask this registry (:func:`recipe_enabled`, :func:`teacher`, ...), whose answers stand when a recipe is deleted.
 
 Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every default does nothing): ``prepare_data`` (the training set, once),
 ``sampler`` (the training sampler), ``pool`` (the samples an extra draw may use), ``converse`` (a draw of conversations), ``inject`` (replace completions,
@@ -30,28 +32,96 @@ from grounding_rl.update.recipes.validation import Validation
 RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (DifficultySelection, OnlineFilter, CropTool,
                                                         TwoPassZoom, GroundTruthInjection, TempSampShaping, DynamicSampling,
                                                         EngineCorrection, Distillation, Validation)}
-def fingerprint_keys() -> list[str]:
-    """The fields a resume must keep, of every registered recipe (:attr:`Recipe.fingerprint_keys`)."""
-    return [key for recipe in RECIPES.values() for key in recipe.fingerprint_keys]
+def recipe_arguments() -> list[type]:
+    """The dataclasses of the registered recipes' config fields, in registry order (parsed by
+    :func:`grounding_rl.cli.common.parse_training_args` next to the training config)."""
+    return [recipe.arguments for recipe in RECIPES.values() if recipe.arguments]
 
 
-def refused_fields(stage: str) -> dict[str, str]:
-    """``{field: why}`` of the registered recipes' fields that ``stage`` refuses set (:attr:`Recipe.refused`)."""
-    return {name: why for recipe in RECIPES.values() for name, why in recipe.refused.get(stage, {}).items()}
+def own_args(config, name: str):
+    """The arguments of recipe ``name`` held by ``config`` (its ``recipe_args``), their defaults when none are."""
+    return getattr(config, "recipe_args", {}).get(name) or RECIPES[name].arguments()
+
+
+def data_selection(config) -> dict:
+    """``{field: value}`` of every registered recipe's :attr:`Recipe.fingerprint_keys` in ``config`` (the fields a
+    resume must keep: the run fingerprint's ``data_selection``)."""
+    return {key: getattr(own_args(config, name), key) for name, recipe in RECIPES.items()
+            for key in recipe.fingerprint_keys}
 
 
 def recipe_fields() -> list[str]:
     """The names of every registered recipe's config fields (:attr:`Recipe.arguments`)."""
     from dataclasses import fields
 
-    return [f.name for recipe in RECIPES.values() if recipe.arguments for f in fields(recipe.arguments)]
+    return [f.name for cls in recipe_arguments() for f in fields(cls)]
 
 
-def recipe_problems(args) -> list[str]:
-    """Every registered recipe's messages for ``args``."""
-    return [message for recipe in RECIPES.values() for message in recipe.problems(args)]
+def split_settings(settings: dict) -> tuple[dict, dict]:
+    """``(config's, {recipe name: its arguments})`` of keyword settings that mix the training config's fields and
+    the recipes' (the latter built as their dataclasses, defaults for the rest)."""
+    from dataclasses import fields
+
+    own = {name: {f.name for f in fields(recipe.arguments)} for name, recipe in RECIPES.items()}
+    return ({key: value for key, value in settings.items() if not any(key in names for names in own.values())},
+            {name: RECIPES[name].arguments(**{k: v for k, v in settings.items() if k in names})
+             for name, names in own.items()})
 
 
-def active_recipes(args) -> list[Recipe]:
-    """Instances of the recipes enabled by ``args``, in registry order."""
-    return [recipe(args) for recipe in RECIPES.values() if recipe.enabled(args)]
+def recipe_problems(config) -> list[str]:
+    """Every registered recipe's messages for ``config`` (its own arguments from ``config.recipe_args``): its
+    :meth:`Recipe.problems`, its fields that ``config.stage`` refuses set (:attr:`Recipe.refused`, by the field's
+    default) and, once per pair, an enabled recipe's :attr:`Recipe.conflicts` with another enabled one."""
+    from dataclasses import fields
+
+    problems, enabled = [], [name for name, recipe in RECIPES.items() if recipe.enabled(own_args(config, name), config)]
+    for name, recipe in RECIPES.items():
+        args = own_args(config, name)
+        problems += recipe.problems(args, config)
+        defaults = {f.name: f.default for f in fields(args)} if recipe.arguments else {}
+        problems += [f"{key} {getattr(args, key)!r} is refused by {config.stage}: {why}"
+                     for key, why in recipe.refused.get(config.stage, {}).items() if getattr(args, key) != defaults[key]]
+        clash = [RECIPES[other].switch for other in recipe.conflicts_of(args) if name in enabled and other in enabled]
+        if clash:
+            problems.append(recipe.conflict_message.format(", ".join(clash)))
+    return problems
+
+
+def recipe_enabled(config, name: str) -> bool:
+    """Whether recipe ``name`` is registered and enabled by ``config`` (False once its module is deleted)."""
+    return name in RECIPES and RECIPES[name].enabled(own_args(config, name), config)
+
+
+def trainer_mixins() -> tuple[type, ...]:
+    """The classes the registered recipes mix into the GRPO trainer (:attr:`Recipe.trainer_mixin`)."""
+    return tuple(recipe.trainer_mixin for recipe in RECIPES.values() if recipe.trainer_mixin)
+
+
+def max_videos(config) -> int:
+    """The most videos one conversation shows: 1 + the most a registered recipe adds (:meth:`Recipe.extra_videos`)."""
+    return 1 + max((recipe.extra_videos(own_args(config, name)) for name, recipe in RECIPES.items()), default=0)
+
+
+def teacher(config) -> tuple[str, float] | None:
+    """``(path, divergence β)`` of the distillation teacher ``config`` names, or None (also when the distillation
+    recipe is not registered)."""
+    return RECIPES["distillation"].teacher(own_args(config, "distillation"), config) if "distillation" in RECIPES \
+        else None
+
+
+def trainer_inputs(config, script_args) -> dict:
+    """The keyword arguments every registered recipe adds to the trainer (:meth:`Recipe.trainer_inputs`)."""
+    return {key: value for name, recipe in RECIPES.items()
+            for key, value in recipe.trainer_inputs(own_args(config, name), config, script_args).items()}
+
+
+def resolve_paths(config) -> None:
+    """Make every registered recipe's path fields in ``config.recipe_args`` absolute (:meth:`Recipe.resolve_paths`)."""
+    for name, recipe in RECIPES.items():
+        recipe.resolve_paths(own_args(config, name))
+
+
+def active_recipes(config) -> list[Recipe]:
+    """Instances of the recipes enabled by ``config``, in registry order, each with its own arguments."""
+    return [recipe(own_args(config, name), config) for name, recipe in RECIPES.items()
+            if recipe.enabled(own_args(config, name), config)]

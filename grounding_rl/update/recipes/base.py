@@ -3,6 +3,13 @@ registry of recipes is :mod:`grounding_rl.update.recipes`."""
 from __future__ import annotations
 
 
+def range_problem(key: str, value) -> list[str]:
+    """The message for a ``[low, high]`` range field that is not ``0 ≤ low < high ≤ 1`` (empty when fine)."""
+    if value is not None and (len(value) != 2 or not 0.0 <= value[0] < value[1] <= 1.0):
+        return [f"{key} must be [low, high] with 0 ≤ low < high ≤ 1 (got {value})"]
+    return []
+
+
 class Recipe:
     """Base of a recipe. Subclasses set :attr:`name` and :attr:`arguments` and override the hooks they need."""
 
@@ -11,16 +18,40 @@ class Recipe:
     fingerprint_keys: tuple[str, ...] = ()  # fields a resume must keep (the run fingerprint's ``data_selection``)
     refused: dict[str, dict[str, str]] = {}  # stage ("distill") → {field: why that stage refuses it set}
     drops_zero_std_groups = False  # mask groups with G equal rewards out of the loss
+    trainer_mixin: type | None = None  # a class mixed into the GRPO trainer (validation's evaluate)
+    conflicts: tuple[str, ...] = ()  # names of the recipes this one does not run with (checked by the registry)
+    switch = ""  # the field that turns the recipe on, as a conflict message names it
+    conflict_message = ""  # "... {} ...": the message when enabled with recipes of :attr:`conflicts` ({}: their switches)
+
+    @classmethod
+    def conflicts_of(cls, args) -> tuple[str, ...]:
+        """The recipes this one does not run with, given its own ``args`` (by default :attr:`conflicts`)."""
+        return cls.conflicts
 
     @staticmethod
-    def enabled(args) -> bool:
-        """Whether the recipe runs with these settings."""
+    def enabled(args, config) -> bool:
+        """Whether the recipe runs with its own ``args`` and the training ``config``."""
         return False
 
     @staticmethod
-    def problems(args) -> list[str]:
-        """One message per invalid setting of the recipe's fields (checked whether or not it is enabled)."""
+    def problems(args, config) -> list[str]:
+        """One message per invalid setting of the recipe's own ``args`` (given the training ``config``; checked
+        whether or not it is enabled)."""
         return []
+
+    @staticmethod
+    def resolve_paths(args) -> None:
+        """Make the recipe's path fields absolute, once parsed (:func:`grounding_rl.paths.resolve_model_path`)."""
+
+    @staticmethod
+    def extra_videos(args) -> int:
+        """The videos the recipe adds to a conversation's first (a crop tool's windows)."""
+        return 0
+
+    @staticmethod
+    def trainer_inputs(args, config, script_args) -> dict:
+        """Keyword arguments the recipe adds to the trainer's constructor (loaded before the trainer is built)."""
+        return {}
 
     def __init__(self, args, config=None):
         self.args = args  # the recipe's own fields are read from here (``self.args.<field>``)

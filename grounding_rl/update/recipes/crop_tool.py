@@ -45,12 +45,20 @@ class CropTool(Recipe):
     name = "crop_tool"
     arguments = CropToolArguments
 
+    conflicts = ("dynamic_sampling", "gt_injection", "distillation", "validation")
+    switch = "max_tool_calling_iterations"
+    conflict_message = "max_tool_calling_iterations > 0 does not run with {} yet"
+
     @staticmethod
-    def enabled(args) -> bool:
+    def enabled(args, config) -> bool:
         return bool(args.max_tool_calling_iterations)
 
     @staticmethod
-    def problems(args) -> list[str]:
+    def extra_videos(args) -> int:
+        return args.max_tool_calling_iterations or 0
+
+    @staticmethod
+    def problems(args, config) -> list[str]:
         from grounding_rl.rollout.zoom import window_problems
 
         out = []
@@ -59,20 +67,13 @@ class CropTool(Recipe):
         if args.crop_spend not in CROP_SPEND:
             out.append(f"crop_spend must be one of {', '.join(CROP_SPEND)} (got {args.crop_spend!r})")
         if (args.max_tool_calling_iterations or 0) > 0:
-            conflicts = [name for name, on in (("dynamic_sampling", args.dynamic_sampling),
-                                               ("use_gt_injection", args.use_gt_injection),
-                                               ("teacher_model_name_or_path", args.teacher_model_name_or_path),
-                                               ("eval_file", args.eval_file))
-                         if on]
-            if conflicts:
-                out.append(f"max_tool_calling_iterations > 0 does not run with {', '.join(conflicts)} yet")
-            if args.use_vllm and args.vllm_tensor_parallel_size > 1:
+            if config.use_vllm and config.vllm_tensor_parallel_size > 1:
                 # each process's engine samples its own rows (no collective inside generate), so ranks may run
                 # different numbers of turns; a tensor-parallel group's ranks gather their prompts every call
                 out.append("max_tool_calling_iterations > 0 with use_vllm runs with vllm_tensor_parallel_size 1 (the "
                            "ranks of a tensor-parallel group would wait on each other when their conversations run "
-                           f"different numbers of turns; got {args.vllm_tensor_parallel_size})")
-            out += window_problems("max_tool_calling_iterations > 0", args.video_sampler, args.prompt_template,
+                           f"different numbers of turns; got {config.vllm_tensor_parallel_size})")
+            out += window_problems("max_tool_calling_iterations > 0", config.video_sampler, config.prompt_template,
                                    "the crop tool is for one")
         return out
 
@@ -110,15 +111,15 @@ class CropTool(Recipe):
         from grounding_rl.update.conversation import conversation_batch, metric_sums, metrics_from_sums
         from grounding_rl.update.rollout import conversation_turns
 
-        args, processor = self.args, trainer.processing_class
+        args, config, processor = self.args, self.config, trainer.processing_class
         family = family_of(trainer.accelerator.unwrap_model(trainer.model))
         K = args.max_tool_calling_iterations
-        trajectories = [conv.start(processor, family, it["query"], it["clip"], args.prompt_template, K,
-                                   args.video_layout, args.max_prompt_length,
+        trajectories = [conv.start(processor, family, it["query"], it["clip"], config.prompt_template, K,
+                                   config.video_layout, config.max_prompt_length,
                                    f"sample {it['index']} (qid {it['qid']}, {it['video']})") for it in items]
-        environment = CropEnvironment(family.video_settings(args.video_settings), args.crop_spend)
+        environment = CropEnvironment(family.video_settings(config.video_settings), args.crop_spend)
         run = dict(end_ids=trainer.eos_token_ids, stop_ids=trainer.placeholder_ids,
-                   max_prompt_length=args.max_prompt_length, layout=args.video_layout)
+                   max_prompt_length=config.max_prompt_length, layout=config.video_layout)
         # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another rank's
         with conversation_turns(trainer, dataclasses.replace(trainer.sampling, synced_gpus=False)) as (turns, sampling):
             conv.run_conversations(lambda active: turns.continue_turn(active, sampling), trajectories, processor,
@@ -127,7 +128,7 @@ class CropTool(Recipe):
         batch = batching.to_device(conversation_batch(trajectories, trainer.pad_token_id), device)
         truncated = torch.tensor([t.truncated for t in trajectories], device=device)
         mask = batch["completion_mask"]
-        if args.mask_truncated_completions:
+        if config.mask_truncated_completions:
             mask = mask * (~truncated).unsqueeze(1).int()
         clean = {"completion_ids": batch["completion_ids"], "completion_mask": mask,
                  "lengths": torch.tensor([len(t.completion_ids) for t in trajectories], device=device),

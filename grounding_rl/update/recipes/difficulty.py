@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from grounding_rl.data.selection import (ROLLOUTS, TIMELENS2_MEAN_REWARD, TIMELENS2_P_MEAN, TIMELENS2_P_STD,
                                           TIMELENS_DURATION_EDGES)
 from grounding_rl.errors import UserError
-from grounding_rl.update.recipes.base import Recipe
+from grounding_rl.update.recipes.base import Recipe, range_problem
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +71,6 @@ class DifficultyArguments:
     )
 
 
-def range_problem(key: str, value) -> list[str]:
-    """The message for a ``[low, high]`` range field that is not ``0 ≤ low < high ≤ 1`` (empty when fine)."""
-    if value is not None and (len(value) != 2 or not 0.0 <= value[0] < value[1] <= 1.0):
-        return [f"{key} must be [low, high] with 0 ≤ low < high ≤ 1 (got {value})"]
-    return []
-
-
 class DifficultySelection(Recipe):
     """Keeps the samples :func:`grounding_rl.data.selection.select_samples` selects; the counts are logged and kept
     as the trainer's ``data_selection``. Active with a ``difficulty_sampling`` or a ``difficulty_range`` (without
@@ -87,12 +80,19 @@ class DifficultySelection(Recipe):
     arguments = DifficultyArguments
     fingerprint_keys = tuple(DifficultyArguments.__dataclass_fields__)  # they select the samples a run trains on
 
+    switch = "difficulty_sampling"
+    conflict_message = "difficulty_sampling dispersion orders the epoch by weight; {} filters it: use one of them"
+
+    @classmethod
+    def conflicts_of(cls, args) -> tuple[str, ...]:
+        return ("online_filter",) if args.difficulty_sampling == "dispersion" else ()
+
     @staticmethod
-    def enabled(args) -> bool:
+    def enabled(args, config) -> bool:
         return args.difficulty_sampling != "none" or args.difficulty_range is not None
 
     @staticmethod
-    def problems(args) -> list[str]:
+    def problems(args, config) -> list[str]:
         problems = []
         if args.difficulty_sampling not in DIFFICULTY_SAMPLING:
             problems.append(f"difficulty_sampling {args.difficulty_sampling!r} is not one of {DIFFICULTY_SAMPLING}")
@@ -109,9 +109,6 @@ class DifficultySelection(Recipe):
             problems.append("difficulty_p_std, difficulty_p_mean and difficulty_mean_reward weigh samples only with "
                             f"difficulty_sampling: dispersion (it is {args.difficulty_sampling!r})")
         if args.difficulty_sampling == "dispersion":
-            if getattr(args, "online_difficulty_range", None) is not None:
-                problems.append("difficulty_sampling dispersion orders the epoch by weight; online_difficulty_range "
-                                "filters it: use one of them")
             from grounding_rl.reward.rewards import get_reward_funcs
 
             try:
@@ -128,7 +125,7 @@ class DifficultySelection(Recipe):
         indices, counts = select_samples(
             dataset.samples, sampling=args.difficulty_sampling, score_range=args.difficulty_range,
             mean=args.difficulty_gaussian_mean, std=args.difficulty_gaussian_std, num_bins=args.difficulty_num_bins,
-            subset_size=args.difficulty_subset_size, duration_edges=args.difficulty_duration_edges, seed=args.seed)
+            subset_size=args.difficulty_subset_size, duration_edges=args.difficulty_duration_edges, seed=self.config.seed)
         trainer.data_selection = counts
         if args.difficulty_sampling == "dispersion":
             kept = dataset if len(indices) == len(dataset) else GroundingDataset([dataset.samples[i] for i in indices])
@@ -173,7 +170,7 @@ class DifficultySelection(Recipe):
                        "duration": [sample["duration"]] * k, "spans": [sample.get("spans")] * k,
                        "raw_spans": [sample.get("raw_spans")] * k,
                        "query": [sample["query"]] * k, "qid": [sample.get("qid")] * k,
-                       "prompt_template": [sample.get("prompt_template") or args.prompt_template] * k}
+                       "prompt_template": [sample.get("prompt_template") or self.config.prompt_template] * k}
             totals = np.zeros(k)
             for func, weight in funcs:
                 values = func(completions=texts, **columns)
@@ -211,7 +208,7 @@ class DifficultySelection(Recipe):
         from grounding_rl.data.dataset import weighted_repeat_sampler
         from grounding_rl.update.arguments import data_seed
 
-        args, G = self.args, trainer.num_generations
+        args, G = self.config, trainer.num_generations
         return weighted_repeat_sampler(dataset, self.weights, mini_repeat_count=G,
                                        batch_size=args.generation_batch_size // G,
                                        repeat_count=args.num_iterations * args.steps_per_generation,

@@ -62,26 +62,52 @@ class Distillation(Recipe):
     refused = {"distill": {"distillation_beta": "distill's divergence is beta (TRL's name); distillation_beta is train's",
                            "distillation_weight": "distill's loss is the teacher term alone"}}
     needs_logits = True
+    switch = "teacher_model_name_or_path"
 
     @staticmethod
-    def enabled(args) -> bool:
-        return bool(args.teacher_model_name_or_path) and args.teacher_weight > 0
+    def weight(args, config) -> float:
+        """The weight of the teacher term: 1 under ``distill`` (the loss is the term alone), else ``distillation_weight``."""
+        return 1.0 if config.stage == "distill" else args.distillation_weight
 
     @staticmethod
-    def problems(args) -> list[str]:
+    def divergence_beta(args, config) -> float:
+        """The generalized-JSD β of the teacher term: ``beta`` under ``distill`` (TRL's name), else ``distillation_beta``."""
+        return config.beta if config.stage == "distill" else args.distillation_beta
+
+    @staticmethod
+    def teacher(args, config) -> tuple[str, float] | None:
+        """``(teacher_model_name_or_path, divergence β)``, or None without a teacher."""
+        path = args.teacher_model_name_or_path
+        return (path, Distillation.divergence_beta(args, config)) if path else None
+
+    @staticmethod
+    def resolve_paths(args) -> None:
+        from grounding_rl.paths import resolve_model_path
+
+        if args.teacher_model_name_or_path:
+            args.teacher_model_name_or_path = resolve_model_path(args.teacher_model_name_or_path)
+
+    @staticmethod
+    def enabled(args, config) -> bool:
+        return bool(args.teacher_model_name_or_path) and Distillation.weight(args, config) > 0
+
+    @staticmethod
+    def problems(args, config) -> list[str]:
         problems = []
+        if config.stage == "distill" and not args.teacher_model_name_or_path:
+            problems.append("teacher_model_name_or_path is required (in the YAML or as --teacher_model_name_or_path)")
         if not 0.0 <= args.distillation_beta <= 1.0:
             problems.append(f"distillation_beta must be in [0, 1] (got {args.distillation_beta})")
         if args.distillation_weight < 0:
             problems.append(f"distillation_weight must be ≥ 0 (got {args.distillation_weight})")
         if args.distillation_weight > 0 and not args.teacher_model_name_or_path:
             problems.append("distillation_weight > 0 needs teacher_model_name_or_path")
-        if args.teacher_model_name_or_path and args.teacher_weight == 0:
+        if args.teacher_model_name_or_path and Distillation.weight(args, config) == 0:
             problems.append("teacher_model_name_or_path is set but distillation_weight is 0 (the teacher would be "
                             "loaded for nothing): set distillation_weight > 0, or use grounding-rl distill")
         if args.loss_top_k not in (0, 1):
             problems.append(f"loss_top_k must be 0 (full vocabulary) or 1 (top-1 reverse KL), got {args.loss_top_k}")
-        elif args.loss_top_k == 1 and args.teacher_divergence_beta != 1.0:
+        elif args.loss_top_k == 1 and Distillation.divergence_beta(args, config) != 1.0:
             problems.append("loss_top_k 1 is TRL's top-1 reverse KL and needs beta 1 (distillation_beta with GRPO)")
         kwargs = args.teacher_model_init_kwargs
         unknown = sorted(set(kwargs) - set(TEACHER_INIT_KEYS)) if isinstance(kwargs, dict) else []
@@ -106,7 +132,7 @@ class Distillation(Recipe):
         args = self.args
         path = args.teacher_model_name_or_path
         self.processor = load_processor(path)
-        check_pair(trainer.processing_class.tokenizer, self.processor.tokenizer, args.prompt_template, path)
+        check_pair(trainer.processing_class.tokenizer, self.processor.tokenizer, self.config.prompt_template, path)
         kwargs = args.teacher_model_init_kwargs or {}
         kwargs = json.loads(kwargs) if isinstance(kwargs, str) else dict(kwargs)
         student = trainer.accelerator.unwrap_model(trainer.model)
@@ -169,12 +195,13 @@ class Distillation(Recipe):
         with torch.no_grad():
             _, teacher_logits = completion_logps(self.teacher, teacher_batch, args.temperature, return_logits=True)
         per_token = per_token_divergence(student_logits, teacher_logits, inputs["completion_ids"], self.vocab,
-                                         args.teacher_divergence_beta, args.loss_top_k, args.temperature)
+                                         self.divergence_beta(self.args, args), self.args.loss_top_k,
+                                         args.temperature)
         mask = inputs["completion_mask"]
         loss = grpo.aggregate_loss(per_token, mask, args.loss_type, args.max_completion_length, num_items)
         total = trainer.accelerator.reduce(grpo.masked_sum_count(per_token, mask), reduction="sum")
         trainer._metrics["distillation/divergence"].append((total[0] / total[1].clamp(min=1.0)).item())
-        return args.teacher_weight * loss
+        return self.weight(self.args, args) * loss
 
 
 def per_token_divergence(student_logits: torch.Tensor, teacher_logits: torch.Tensor, completion_ids: torch.Tensor,

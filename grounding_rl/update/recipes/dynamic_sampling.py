@@ -99,16 +99,21 @@ class DynamicSampling(Recipe):
     arguments = DynamicSamplingArguments
     refused = {"distill": {"dynamic_sampling": "no groups to filter", "max_num_gen_batches": "no groups to filter"}}
     drops_zero_std_groups = True
+    switch = "dynamic_sampling"
 
     @staticmethod
-    def enabled(args) -> bool:
+    def enabled(args, config) -> bool:
         return bool(args.dynamic_sampling)
 
     @staticmethod
-    def problems(args) -> list[str]:
-        if args.max_num_gen_batches < 1:
-            return [f"max_num_gen_batches must be ≥ 1 (got {args.max_num_gen_batches})"]
-        return []
+    def problems(args, config) -> list[str]:
+        problems = [f"max_num_gen_batches must be ≥ 1 (got {args.max_num_gen_batches})"] \
+            if args.max_num_gen_batches < 1 else []
+        if args.dynamic_sampling and (config.generation_batch_size // config.world_size) % config.num_generations:
+            problems.append(f"dynamic_sampling needs whole groups on every process: per_device_train_batch_size "
+                            f"{config.per_device_train_batch_size} × steps_per_generation {config.steps_per_generation}"
+                            f" must be divisible by num_generations ({config.num_generations})")
+        return problems
 
     def resample(self, trainer, rollout, draw):
         """The rollout to train on; ``draw(items, group_offset)`` builds one more (:func:`build_rollout`)."""

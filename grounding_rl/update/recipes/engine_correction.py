@@ -29,12 +29,12 @@ class EngineCorrection(Recipe):
     arguments = EngineCorrectionArguments
 
     @staticmethod
-    def enabled(args) -> bool:
-        return bool(args.use_vllm and args.vllm_importance_sampling_correction)
+    def enabled(args, config) -> bool:
+        return bool(config.use_vllm and args.vllm_importance_sampling_correction)
 
     @staticmethod
-    def problems(args) -> list[str]:
-        if args.use_vllm and args.vllm_importance_sampling_mode not in grpo.IMPORTANCE_SAMPLING_MODES:
+    def problems(args, config) -> list[str]:
+        if config.use_vllm and args.vllm_importance_sampling_mode not in grpo.IMPORTANCE_SAMPLING_MODES:
             return [f"vllm_importance_sampling_mode {args.vllm_importance_sampling_mode!r} is not one of "
                     f"{grpo.IMPORTANCE_SAMPLING_MODES}"]
         return []

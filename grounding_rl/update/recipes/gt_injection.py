@@ -32,9 +32,10 @@ class GroundTruthInjection(Recipe):
     name = "gt_injection"
     arguments = GroundTruthInjectionArguments
     refused = {"distill": {"use_gt_injection": "the student samples every completion"}}
+    switch = "use_gt_injection"
 
     @staticmethod
-    def enabled(args) -> bool:
+    def enabled(args, config) -> bool:
         return bool(args.use_gt_injection)
 
     def inject(self, trainer, items, completion_ids, start):

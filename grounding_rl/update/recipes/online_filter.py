@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grounding_rl.update.arguments import data_seed
-from grounding_rl.update.recipes.base import Recipe
-from grounding_rl.update.recipes.difficulty import range_problem
+from grounding_rl.update.recipes.base import Recipe, range_problem
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +37,14 @@ class OnlineFilter(Recipe):
     arguments = OnlineFilterArguments
     fingerprint_keys = ("online_difficulty_range",)
     refused = {"distill": {"online_difficulty_range": "no groups of rewards to filter on"}}
+    switch = "online_difficulty_range"
 
     @staticmethod
-    def enabled(args) -> bool:
+    def enabled(args, config) -> bool:
         return args.online_difficulty_range is not None
 
     @staticmethod
-    def problems(args) -> list[str]:
+    def problems(args, config) -> list[str]:
         return range_problem("online_difficulty_range", args.online_difficulty_range)
 
     def prepare_data(self, trainer, dataset):
@@ -66,7 +66,7 @@ class OnlineFilter(Recipe):
     def sampler(self, trainer, dataset):
         from grounding_rl.data.dataset import filtered_repeat_sampler
 
-        args, G = self.args, trainer.num_generations
+        args, G = self.config, trainer.num_generations
         return filtered_repeat_sampler(data_source=dataset, selection=self.filter, mini_repeat_count=G,
                                        batch_size=args.generation_batch_size // G,
                                        repeat_count=args.num_iterations * args.steps_per_generation, seed=data_seed(args),

@@ -30,19 +30,19 @@ class TempSampShaping(Recipe):
     refused = {"distill": {"reward_shaping": "rewards are logged, not trained on"}}
 
     @staticmethod
-    def enabled(args) -> bool:
+    def enabled(args, config) -> bool:
         return args.reward_shaping == "tempsamp"
 
     @staticmethod
-    def problems(args) -> list[str]:
+    def problems(args, config) -> list[str]:
         from grounding_rl.reward.shaping import SHAPINGS
 
         problems = []
         if args.reward_shaping not in SHAPINGS:
             problems.append(f"reward_shaping {args.reward_shaping!r} is not one of {SHAPINGS}")
-        elif args.reward_shaping != "none" and "iou" not in args.reward_funcs:
+        elif args.reward_shaping != "none" and "iou" not in config.reward_funcs:
             problems.append(f"reward_shaping {args.reward_shaping!r} shapes the 'iou' reward, which reward_funcs "
-                            f"{args.reward_funcs} lacks")
+                            f"{config.reward_funcs} lacks")
         if args.reward_shaping_alpha <= 0:
             problems.append(f"reward_shaping_alpha must be > 0 (got {args.reward_shaping_alpha})")
         return problems

@@ -54,13 +54,16 @@ class TwoPassZoomArguments:
 class TwoPassZoom(Recipe):
     name = "two_pass_zoom"
     arguments = TwoPassZoomArguments
+    conflicts = ("crop_tool", "dynamic_sampling", "gt_injection", "distillation", "online_filter")
+    switch = "two_pass_zoom"
+    conflict_message = "two_pass_zoom does not run with {}"
 
     @staticmethod
-    def enabled(args) -> bool:
+    def enabled(args, config) -> bool:
         return bool(args.two_pass_zoom)
 
     @staticmethod
-    def problems(args) -> list[str]:
+    def problems(args, config) -> list[str]:
         from grounding_rl.rollout.zoom import window_problems
 
         out = []
@@ -69,14 +72,9 @@ class TwoPassZoom(Recipe):
         if args.zoom_spend not in ZOOM_SPEND:
             out.append(f"zoom_spend must be one of {', '.join(ZOOM_SPEND)} (got {args.zoom_spend!r})")
         if args.two_pass_zoom:
-            conflicts = [name for name, on in (
-                ("max_tool_calling_iterations", args.max_tool_calling_iterations), ("use_vllm", args.use_vllm),
-                ("dynamic_sampling", args.dynamic_sampling), ("use_gt_injection", args.use_gt_injection),
-                ("teacher_model_name_or_path", args.teacher_model_name_or_path),
-                ("online_difficulty_range", args.online_difficulty_range is not None)) if on]
-            if conflicts:
-                out.append(f"two_pass_zoom does not run with {', '.join(conflicts)}")
-            out += window_problems("two_pass_zoom", args.video_sampler, args.prompt_template,
+            if config.use_vllm:
+                out.append("two_pass_zoom does not run with use_vllm")
+            out += window_problems("two_pass_zoom", config.video_sampler, config.prompt_template,
                                    "the zoom looks again at one")
         return out
 

@@ -37,31 +37,50 @@ def _strategy(args) -> str:
 class Validation(Recipe):
     name = "validation"
     arguments = ValidationArguments
+    switch = "eval_file"
 
     @staticmethod
-    def enabled(args) -> bool:
-        return _strategy(args) != "no" or bool(args.eval_on_start)
+    def enabled(args, config) -> bool:
+        return _strategy(config) != "no" or bool(config.eval_on_start)
 
     @staticmethod
-    def problems(args) -> list[str]:
+    def problems(args, config) -> list[str]:
         problems = []
-        evaluating = Validation.enabled(args)
+        evaluating = Validation.enabled(args, config)
         if evaluating and not args.eval_file:
-            problems.append(f"eval_strategy {_strategy(args)!r} needs eval_file (a canonical JSONL to evaluate "
+            problems.append(f"eval_strategy {_strategy(config)!r} needs eval_file (a canonical JSONL to evaluate "
                             "greedily during training)")
-        if evaluating and args.world_size > 1:
+        if evaluating and config.world_size > 1:
             problems.append(f"validation during training (eval_strategy) runs on one process only, not "
-                            f"{args.world_size}: a 2-process ZeRO-3 run stalled at its first evaluation; evaluate the "
+                            f"{config.world_size}: a 2-process ZeRO-3 run stalled at its first evaluation; evaluate the "
                             "checkpoints with `grounding-rl eval` (multi-process, resumable) instead")
         if args.eval_file and not evaluating:
             problems.append("eval_file is set but eval_strategy is 'no': set eval_strategy: steps and eval_steps")
         if args.eval_max_samples is not None and args.eval_max_samples < 1:
             problems.append(f"eval_max_samples must be ≥ 1 (got {args.eval_max_samples})")
-        metric = args.metric_for_best_model
+        metric = config.metric_for_best_model
         if metric is not None and metric.removeprefix("eval_") not in EVAL_METRICS:
             problems.append(f"metric_for_best_model {metric!r} is not an evaluation metric of GRPO training; one of "
                             f"{list(EVAL_METRICS)}")
         return problems
+
+    @staticmethod
+    def trainer_inputs(args, config, script_args) -> dict:
+        """``eval_dataset`` (the samples of ``eval_file``, by the evaluation policy of
+        :func:`grounding_rl.data.samples.load_samples`, relative videos against ``video_root``; the first
+        ``eval_max_samples``) and ``eval_dropped`` (the lines dropped, counted only for the whole file); none without
+        ``eval_file``."""
+        if not args.eval_file:
+            return {}
+        from grounding_rl.data.samples import load_samples
+        from grounding_rl.paths import resolve_config_path
+
+        args.eval_file = resolve_config_path(args.eval_file)
+        counts: dict[str, int] = {}
+        samples = load_samples(args.eval_file, video_root=script_args.video_root, counts=counts)
+        if args.eval_max_samples:
+            return {"eval_dataset": samples[: args.eval_max_samples], "eval_dropped": 0}
+        return {"eval_dataset": samples, "eval_dropped": counts.get("dropped", 0)}
 
 
 class ValidationMixin:
@@ -148,3 +167,6 @@ class ValidationMixin:
             random.setstate(python_state)
             np.random.set_state(numpy_state)
         return [record for _, record in sorted(gather_object(local), key=lambda pair: pair[0])]
+
+
+Validation.trainer_mixin = ValidationMixin
