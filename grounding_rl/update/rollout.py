@@ -184,8 +184,9 @@ def sanitise(trainer, items: list[dict], completion_ids: torch.Tensor, sampling_
     placeholder_cut = (completion_mask(completion_ids, eos)[0] * (1 - keep)).bool().any(dim=1)
     is_gt = torch.zeros(len(items), dtype=torch.bool, device=device)
     completion_ids = sampled
+    context = trainer.step_context()
     for recipe in trainer.recipes:
-        replaced = recipe.inject(trainer, items, completion_ids, start)
+        replaced = recipe.inject(context, items, completion_ids, start)
         if replaced is not None:
             completion_ids, rows = replaced
             is_gt = is_gt | rows
@@ -324,7 +325,8 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0) -> Rollout:
     device = acc.device
     account_items(trainer, items)
     start = acc.process_index * len(items)
-    conversed = next((out for out in (r.converse(trainer, items) for r in trainer.recipes) if out is not None), None)
+    context = trainer.step_context()
+    conversed = next((out for out in (r.converse(context, items) for r in trainer.recipes) if out is not None), None)
     if conversed is not None:  # multi-turn (the crop tool): the final turns are scored
         batch, clean, texts, items = conversed
     else:
@@ -339,9 +341,9 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0) -> Rollout:
     flush_reward_metrics(trainer)
     gathered_gt = acc.gather(clean["is_gt"])
     for recipe in trainer.recipes:
-        recipe.observe(trainer, items, rewards_per_func, gathered_gt)  # the rewards as scored, before any shaping
+        recipe.observe(context, items, rewards_per_func, gathered_gt)  # the rewards as scored, before any shaping
     for recipe in trainer.recipes:
-        rewards_per_func = recipe.shape(trainer, rewards_per_func)
+        rewards_per_func = recipe.shape(context, rewards_per_func)
     weights = trainer.reward_weights
     row_weights = getattr(trainer, "row_reward_weights", None)  # (num_samples, F): rows with their own reward spec
     if row_weights is not None:

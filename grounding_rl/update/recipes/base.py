@@ -1,10 +1,63 @@
-"""The base of a recipe: its config dataclass and the hooks the trainer calls (each default does nothing). The
-registry of recipes is :mod:`grounding_rl.update.recipes`."""
+"""The base of a recipe: the hooks the trainer calls (each default does nothing) and the :class:`StepContext` they
+receive instead of the trainer. The registry of recipes is :mod:`grounding_rl.update.recipes`."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class StepContext:
+    """What a hook sees of the run (torchtune's components receive what they need): built by
+    :meth:`grounding_rl.update.trainer.GroundingGRPOTrainer.step_context` once per draw (and once for ``setup``,
+    ``sampler``, ``save``, ``load``, each loss forward). Read-only, except what a hook's docstring names.
+
+    ``prepare_data`` runs before the trainer is built: there only ``num_generations``, the ``reward_*`` fields and
+    ``log`` are set, the rest is None.
+
+    Fields: ``accelerator`` (process index, gather, device); ``model`` (the policy, possibly PEFT-wrapped) and
+    ``model_wrapped`` (as trained: DeepSpeed's engine or DDP's wrapper), ``is_deepspeed_enabled``;
+    ``processing_class``; ``rollout_engine`` (:class:`grounding_rl.rollout.generation.RolloutEngine`) and its
+    ``sampling`` (:class:`~grounding_rl.rollout.generation.SamplingParams`); ``share_prompt`` (prefix sharing on);
+    ``eos_token_ids``, ``pad_token_id``, ``placeholder_ids`` (token ids); ``num_generations`` (G);
+    ``reward_funcs``, ``reward_func_names``, ``reward_weights`` ((F,) float32); ``train_dataset`` and
+    ``data_collator`` (items of a sample index); ``recipes`` (the active ones, registry order); ``global_step``
+    (optimizer steps done); ``metrics`` ({name: [values]}, averaged per log: :meth:`log`), ``timings`` ({phase:
+    seconds}, :func:`grounding_rl.update.rollout.timed`), ``extra`` ({column: [one value per completion]}, written with
+    the logged completions).
+    """
+
+    accelerator: Any = None
+    model: Any = None
+    model_wrapped: Any = None
+    is_deepspeed_enabled: bool = False
+    processing_class: Any = None
+    rollout_engine: Any = None
+    sampling: Any = None
+    share_prompt: bool = False
+    eos_token_ids: list[int] | None = None
+    pad_token_id: int | None = None
+    placeholder_ids: list[int] | None = None
+    num_generations: int = 0
+    reward_funcs: list | None = None
+    reward_func_names: list[str] | None = None
+    reward_weights: Any = None
+    train_dataset: Any = None
+    data_collator: Any = None
+    recipes: list | None = None
+    global_step: int = 0
+    metrics: dict | None = None
+    timings: dict | None = None
+    extra: dict | None = None
+
+    def log(self, name: str, value: float) -> None:
+        """Add one value of metric ``name`` (averaged over the logging window, with the trainer's own metrics)."""
+        self.metrics[name].append(value)
 
 
 class Recipe:
-    """Base of a recipe. Subclasses set :attr:`name` and :attr:`arguments` and override the hooks they need."""
+    """Base of a recipe. Subclasses set :attr:`name` and :attr:`arguments` and override the hooks they need. Every hook
+    receives a :class:`StepContext` (``context``), never the trainer; what it may change is on its docstring."""
 
     name = ""
     arguments: type | None = None  # the dataclass of the recipe's config fields
@@ -26,51 +79,61 @@ class Recipe:
         self.args = args  # the recipe's own fields are read from here (``self.args.<field>``)
         self.config = args if config is None else config  # the training config: every other field
 
-    def setup(self, trainer) -> None:
-        """Once, at the end of the trainer's ``__init__`` (models a recipe holds, e.g. a teacher)."""
+    def setup(self, context: StepContext) -> None:
+        """Once, at the end of the trainer's ``__init__`` (models a recipe holds, e.g. a teacher). Reads the models,
+        processor and accelerator; changes only the recipe."""
 
-    def prepare_data(self, trainer, dataset):
+    def prepare_data(self, context: StepContext, dataset):
+        """The training set to use (return value), once, before the trainer is built; reads ``num_generations`` and
+        the ``reward_*`` fields (the only ones set)."""
         return dataset
 
-    def sampler(self, trainer, dataset):
+    def sampler(self, context: StepContext, dataset):
+        """None, or the training sampler (return value) over ``dataset``; may ``context.log`` later."""
         return None
 
-    def pool(self, trainer) -> list[int] | None:
+    def pool(self, context: StepContext) -> list[int] | None:
+        """None, or the sample indices an extra draw may use (return value)."""
         return None
 
-    def converse(self, trainer, items):
+    def converse(self, context: StepContext, items):
         """None, or a draw made otherwise than by one sampled completion per row (the crop tool's conversations):
         ``(batch, clean, texts, items)`` — the loss batch's prompt tensors,
-        :func:`grounding_rl.update.rollout.sanitise`'s dict, the texts the rewards score and the rows' items (with any columns added)."""
+        :func:`grounding_rl.update.rollout.sanitise`'s dict, the texts the rewards score and the rows' items (with any
+        columns added). Generates with ``rollout_engine`` or ``model_wrapped``; may ``log``, add ``timings`` and
+        ``extra`` columns."""
         return None
 
-    def inject(self, trainer, items, completion_ids, start):
-        """None, or ``(completion_ids, rows)``: new (B, C') ids and the (B,) bool rows that were replaced."""
+    def inject(self, context: StepContext, items, completion_ids, start):
+        """None, or ``(completion_ids, rows)``: new (B, C') ids and the (B,) bool rows that were replaced (return
+        value); ``start`` is the global index of the first row."""
         return None
 
-    def observe(self, trainer, items, rewards_per_func, is_gt) -> None:
-        """See the gathered (N, F) rewards as scored and the gathered (N,) injected rows."""
+    def observe(self, context: StepContext, items, rewards_per_func, is_gt) -> None:
+        """See the gathered (N, F) rewards as scored and the gathered (N,) injected rows; changes only the recipe."""
 
-    def shape(self, trainer, rewards_per_func):
+    def shape(self, context: StepContext, rewards_per_func):
+        """The gathered (N, F) rewards the advantages use (return value)."""
         return rewards_per_func
 
-    def resample(self, trainer, rollout, draw):
-        """The rollout to train on; ``draw(k)`` builds the k-th extra rollout of this step."""
+    def resample(self, context: StepContext, rollout, draw):
+        """The rollout to train on (return value); ``draw(items, group_offset)`` builds an extra rollout of this step
+        (:func:`grounding_rl.update.rollout.build_rollout`). May ``log`` and add ``timings``."""
         return rollout
 
-    def loss_inputs(self, trainer, rollout, batch) -> None:
-        """Add to (or change) the loss batch in place."""
+    def loss_inputs(self, context: StepContext, rollout, batch) -> None:
+        """Add to (or change) the loss batch (dict) in place; may ``log``."""
 
     needs_logits = False  # loss_term reads the policy's completion logits
 
-    def loss_term(self, trainer, inputs, logits, num_items):
-        """None, or a scalar added to the micro-batch's loss (before gradient-accumulation scaling); ``logits``:
-        (B, C, V) float32 completion logits, not divided by the temperature, when :attr:`needs_logits`
-        (:func:`grounding_rl.update.logprobs.completion_logps` with ``return_logits``), else None."""
+    def loss_term(self, context: StepContext, inputs, logits, num_items):
+        """None, or a scalar added to the micro-batch's loss (return value, before gradient-accumulation scaling);
+        ``logits``: (B, C, V) float32 completion logits, not divided by the temperature, when :attr:`needs_logits`
+        (:func:`grounding_rl.update.logprobs.completion_logps` with ``return_logits``), else None. May ``log``."""
         return None
 
-    def save(self, trainer, folder: str) -> None:
-        """Write the recipe's state into a checkpoint folder."""
+    def save(self, context: StepContext, folder: str) -> None:
+        """Write the recipe's state into a checkpoint folder (``accelerator``: the main process writes)."""
 
-    def load(self, trainer, folder: str) -> None:
-        """Restore it from a checkpoint folder (UserError when it cannot)."""
+    def load(self, context: StepContext, folder: str) -> None:
+        """Restore it from a checkpoint folder (UserError when it cannot); changes only the recipe."""
