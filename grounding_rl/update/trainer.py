@@ -46,7 +46,7 @@ from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
 from grounding_rl.update.recipes import active_recipes
 from grounding_rl.update.recipes.base import StepContext
-from grounding_rl.update.recipes.validation import ValidationMixin
+from grounding_rl.update.recipes.validation import greedy_evaluation
 from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, last_checkpoint,
                                         write_rollout_format)
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
@@ -58,7 +58,7 @@ from grounding_rl.update.sources import row_settings
 logger = logging.getLogger(__name__)
 
 
-class GroundingGRPOTrainer(ValidationMixin, CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
+class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
     """GRPO trainer for Qwen-VL models (any family of :mod:`grounding_rl.family`) on (video, query, start, end)
     samples.
 
@@ -341,6 +341,16 @@ class GroundingGRPOTrainer(ValidationMixin, CompleteCheckpointMixin, ExactResume
         super().log({**logs, **metrics}, start_time)
         if self.args.log_completions and self.accelerator.is_main_process and self.completions is not None:
             write_completions(self)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """The greedy evaluation of ``eval_dataset`` (default: ``eval_file``'s, :func:`greedy_evaluation`) instead of
+        a loss forward, logged and handed to the callbacks' ``on_evaluate``."""
+        out = greedy_evaluation(self.eval_dataset if eval_dataset is None else eval_dataset, self.model,
+                                self.model_wrapped, self.accelerator, self.processing_class, self.data_collator,
+                                self.args, self.eval_dropped, metric_key_prefix)
+        self.log(out)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, out)
+        return out
 
     def _save_checkpoint_extras(self, folder: str) -> None:
         """The rollout format and each recipe's state, before the checkpoint's mark
