@@ -8,47 +8,33 @@ from typing import Any
 
 @dataclass
 class StepContext:
-    """What a hook sees of the run (torchtune's components receive what they need): built by
-    :meth:`grounding_rl.update.trainer.GroundingGRPOTrainer.step_context` once per draw (and once for ``setup``,
-    ``sampler``, ``save``, ``load``, each loss forward). Read-only, except what a hook's docstring names.
+    """What a hook sees of the run instead of the trainer (torchtune's components receive what they need), built by
+    :meth:`grounding_rl.update.trainer.GroundingGRPOTrainer.step_context` once per draw, loss forward or event.
+    Read-only, except what a hook's docstring names. In ``prepare_data`` (before the trainer is built) only
+    ``num_generations``, the ``reward_*`` fields, ``recipes`` and :meth:`log` are set, the rest is None."""
 
-    ``prepare_data`` runs before the trainer is built: there only ``num_generations``, the ``reward_*`` fields and
-    ``log`` are set, the rest is None.
-
-    Fields: ``accelerator`` (process index, gather, device); ``model`` (the policy, possibly PEFT-wrapped) and
-    ``model_wrapped`` (as trained: DeepSpeed's engine or DDP's wrapper), ``is_deepspeed_enabled``;
-    ``processing_class``; ``rollout_engine`` (:class:`grounding_rl.rollout.generation.RolloutEngine`) and its
-    ``sampling`` (:class:`~grounding_rl.rollout.generation.SamplingParams`); ``share_prompt`` (prefix sharing on);
-    ``eos_token_ids``, ``pad_token_id``, ``placeholder_ids`` (token ids); ``num_generations`` (G);
-    ``reward_funcs``, ``reward_func_names``, ``reward_weights`` ((F,) float32); ``train_dataset`` and
-    ``data_collator`` (items of a sample index); ``recipes`` (the active ones, registry order); ``global_step``
-    (optimizer steps done); ``metrics`` ({name: [values]}, averaged per log: :meth:`log`), ``timings`` ({phase:
-    seconds}, :func:`grounding_rl.update.rollout.timed`), ``extra`` ({column: [one value per completion]}, written with
-    the logged completions).
-    """
-
-    accelerator: Any = None
-    model: Any = None
-    model_wrapped: Any = None
+    accelerator: Any = None  # process index, gather, device, unwrap_model
+    model: Any = None  # the policy (PEFT-wrapped for LoRA)
+    model_wrapped: Any = None  # as trained: DeepSpeed's engine, DDP's wrapper or the model
     is_deepspeed_enabled: bool = False
     processing_class: Any = None
-    rollout_engine: Any = None
-    sampling: Any = None
-    share_prompt: bool = False
+    rollout_engine: Any = None  # grounding_rl.rollout.generation.RolloutEngine
+    sampling: Any = None  # its grounding_rl.rollout.generation.SamplingParams
+    share_prompt: bool = False  # prefix sharing in the policy's forwards
     eos_token_ids: list[int] | None = None
     pad_token_id: int | None = None
-    placeholder_ids: list[int] | None = None
-    num_generations: int = 0
+    placeholder_ids: list[int] | None = None  # vision placeholder ids (never sampled)
+    num_generations: int = 0  # G
     reward_funcs: list | None = None
     reward_func_names: list[str] | None = None
-    reward_weights: Any = None
-    train_dataset: Any = None
-    data_collator: Any = None
-    recipes: list | None = None
-    global_step: int = 0
-    metrics: dict | None = None
-    timings: dict | None = None
-    extra: dict | None = None
+    reward_weights: Any = None  # (F,) float32
+    train_dataset: Any = None  # GroundingDataset
+    data_collator: Any = None  # VideoCollator: items of sample indices
+    recipes: list | None = None  # the active recipes, in registry order
+    global_step: int = 0  # optimizer steps done
+    metrics: dict | None = None  # {name: [values]}, averaged per log (log)
+    timings: dict | None = None  # {phase: seconds} of this generation (grounding_rl.update.rollout.timed)
+    extra: dict | None = None  # {column: [one value per completion]}, written with the logged completions
 
     def log(self, name: str, value: float) -> None:
         """Add one value of metric ``name`` (averaged over the logging window, with the trainer's own metrics)."""
