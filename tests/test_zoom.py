@@ -127,7 +127,7 @@ def test_zoom_settings_and_flags_are_checked():
     zm.ZoomSettings().check_family(family_of("qwen3_vl"))  # the family's default
     with pytest.raises(UserError, match="exact sampler"):
         zm.ZoomSettings().check_run("no-such-dir", "hf", "qwen_vl_utils", "default")
-    with pytest.raises(UserError, match="prompt template 'timelens2' asks for a set"):
+    with pytest.raises(UserError, match="--zoom: prompt_template 'timelens2' asks for a set"):
         zm.ZoomSettings().check_run("no-such-dir", "hf", "exact", "timelens2")
     zm.ZoomSettings().check_run("no-such-dir", "hf", "exact", "default")
     assert family_of("qwen2_5_vl").zoom_time() == "window" and family_of("qwen3_vl").zoom_time() == "video"

@@ -13,20 +13,15 @@ from grounding_rl.errors import UserError
 def check_turns_run(max_turns: int, zoom: bool, sampler: str, prompt_template: str) -> None:
     """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, a sampler other than
     ``exact`` (windows are sampled exactly) or a template asking for a set of intervals. Both engines run it."""
-    from grounding_rl.prompts.templates import is_set_template
+    from grounding_rl.rollout.zoom import window_problems
 
     if max_turns < 0:
         raise UserError(f"--max-turns must be ≥ 0 (got {max_turns})")
-    if not max_turns:
-        return
-    if zoom:
+    if max_turns and zoom:
         raise UserError("--max-turns and --zoom are two ways to look again; give one")
-    if sampler != "exact":
-        raise UserError(f"--max-turns samples windows with the exact sampler (the settings have sampler {sampler!r}; "
-                        "give --video-sampler exact)")
-    if is_set_template(prompt_template):
-        raise UserError(f"--max-turns: prompt template {prompt_template!r} asks for a set of intervals; the crop tool "
-                        "is for one")
+    problems = window_problems("--max-turns", sampler, prompt_template, "the crop tool is for one")
+    if max_turns and problems:
+        raise UserError(problems[0])
 
 
 def turns_summary(records: list[dict]) -> dict:

@@ -41,7 +41,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from grounding_rl.errors import UserError, check_number
-from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
+from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME, window_problems
 
 
 @dataclass(frozen=True)
@@ -85,17 +85,12 @@ class ZoomSettings:
         :meth:`check_family`), the ``engine``, the video ``sampler`` (windows are sampled exactly) or a
         ``prompt_template`` that asks for a set of intervals (the window is one answer's)."""
         from grounding_rl.eval.settings import checkpoint_family
-        from grounding_rl.prompts.templates import is_set_template
 
         family = checkpoint_family(model)
         if family is not None:
             self.check_family(family, engine)
-        if sampler != "exact":
-            raise UserError(f"--zoom samples windows with the exact sampler (the settings have sampler "
-                            f"{sampler!r}; give --video-sampler exact)")
-        if is_set_template(prompt_template):
-            raise UserError(f"--zoom looks again at one answered interval; prompt template {prompt_template!r} asks "
-                            "for a set of intervals")
+        for problem in window_problems("--zoom", sampler, prompt_template, "the zoom looks again at one"):
+            raise UserError(problem)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -73,8 +73,8 @@ def to_absolute(answer: tuple[float, float] | None, origin: float) -> tuple[floa
 
 
 def window_problems(setting: str, video_sampler: str, prompt_template: str, why_one: str) -> list[str]:
-    """What stops ``setting`` (a training option that samples windows of a clip: the crop tool, two-pass zoom, crop
-    trajectories) from running with these settings, one message each: windows come from the ``exact`` sampler only
+    """What stops ``setting`` (an option that samples windows of a clip: the crop tool, the zoom, crop trajectories;
+    in training, eval and infer) from running with these settings, one message each: windows come from the ``exact`` sampler only
     (:func:`grounding_rl.data.video.sample_window`), and a window looks again at one answer, not a set of intervals
     (``why_one`` ends that message)."""
     from grounding_rl.prompts.templates import PROMPT_TEMPLATES, is_set_template

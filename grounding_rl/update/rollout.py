@@ -136,8 +136,9 @@ def timed(trainer, phase: str):
 
 
 # ---------------------------------------------------------------------------------------------------------- stages
-def sample(trainer, items: list[dict]) -> tuple[dict, torch.Tensor, torch.Tensor | None]:
-    """Prompt tensors of ``items`` and one sampled completion per row.
+def sample(trainer, items: list[dict], generate=None) -> tuple[dict, torch.Tensor, torch.Tensor | None]:
+    """Prompt tensors of ``items`` and one sampled completion per row: by the rollout engine's batched call, or by
+    ``generate(items)`` → (B, C) ids when given (the two-pass zoom's turn 2, :func:`conversation_turns`).
 
     Returns:
         ``(batch, completion_ids (B, C), sampling_logps (B, C) or None)``; the batch is on the device.
@@ -145,11 +146,13 @@ def sample(trainer, items: list[dict]) -> tuple[dict, torch.Tensor, torch.Tensor
     Raises:
         ValueError: a prompt is longer than ``max_prompt_length`` (prompts are never truncated).
     """
-    args, engine = trainer.args, trainer.rollout_engine
+    engine = context.rollout_engine
     batch = batching.prompt_batch(trainer.processing_class, items, args.prompt_template,
                                   share_videos=args.share_video_encoding, video_layout=args.video_layout)
     check_prompt_lengths(batch, items, args.max_prompt_length)
     batch = batching.to_device(batch, trainer.accelerator.device)
+    if generate is not None:
+        return batch, generate(items).to(batch["prompt_ids"].device), None
     model = trainer.model_wrapped
     if hasattr(engine, "sync_weights"):  # vLLM: the policy's weights first, timed apart
         with timed(trainer, "sync_weights"):
@@ -158,6 +161,33 @@ def sample(trainer, items: list[dict]) -> tuple[dict, torch.Tensor, torch.Tensor
     with timed(trainer, "generate"):
         completion_ids = engine.generate(model, batching.generation_inputs(batch, items), trainer.sampling)
     return batch, completion_ids, getattr(engine, "sampling_logps", None)
+
+
+@contextmanager
+def conversation_turns(context, config, sampling):
+    """The rollout engine's conversation interface, ``continue_turn(trajectories, sampling)``
+    (:mod:`grounding_rl.rollout.conversation`), for the turns of one rollout: the engine's own where it has one
+    (vLLM, once the policy's weights are synced), or :class:`grounding_rl.rollout.conversation.HFTurns` on the
+    policy unwrapped for generation (ZeRO-3 parameters gathered with ``ds3_gather_for_generation``; each distinct
+    clip or window encoded once). ``context``: the hook's
+    :class:`grounding_rl.update.recipes.base.StepContext`; ``config``: the training config. Yields ``(turns,
+    sampling)``: on transformers ``sampling`` as given, on vLLM the context's own. Timed as ``generate``."""
+    from trl.models import unwrap_model_for_generation
+
+    from grounding_rl.rollout import conversation as conv
+
+    engine = context.rollout_engine
+    if hasattr(engine, "continue_turn"):  # vLLM: the policy's weights once per rollout, every turn on the engine
+        if hasattr(engine, "sync_weights"):
+            with timed(context, "sync_weights"):
+                engine.sync_weights(context.model_wrapped)
+        with timed(context, "generate"):
+            yield engine, context.sampling
+        return
+    with timed(context, "generate"), unwrap_model_for_generation(
+            context.model_wrapped, context.accelerator, gather_deepspeed3_params=config.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=config.gradient_checkpointing_kwargs) as unwrapped:
+        yield conv.HFTurns(unwrapped, context.pad_token_id), sampling
 
 
 def check_prompt_lengths(batch: dict, items: list[dict], limit: int | None) -> None:
@@ -305,13 +335,14 @@ def flush_reward_metrics(trainer) -> None:
 
 
 @torch.no_grad()
-def build_rollout(trainer, items: list[dict], group_offset: int = 0) -> Rollout:
+def build_rollout(trainer, items: list[dict], group_offset: int = 0, generate=None) -> Rollout:
     """One draw: sample → sanitise → score → advantages for this process's ``items`` (G consecutive rows per clip).
 
     Args:
         trainer: a :class:`grounding_rl.update.trainer.GroundingGRPOTrainer` (engine, processor, rewards, recipes).
         items: collated items, B rows; the processes' rows in order form whole groups.
         group_offset: added to the group ids (``(global row) // G``), so that draws of one step stay distinct.
+        generate: None, or what samples the completions instead of the engine's batched call (:func:`sample`).
 
     Returns:
         :class:`Rollout`. Rewards are gathered across processes before the advantages; recipes observe the scores
@@ -330,7 +361,7 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0) -> Rollout:
     if conversed is not None:  # multi-turn (the crop tool): the final turns are scored
         batch, clean, texts, items = conversed
     else:
-        batch, completion_ids, sampling_logps = sample(trainer, items)
+        batch, completion_ids, sampling_logps = sample(trainer, items, generate)
         clean = sanitise(trainer, items, completion_ids, sampling_logps, start)
         texts = trainer.processing_class.batch_decode(
             [ids[:n] for ids, n in zip(clean["completion_ids"].tolist(), clean["lengths"].tolist())],

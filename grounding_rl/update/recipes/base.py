@@ -103,8 +103,8 @@ class Recipe:
         return rewards_per_func
 
     def resample(self, context: StepContext, rollout, draw):
-        """The rollout to train on (return value); ``draw(items, group_offset)`` builds an extra rollout of this step
-        (:func:`grounding_rl.update.rollout.build_rollout`). May ``log`` and add ``timings``."""
+        """The rollout to train on (return value); ``draw(items, group_offset, generate=None)`` builds an extra
+        rollout of this step (:func:`grounding_rl.update.rollout.build_rollout`). May ``log`` and add ``timings``."""
         return rollout
 
     def loss_inputs(self, context: StepContext, rollout, batch) -> None:

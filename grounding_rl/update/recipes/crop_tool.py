@@ -99,18 +99,16 @@ class CropTool(Recipe):
     def converse(self, context, items):
         """Run this process's conversations (rows in order) and return ``(batch, clean, texts, items)`` for
         :func:`grounding_rl.update.rollout.build_rollout`."""
-        import contextlib
         import dataclasses
 
         import torch
-        from trl.models import unwrap_model_for_generation
 
         from grounding_rl.family import family_of
         from grounding_rl.rollout import conversation as conv
         from grounding_rl.rollout.tools import CropEnvironment
         from grounding_rl.update import batching
         from grounding_rl.update.conversation import conversation_batch, metric_sums, metrics_from_sums
-        from grounding_rl.update.rollout import timed
+        from grounding_rl.update.rollout import conversation_turns
 
         args, processor = self.args, context.processing_class
         family = family_of(context.accelerator.unwrap_model(context.model))
@@ -121,22 +119,9 @@ class CropTool(Recipe):
         environment = CropEnvironment(family.video_settings(args.video_settings), args.crop_spend)
         run = dict(end_ids=context.eos_token_ids, stop_ids=context.placeholder_ids,
                    max_prompt_length=args.max_prompt_length, layout=args.video_layout)
-        engine = context.rollout_engine
-        on_vllm = hasattr(engine, "sync_weights")
-        if on_vllm:  # vLLM: the policy's weights once per rollout, every turn on the engine
-            from grounding_rl.rollout import vllm
-
-            with timed(context, "sync_weights"):
-                engine.sync_weights(context.model_wrapped)
-            model, sampling = contextlib.nullcontext(), context.sampling
-        else:  # under ZeRO-3 the parameters are gathered for generation (setup)
-            model = unwrap_model_for_generation(
-                context.model_wrapped, context.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
-                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
-            # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another rank's
-            sampling = dataclasses.replace(context.sampling, synced_gpus=False)
-        with timed(context, "generate"), model as unwrapped:
-            turns = engine if on_vllm else conv.HFTurns(unwrapped, context.pad_token_id)
+        # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another rank's
+        with conversation_turns(context, self.config, dataclasses.replace(context.sampling, synced_gpus=False)
+                                ) as (turns, sampling):
             conv.run_conversations(lambda active: turns.continue_turn(active, sampling), trajectories, processor,
                                    family, environment, K, **run)
         device = context.accelerator.device
@@ -149,7 +134,9 @@ class CropTool(Recipe):
                  "lengths": torch.tensor([len(t.completion_ids) for t in trajectories], device=device),
                  "truncated": truncated, "placeholder_cut": torch.zeros_like(truncated),
                  "is_gt": torch.zeros_like(truncated), "sampling_logps": None}
-        if on_vllm and engine.logps_need_correcting:  # vLLM's log-probs of the model tokens
+        if getattr(turns, "logps_need_correcting", False):  # vLLM's log-probs of the model tokens
+            from grounding_rl.rollout import vllm
+
             clean["sampling_logps"] = vllm.conversation_sampling_logps(
                 trajectories, batch["completion_ids"].size(1)).to(device)
         sums = torch.tensor(metric_sums(trajectories, [(it["start"], it["end"]) for it in items]), device=device)

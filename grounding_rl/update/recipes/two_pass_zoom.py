@@ -5,8 +5,9 @@ groups of G: the pass-2 draw has its own group ids).
 
 Pass 2 is ``eval --zoom``'s turn 2 (:mod:`grounding_rl.eval.zoom`), its window from the same
 :class:`grounding_rl.rollout.zoom.ZoomEnvironment` (widened by ``zoom_margin``, sampled under pass 1's budget spent per
-``zoom_spend``, the family's time: eval's default ``--zoom-time``), drawn by pass 1's own draw (G rows on the window
-clip). The pass-2 rows carry ``answer_origin`` (t₀ for Qwen2.5-VL, else 0), added to their answers before any reward
+``zoom_spend``, the family's time: eval's default ``--zoom-time``), its G rows sampled as eval's turn 2: the context
+restarted with the window, one ``continue_turn`` of the rollout engine (:meth:`TwoPassZoom.turn2`), then scored and
+normalised by pass 1's draw. The pass-2 rows carry ``answer_origin`` (t₀ for Qwen2.5-VL, else 0), added to their answers before any reward
 sees them (:func:`grounding_rl.update.rollout.answer_spans`), and ``zoom_window`` [a, b] seconds.
 
 Where the window comes from during training: **the policy's own first sampled pass-1 completion of the group**,
@@ -80,21 +81,24 @@ class TwoPassZoom(Recipe):
         return out
 
     def resample(self, context, rollout, draw):
-        """Pass 1 (``rollout``) followed, on this process, by its pass-2 rows: ``draw(items, group_offset)``
-        (:func:`grounding_rl.update.rollout.build_rollout`) on :meth:`pass2_items`, group ids after pass 1's."""
+        """Pass 1 (``rollout``) followed, on this process, by its pass-2 rows: ``draw(items, group_offset, generate)``
+        (:func:`grounding_rl.update.rollout.build_rollout`) on :meth:`pass2_items`, group ids after pass 1's, sampled
+        by :meth:`turn2`."""
+        import functools
+
         import torch
         from accelerate.utils import gather_object
 
         from grounding_rl.update import batching
         from grounding_rl.update.rollout import Rollout, timed
 
-        args, acc, G = self.args, context.accelerator, context.num_generations
+        acc, G = context.accelerator, context.num_generations
         first = {}  # group id → its first completion, over every process's rows (a group may be split)
         for text, group in zip(gather_object(list(rollout.texts)), acc.gather(rollout.group_ids).tolist()):
             first.setdefault(group, text)
         with timed(context, "zoom_window"):
             items = self.pass2_items(context, rollout.items, [first[g] for g in rollout.group_ids.tolist()])
-        second = draw(items, args.generation_batch_size // G)
+        second = draw(items, self.config.generation_batch_size // G, functools.partial(self.turn2, context))
         second.extra["zoom_window"] = [it["zoom_window"] for it in items]  # completions.jsonl: None = pass 1
         metrics = context.metrics
         for name, column in (("window_recall", "zoom_window_recall"), ("fallbacks", "zoom_fallback"),
@@ -106,10 +110,29 @@ class TwoPassZoom(Recipe):
 
         def prompt_batch(rows):
             return batching.to_device(batching.prompt_batch(
-                context.processing_class, rows, args.prompt_template, share_videos=args.share_video_encoding,
-                video_layout=args.video_layout), acc.device)
+                context.processing_class, rows, self.config.prompt_template,
+                share_videos=self.config.share_video_encoding, video_layout=self.config.video_layout), acc.device)
 
         return Rollout.concat([rollout, second], prompt_batch, context.pad_token_id)
+
+    def turn2(self, context, items: list[dict]):
+        """Pass 2's completions, (B, C) ids: turn 2 of the zoom's fixed two-turn conversation, as at evaluation
+        (:func:`grounding_rl.rollout.zoom.zoom_rows`): each row's context restarted with its window
+        (:func:`grounding_rl.rollout.conversation.restart`), one ``continue_turn`` of the rollout engine
+        (:func:`grounding_rl.update.rollout.conversation_turns`) sampled with the run's settings."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
+        from grounding_rl.family import family_of
+        from grounding_rl.rollout.conversation import restart
+        from grounding_rl.update.rollout import conversation_turns
+
+        processor, config = context.processing_class, self.config
+        trajectories = [restart(processor, family_of(processor), it["query"], it["clip"], config.prompt_template,
+                                config.video_layout) for it in items]
+        with conversation_turns(context, config, context.sampling) as (turns, sampling):
+            ids = turns.continue_turn(trajectories, sampling)
+        return pad_sequence([torch.tensor(row) for row in ids], batch_first=True, padding_value=context.pad_token_id)
 
     def pass2_items(self, context, items: list[dict], texts: list[str]) -> list[dict]:
         """The pass-2 items of this process's pass-1 ``items``: each row's clip replaced by the window of its group's
