@@ -146,7 +146,7 @@ def sample(trainer, items: list[dict], generate=None) -> tuple[dict, torch.Tenso
     Raises:
         ValueError: a prompt is longer than ``max_prompt_length`` (prompts are never truncated).
     """
-    engine = context.rollout_engine
+    args, engine = trainer.args, trainer.rollout_engine
     batch = batching.prompt_batch(trainer.processing_class, items, args.prompt_template,
                                   share_videos=args.share_video_encoding, video_layout=args.video_layout)
     check_prompt_lengths(batch, items, args.max_prompt_length)
