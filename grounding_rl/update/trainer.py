@@ -141,11 +141,13 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
             recipe.setup(context)
 
     def step_context(self) -> StepContext:
-        """What the recipes' hooks see now (:class:`StepContext`; before ``Trainer.__init__``, the fields set by then)."""
+        """What the recipes' hooks see now (:class:`StepContext`; before ``Trainer.__init__``, the fields set by
+        then)."""
         state = getattr(self, "state", None)
         return StepContext(**{f.name: getattr(self, f.name, None) for f in fields(StepContext)
                               if f.name not in ("global_step", "metrics", "extra")},
-                           global_step=state.global_step if state else 0, metrics=self._metrics, extra=self.pending_extra)
+                           global_step=state.global_step if state else 0, metrics=self._metrics,
+                           extra=self.pending_extra)
 
     # ------------------------------------------------------------------------------------------------ models
     def _ref_logps(self, batch):

@@ -1,6 +1,6 @@
 """Validation during training: the greedy evaluation of ``grounding-rl eval`` on ``eval_file`` every
-``eval_steps`` (:func:`greedy_evaluation`, which the GRPO trainer's ``evaluate`` runs instead of a loss forward), with both scorings of
-:mod:`grounding_rl.reward.records`; ``metric_for_best_model`` names one of :data:`EVAL_METRICS`."""
+``eval_steps`` (:func:`greedy_evaluation`, which the GRPO trainer's ``evaluate`` runs instead of a loss forward), with
+both scorings of :mod:`grounding_rl.reward.records`; ``metric_for_best_model`` names one of :data:`EVAL_METRICS`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -64,13 +64,14 @@ class Validation(Recipe):
         return problems
 
 
-def greedy_evaluation(samples, model, model_wrapped, accelerator, processing_class, collator, args, dropped: int,
+def greedy_evaluation(samples, model, model_wrapped, acc, processing_class, collator, args, dropped: int,
                       prefix: str = "eval") -> dict[str, float]:
     """Greedy evaluation of the policy on ``samples`` (:class:`grounding_rl.data.samples.Sample`, from ``eval_file``),
     with the code of ``grounding-rl eval`` (one call of :func:`grounding_rl.rollout.answering.answer_batches`, records
     and both scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos. The GRPO
-    trainer's ``evaluate`` (``model``, ``model_wrapped``, ``accelerator``, ``processing_class``, its collator's frame
-    settings and cache, the training ``args``; ``dropped``: lines of the eval file the validation policy dropped).
+    trainer's ``evaluate`` (``model``, ``model_wrapped``, its accelerator ``acc``, ``processing_class``, its
+    collator's frame settings and cache, the training ``args``; ``dropped``: lines of the eval file the validation
+    policy dropped).
 
     Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
     ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
@@ -88,29 +89,16 @@ def greedy_evaluation(samples, model, model_wrapped, accelerator, processing_cla
     samples = list(samples or [])
     if not samples:
         raise ValueError("evaluate: no evaluation samples (eval_file)")
-    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    plugin = getattr(acc.state, "deepspeed_plugin", None)
     if plugin is not None and not args.ds3_gather_for_generation and plugin.zero_stage == 3:
         raise ValueError("validation during training under ZeRO-3 needs ds3_gather_for_generation: true")
-    from grounding_rl.reward.records import metrics_from_records
-
-    records = _greedy_records(samples, model, model_wrapped, accelerator, processing_class, collator, args)
-    metrics = metrics_from_records(records, args.prompt_template, dropped)
-    out = {f"{prefix}_{key}": float(metrics[key]) for key in ("n", *EVAL_METRICS[:6])}
-    clamped = metrics["by_scoring"]["clamped"]
-    out.update({f"{prefix}_clamped_{key}": float(clamped[key]) for key in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")})
-    return out
-
-
-def _greedy_records(samples, model, model_wrapped, acc, processing_class, collator, args) -> list:
-    """Prediction records of ``samples`` in their order, every rank's shard gathered (the policy in eval mode,
-    unwrapped as for generation; random states kept)."""
     import random
 
     import numpy as np
     from trl.models import unwrap_model_for_generation
 
     from grounding_rl.prompts.templates import is_set_template
-    from grounding_rl.reward.records import prediction_record
+    from grounding_rl.reward.records import metrics_from_records, prediction_record
     from grounding_rl.rollout.answering import Mode, answer_batches
     from grounding_rl.rollout.greedy import group_by_video, shard_by_video
 
@@ -127,9 +115,9 @@ def _greedy_records(samples, model, model_wrapped, acc, processing_class, collat
     try:
         with torch.random.fork_rng(devices=devices):
             model.eval()
-            with unwrap_model_for_generation(model_wrapped, acc, gather_deepspeed3_params=args.ds3_gather_for_generation,
-                                             gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
-                                             ) as unwrapped:
+            with unwrap_model_for_generation(
+                    model_wrapped, acc, gather_deepspeed3_params=args.ds3_gather_for_generation,
+                    gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
                 for batch in answer_batches(unwrapped, processing_class, [samples[p].video for p in mine],
                                             [samples[p].query for p in mine], config, args.max_completion_length,
                                             args.per_device_eval_batch_size, Mode(synced_gpus=False),
@@ -141,4 +129,9 @@ def _greedy_records(samples, model, model_wrapped, acc, processing_class, collat
         model.train(training)
         random.setstate(python_state)
         np.random.set_state(numpy_state)
-    return [record for _, record in sorted(gather_object(local), key=lambda pair: pair[0])]
+    records = [record for _, record in sorted(gather_object(local), key=lambda pair: pair[0])]
+    metrics = metrics_from_records(records, args.prompt_template, dropped)
+    out = {f"{prefix}_{key}": float(metrics[key]) for key in ("n", *EVAL_METRICS[:6])}
+    clamped = metrics["by_scoring"]["clamped"]
+    out.update({f"{prefix}_clamped_{key}": float(clamped[key]) for key in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")})
+    return out
