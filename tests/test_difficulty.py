@@ -108,12 +108,13 @@ def test_timelens_draw_reproduces_timelens_code():
         args = SimpleNamespace(**vars(DifficultyArguments()), seed=draw["seed"])
         args.difficulty_sampling, args.difficulty_subset_size = "timelens", draw["target_size"]
         trainer = SimpleNamespace()
-        kept = DifficultySelection(args).prepare_data(trainer, dataset)
+        recipe = DifficultySelection(args)
+        kept = recipe.prepare_data(trainer, dataset)
         equal += [s["qid"] for s in kept.samples] == draw["kept_qids"]
     assert equal == 15
     out_of_video = sum(not 0 <= r["start"] <= r["end"] <= r["duration"] for r in rows)
-    assert trainer.data_selection["out_of_video_dropped"] == out_of_video == 53
-    assert trainer.data_selection["drawn"] == len(fixture["draws"][-1]["kept_qids"]) == 85
+    assert recipe.counts["out_of_video_dropped"] == out_of_video == 53
+    assert recipe.counts["drawn"] == len(fixture["draws"][-1]["kept_qids"]) == 85
 
 
 def test_read_scores_by_qid_or_line_number(tmp_path):
@@ -231,7 +232,7 @@ def test_trainer_trains_on_the_offline_selection(tiny_model_dir, videos_dir, tmp
                                    load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward])
     # the range keeps qids 1 and 3 (IoU 0.4, 0.1); a Gaussian at 0.05 of width 0.05 then all but certainly draws 3
     assert [s["qid"] for s in trainer.train_dataset.samples] == ["3"]
-    assert trainer.data_selection == {"samples": 4, "kept": 1, "range_dropped_low": 1, "range_dropped_high": 1,
+    assert trainer.recipes[0].counts == {"samples": 4, "kept": 1, "range_dropped_low": 1, "range_dropped_high": 1,
                                       "out_of_video_dropped": 0, "reweighted": 2, "drawn": 1}
     assert trainer.data_collator.dataset is trainer.train_dataset
     assert math.isclose(trainer.train_dataset.samples[0]["difficulty"]["iou"], 0.1)

@@ -88,7 +88,7 @@ def test_dispersion_recipe_scores_the_rollouts_with_the_training_and_mean_reward
     recipe = DifficultySelection(args)
     assert recipe.prepare_data(trainer, dataset) is dataset
     assert recipe.weights.tolist() == pytest.approx([1e-16 / 1.5625, 0.5625 / 1.5625, 1 / 1.5625], rel=1e-6)
-    counts = trainer.data_selection
+    counts = recipe.counts
     assert counts["reweighted"] == 3 and counts["without_rollouts"] == 1 and counts["top_decile_weight"] == 0.64
     order = list(recipe.sampler(trainer, dataset))
     assert len(order) == 2 * 2 and order[0] == order[1]  # one generation batch of 2 clips, each G = 2 times

@@ -212,3 +212,25 @@ def test_no_family_is_named_outside_the_family_stage():
             if isinstance(node, ast.Constant) and node.value in names:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
     assert found == []
+
+
+def trainer_uses(folder: Path) -> list[str]:
+    """``file:line`` of every ``trainer.<attribute>`` and every parameter named ``trainer`` under ``folder``."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            used = (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "trainer"
+                    or isinstance(node, ast.arg) and node.arg == "trainer")
+            if used:
+                found.append(f"{path.relative_to(folder.parent)}:{node.lineno}")
+    return found
+
+
+def test_recipes_never_see_the_trainer(tmp_path):
+    """Hooks receive a :class:`grounding_rl.update.recipes.base.StepContext`, not the trainer: no ``trainer.`` read or
+    set and no parameter named ``trainer`` in ``update/recipes/``; the check sees each kind."""
+    assert trainer_uses(PACKAGE / "update" / "recipes") == []
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "r.py").write_text("def f(trainer):\n    pass\n\n\ndef g(t):\n    t.x = 1\n\n\n"
+                                               "def h(c):\n    trainer = c\n    trainer.y = c.trainer\n")
+    assert trainer_uses(tmp_path / "recipes") == ["recipes/r.py:1", "recipes/r.py:11"]

@@ -344,7 +344,7 @@ def online_filter_run(tmp_path_factory, tiny_model_dir, videos_dir):
     out = tmp_path_factory.mktemp("online_filter") / "full"
     full = online_filter_trainer(out, tiny_model_dir, videos_dir, save_steps=1)
     full.train()
-    return out, weights(full), full.online_filter.state_dict(), {h["step"]: h for h in full.state.log_history
+    return out, weights(full), full.recipes[0].filter.state_dict(), {h["step"]: h for h in full.state.log_history
                                                                   if "loss" in h}
 
 
@@ -371,7 +371,7 @@ def test_online_difficulty_filter_resumes_bit_identical(tmp_path, tiny_model_dir
     resumed = run(tmp_path / "resumed")
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert_identical(weights(resumed), full_weights)
-    assert resumed.online_filter.state_dict() == state
+    assert resumed.recipes[0].filter.state_dict() == state
     wall = ("runtime", "per_second", "step_time", "timing/")  # seconds measured, not computed
     same = lambda h: {k: v for k, v in h.items() if not any(w in k for w in wall)}  # noqa: E731
     relogged = {h["step"]: h for h in resumed.state.log_history if "loss" in h}

@@ -164,29 +164,30 @@ def sample(trainer, items: list[dict], generate=None) -> tuple[dict, torch.Tenso
 
 
 @contextmanager
-def conversation_turns(trainer, sampling):
+def conversation_turns(context, config, sampling):
     """The rollout engine's conversation interface, ``continue_turn(trajectories, sampling)``
     (:mod:`grounding_rl.rollout.conversation`), for the turns of one rollout: the engine's own where it has one
     (vLLM, once the policy's weights are synced), or :class:`grounding_rl.rollout.conversation.HFTurns` on the
     policy unwrapped for generation (ZeRO-3 parameters gathered with ``ds3_gather_for_generation``; each distinct
-    clip or window encoded once). Yields ``(turns, sampling)``: on transformers ``sampling`` as given, on vLLM the
-    trainer's own. Timed as ``generate``."""
+    clip or window encoded once). ``context``: the hook's
+    :class:`grounding_rl.update.recipes.base.StepContext`; ``config``: the training config. Yields ``(turns,
+    sampling)``: on transformers ``sampling`` as given, on vLLM the context's own. Timed as ``generate``."""
     from trl.models import unwrap_model_for_generation
 
     from grounding_rl.rollout import conversation as conv
 
-    args, engine = trainer.args, trainer.rollout_engine
+    engine = context.rollout_engine
     if hasattr(engine, "continue_turn"):  # vLLM: the policy's weights once per rollout, every turn on the engine
         if hasattr(engine, "sync_weights"):
-            with timed(trainer, "sync_weights"):
-                engine.sync_weights(trainer.model_wrapped)
-        with timed(trainer, "generate"):
-            yield engine, trainer.sampling
+            with timed(context, "sync_weights"):
+                engine.sync_weights(context.model_wrapped)
+        with timed(context, "generate"):
+            yield engine, context.sampling
         return
-    with timed(trainer, "generate"), unwrap_model_for_generation(
-            trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
-        yield conv.HFTurns(unwrapped, trainer.pad_token_id), sampling
+    with timed(context, "generate"), unwrap_model_for_generation(
+            context.model_wrapped, context.accelerator, gather_deepspeed3_params=config.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=config.gradient_checkpointing_kwargs) as unwrapped:
+        yield conv.HFTurns(unwrapped, context.pad_token_id), sampling
 
 
 def check_prompt_lengths(batch: dict, items: list[dict], limit: int | None) -> None:
@@ -213,8 +214,9 @@ def sanitise(trainer, items: list[dict], completion_ids: torch.Tensor, sampling_
     placeholder_cut = (completion_mask(completion_ids, eos)[0] * (1 - keep)).bool().any(dim=1)
     is_gt = torch.zeros(len(items), dtype=torch.bool, device=device)
     completion_ids = sampled
+    context = trainer.step_context()
     for recipe in trainer.recipes:
-        replaced = recipe.inject(trainer, items, completion_ids, start)
+        replaced = recipe.inject(context, items, completion_ids, start)
         if replaced is not None:
             completion_ids, rows = replaced
             is_gt = is_gt | rows
@@ -354,7 +356,8 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0, generate=No
     device = acc.device
     account_items(trainer, items)
     start = acc.process_index * len(items)
-    conversed = next((out for out in (r.converse(trainer, items) for r in trainer.recipes) if out is not None), None)
+    context = trainer.step_context()
+    conversed = next((out for out in (r.converse(context, items) for r in trainer.recipes) if out is not None), None)
     if conversed is not None:  # multi-turn (the crop tool): the final turns are scored
         batch, clean, texts, items = conversed
     else:
@@ -369,9 +372,9 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0, generate=No
     flush_reward_metrics(trainer)
     gathered_gt = acc.gather(clean["is_gt"])
     for recipe in trainer.recipes:
-        recipe.observe(trainer, items, rewards_per_func, gathered_gt)  # the rewards as scored, before any shaping
+        recipe.observe(context, items, rewards_per_func, gathered_gt)  # the rewards as scored, before any shaping
     for recipe in trainer.recipes:
-        rewards_per_func = recipe.shape(trainer, rewards_per_func)
+        rewards_per_func = recipe.shape(context, rewards_per_func)
     weights = trainer.reward_weights
     row_weights = getattr(trainer, "row_reward_weights", None)  # (num_samples, F): rows with their own reward spec
     if row_weights is not None:

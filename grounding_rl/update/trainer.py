@@ -27,6 +27,7 @@ import logging
 import os
 import time
 from collections import defaultdict
+from dataclasses import fields
 
 import torch
 from accelerate.utils import set_seed
@@ -43,7 +44,8 @@ from grounding_rl.update.arguments import data_seed
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
-from grounding_rl.update.recipes import active_recipes, trainer_mixins
+from grounding_rl.update.recipes import active_recipes, evaluation
+from grounding_rl.update.recipes.base import StepContext
 from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, last_checkpoint,
                                         write_rollout_format)
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
@@ -55,7 +57,7 @@ from grounding_rl.update.sources import row_settings
 logger = logging.getLogger(__name__)
 
 
-class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
+class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
     """GRPO trainer for Qwen-VL models (any family of :mod:`grounding_rl.family`) on (video, query, start, end)
     samples.
 
@@ -78,9 +80,9 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
             (``eval_file``; needed when ``eval_strategy`` is not ``"no"``).
         eval_dropped: lines of the eval file the validation policy dropped (the ``standard`` scoring counts them).
 
-    Attributes: :attr:`recipes` (:func:`grounding_rl.update.recipes.active_recipes`), :attr:`data_selection` (the
-    offline difficulty selection's counts, None without one), :attr:`row_reward_weights` and :attr:`data_mix` (the
-    rows' own reward weights and the sources' mix: :func:`grounding_rl.update.sources.row_settings`), :attr:`online_filter` (None without ``online_difficulty_range``).
+    Attributes: :attr:`recipes` (:func:`grounding_rl.update.recipes.active_recipes`; their hooks receive
+    :meth:`step_context`), :attr:`row_reward_weights` and :attr:`data_mix` (the rows' own reward weights and the
+    sources' mix: :func:`grounding_rl.update.sources.row_settings`).
     """
 
     loss_is_scaled_for_ga = True  # compute_loss scales for gradient accumulation itself, as TRL's GRPOTrainer
@@ -100,12 +102,15 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
         self.reward_funcs = funcs
         self.reward_func_names = [reward_name(f, s if isinstance(s, str) else None) for f, s in zip(funcs, specs)]
         self.reward_weights = torch.tensor(weights, dtype=torch.float32)
-        self.num_generations = args.num_generations
         self.sampling = SamplingParams(args.max_completion_length, args.temperature, args.top_p, args.top_k,
                                        args.repetition_penalty)
-        self.recipes, self.data_selection, self.online_filter = active_recipes(args), None, None
+        self.num_generations = args.num_generations
+        self._metrics = defaultdict(list)
+        self.timings = defaultdict(float)  # seconds per phase of the current generation (rollout.timed)
+        self.pending_metrics, self.pending_extra = defaultdict(list), defaultdict(list)  # log_metric, log_extra
+        self.recipes = active_recipes(args)
         for recipe in self.recipes:
-            train_dataset = recipe.prepare_data(self, train_dataset)
+            train_dataset = recipe.prepare_data(self.step_context(), train_dataset)
         self.row_reward_weights, self.data_mix = row_settings(train_dataset.samples, self.reward_func_names,
                                                               self.reward_weights, args.prompt_template)
         # frames sized for the model's vision tower (its family's pixel factor)
@@ -123,9 +128,6 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
         ids = completion_token_ids(processing_class.tokenizer, self.accelerator.unwrap_model(self.model).generation_config)
         self.eos_token_ids, self.pad_token_id = list(ids.eos), ids.pad
         self.placeholder_ids = placeholder_token_ids(self.model)
-        self._metrics = defaultdict(list)
-        self.timings = defaultdict(float)  # seconds per phase of the current generation (rollout.timed)
-        self.pending_metrics, self.pending_extra = defaultdict(list), defaultdict(list)  # log_metric, log_extra
         self._micro_step, self._buffered_inputs = 0, None
         self._step_time = self._update_time = self._prepare_time = 0.0
         self.skipped_total, self.unreadable_videos = 0, set()
@@ -133,8 +135,18 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
         self.max_missing_fraction = max_missing_fraction
         self.completions = None  # the trained rollout's rows, for log_completions
         self.eval_dropped = eval_dropped
+        context = self.step_context()
         for recipe in self.recipes:
-            recipe.setup(self)
+            recipe.setup(context)
+
+    def step_context(self) -> StepContext:
+        """What the recipes' hooks see now (:class:`StepContext`; before ``Trainer.__init__``, the fields set by
+        then)."""
+        state = getattr(self, "state", None)
+        return StepContext(**{f.name: getattr(self, f.name, None) for f in fields(StepContext)
+                              if f.name not in ("global_step", "metrics", "extra")},
+                           global_step=state.global_step if state else 0, metrics=self._metrics,
+                           extra=self.pending_extra)
 
     # ------------------------------------------------------------------------------------------------ models
     def _ref_logps(self, batch):
@@ -161,7 +173,7 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
         may supply its own (:meth:`Recipe.sampler`: the online filter's). Seeded by :func:`data_seed`."""
         dataset = dataset if dataset is not None else self.train_dataset
         for recipe in self.recipes:
-            sampler = recipe.sampler(self, dataset)
+            sampler = recipe.sampler(self.step_context(), dataset)
             if sampler is not None:
                 return sampler
         return resumable_repeat_sampler(
@@ -191,8 +203,9 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
                     "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a checkpoint "
                     f"at a multiple of {window}, or with the settings that wrote it")
             check_rollout_format(resume_from_checkpoint, self.args)
+            context = self.step_context()
             for recipe in self.recipes:
-                recipe.load(self, resume_from_checkpoint)
+                recipe.load(context, resume_from_checkpoint)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ rollout
@@ -223,9 +236,9 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
             ``importance_weights``.
         """
         self.timings.clear()
-        rollout = build_rollout(self, items)
+        rollout, context = build_rollout(self, items), self.step_context()
         for recipe in self.recipes:
-            rollout = recipe.resample(self, rollout, functools.partial(build_rollout, self))
+            rollout = recipe.resample(context, rollout, functools.partial(build_rollout, self))
         log_rollout(self, rollout)
         if self.args.steps_per_generation > 1:
             generation = self._micro_step // (self.args.steps_per_generation * self.args.num_iterations)
@@ -255,8 +268,9 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
         if args.kl_beta != 0.0:
             with timed(self, "ref"):
                 batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
+        context = self.step_context()
         for recipe in self.recipes:
-            recipe.loss_inputs(self, rollout, batch)
+            recipe.loss_inputs(context, rollout, batch)
         return batch
 
     # ------------------------------------------------------------------------------------------------ loss
@@ -295,7 +309,8 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
             epsilon_low=args.epsilon, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items,
             importance_weights=inputs.get("importance_weights"))
-        terms = [recipe.loss_term(self, inputs, logits, num_items) for recipe in self.recipes]
+        context = self.step_context()
+        terms = [recipe.loss_term(context, inputs, logits, num_items) for recipe in self.recipes]
         out.loss = out.loss + sum(term for term in terms if term is not None)
         loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation
 
@@ -328,12 +343,27 @@ class GroundingGRPOTrainer(*trainer_mixins(), CompleteCheckpointMixin, ExactResu
         if self.args.log_completions and self.accelerator.is_main_process and self.completions is not None:
             write_completions(self)
 
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """The greedy evaluation of ``eval_dataset`` (default: ``eval_file``'s; the validation recipe's
+        :func:`grounding_rl.update.recipes.validation.greedy_evaluation`) instead of
+        a loss forward, logged and handed to the callbacks' ``on_evaluate``."""
+        greedy_evaluation = evaluation()
+        if greedy_evaluation is None:
+            raise ValueError("evaluate: no recipe evaluates during training (the validation recipe is not installed)")
+        out = greedy_evaluation(self.eval_dataset if eval_dataset is None else eval_dataset, self.model,
+                                self.model_wrapped, self.accelerator, self.processing_class, self.data_collator,
+                                self.args, self.eval_dropped, metric_key_prefix)
+        self.log(out)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, out)
+        return out
+
     def _save_checkpoint_extras(self, folder: str) -> None:
         """The rollout format and each recipe's state, before the checkpoint's mark
         (:class:`grounding_rl.update.checkpoints.CompleteCheckpointMixin`)."""
         write_rollout_format(folder)
+        context = self.step_context()
         for recipe in self.recipes:
-            recipe.save(self, folder)
+            recipe.save(context, folder)
 
     def grounding_config(self):
         """The config's settings, with the reward functions this trainer actually scores with (by logged name)."""

@@ -92,9 +92,9 @@ def recipe_enabled(config, name: str) -> bool:
     return name in RECIPES and RECIPES[name].enabled(own_args(config, name), config)
 
 
-def trainer_mixins() -> tuple[type, ...]:
-    """The classes the registered recipes mix into the GRPO trainer (:attr:`Recipe.trainer_mixin`)."""
-    return tuple(recipe.trainer_mixin for recipe in RECIPES.values() if recipe.trainer_mixin)
+def evaluation():
+    """The function the GRPO trainer's ``evaluate`` runs (:attr:`Recipe.evaluation`), None without one registered."""
+    return next((recipe.evaluation for recipe in RECIPES.values() if recipe.evaluation), None)
 
 
 def max_videos(config) -> int:

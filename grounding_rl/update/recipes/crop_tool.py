@@ -77,7 +77,7 @@ class CropTool(Recipe):
                                    "the crop tool is for one")
         return out
 
-    def setup(self, trainer) -> None:
+    def setup(self, context) -> None:
         """One warning when ``share_prompt_prefix`` is on: a group's conversations diverge after the first turn, so
         their forward runs per row (each distinct clip or window still encoded once).
 
@@ -86,18 +86,18 @@ class CropTool(Recipe):
                 rank's conversations end when they answer), and partitioned layers would leave them waiting on each
                 other's parameter gathers.
         """
-        if (trainer.is_deepspeed_enabled and not self.config.ds3_gather_for_generation
-                and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3):
+        if (context.is_deepspeed_enabled and not self.config.ds3_gather_for_generation
+                and context.accelerator.state.deepspeed_plugin.zero_stage == 3):
             raise ValueError("max_tool_calling_iterations > 0 under ZeRO-3 needs ds3_gather_for_generation: true "
                              "(each rank runs as many turns as its own conversations need)")
-        if trainer.share_prompt:
+        if context.share_prompt:
             import logging
 
             logging.getLogger("grounding_rl.update.trainer").warning(
                 "share_prompt_prefix: multi-turn conversations diverge after their first turn; the policy and "
                 "reference forwards run per row")
 
-    def converse(self, trainer, items):
+    def converse(self, context, items):
         """Run this process's conversations (rows in order) and return ``(batch, clean, texts, items)`` for
         :func:`grounding_rl.update.rollout.build_rollout`."""
         import dataclasses
@@ -111,21 +111,22 @@ class CropTool(Recipe):
         from grounding_rl.update.conversation import conversation_batch, metric_sums, metrics_from_sums
         from grounding_rl.update.rollout import conversation_turns
 
-        args, config, processor = self.args, self.config, trainer.processing_class
-        family = family_of(trainer.accelerator.unwrap_model(trainer.model))
+        args, config, processor = self.args, self.config, context.processing_class
+        family = family_of(context.accelerator.unwrap_model(context.model))
         K = args.max_tool_calling_iterations
         trajectories = [conv.start(processor, family, it["query"], it["clip"], config.prompt_template, K,
                                    config.video_layout, config.max_prompt_length,
                                    f"sample {it['index']} (qid {it['qid']}, {it['video']})") for it in items]
         environment = CropEnvironment(family.video_settings(config.video_settings), args.crop_spend)
-        run = dict(end_ids=trainer.eos_token_ids, stop_ids=trainer.placeholder_ids,
+        run = dict(end_ids=context.eos_token_ids, stop_ids=context.placeholder_ids,
                    max_prompt_length=config.max_prompt_length, layout=config.video_layout)
         # each rank decodes alone (synced_gpus off): its conversations may need fewer turns than another rank's
-        with conversation_turns(trainer, dataclasses.replace(trainer.sampling, synced_gpus=False)) as (turns, sampling):
+        with conversation_turns(context, self.config, dataclasses.replace(context.sampling, synced_gpus=False)
+                                ) as (turns, sampling):
             conv.run_conversations(lambda active: turns.continue_turn(active, sampling), trajectories, processor,
                                    family, environment, K, **run)
-        device = trainer.accelerator.device
-        batch = batching.to_device(conversation_batch(trajectories, trainer.pad_token_id), device)
+        device = context.accelerator.device
+        batch = batching.to_device(conversation_batch(trajectories, context.pad_token_id), device)
         truncated = torch.tensor([t.truncated for t in trajectories], device=device)
         mask = batch["completion_mask"]
         if config.mask_truncated_completions:
@@ -140,11 +141,11 @@ class CropTool(Recipe):
             clean["sampling_logps"] = vllm.conversation_sampling_logps(
                 trajectories, batch["completion_ids"].size(1)).to(device)
         sums = torch.tensor(metric_sums(trajectories, [(it["start"], it["end"]) for it in items]), device=device)
-        sums = trainer.accelerator.gather(sums.unsqueeze(0)).sum(dim=0).tolist()  # all processes' trajectories
+        sums = context.accelerator.gather(sums.unsqueeze(0)).sum(dim=0).tolist()  # all processes' trajectories
         for name, value in metrics_from_sums(sums).items():
             if value == value:  # NaN (no window sampled) is not logged
-                trainer._metrics[name].append(value)
-        trainer.pending_extra["conversation"].extend(t.record() for t in trajectories)
+                context.log(name, value)
+        context.extra["conversation"].extend(t.record() for t in trajectories)
         items = [dict(it, crop_windows=[list(w) for w in t.windows], crop_calls=t.calls)
                  for it, t in zip(items, trajectories)]
         return batch, clean, [t.final_text for t in trajectories], items

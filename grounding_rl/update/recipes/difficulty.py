@@ -73,7 +73,7 @@ class DifficultyArguments:
 
 class DifficultySelection(Recipe):
     """Keeps the samples :func:`grounding_rl.data.selection.select_samples` selects; the counts are logged and kept
-    as the trainer's ``data_selection``. Active with a ``difficulty_sampling`` or a ``difficulty_range`` (without
+    as :attr:`counts`. Active with a ``difficulty_sampling`` or a ``difficulty_range`` (without
     either the selection keeps every sample)."""
 
     name = "difficulty_selection"
@@ -117,7 +117,7 @@ class DifficultySelection(Recipe):
                 problems.append(f"difficulty_mean_reward: {err}")
         return problems + range_problem("difficulty_range", args.difficulty_range)
 
-    def prepare_data(self, trainer, dataset):
+    def prepare_data(self, context, dataset):
         from grounding_rl.data.dataset import GroundingDataset
         from grounding_rl.data.selection import select_samples
 
@@ -126,10 +126,10 @@ class DifficultySelection(Recipe):
             dataset.samples, sampling=args.difficulty_sampling, score_range=args.difficulty_range,
             mean=args.difficulty_gaussian_mean, std=args.difficulty_gaussian_std, num_bins=args.difficulty_num_bins,
             subset_size=args.difficulty_subset_size, duration_edges=args.difficulty_duration_edges, seed=self.config.seed)
-        trainer.data_selection = counts
+        self.counts = counts
         if args.difficulty_sampling == "dispersion":
             kept = dataset if len(indices) == len(dataset) else GroundingDataset([dataset.samples[i] for i in indices])
-            self.weights = self.dispersion(trainer, kept.samples, counts)
+            self.weights = self.dispersion(context, kept.samples, counts)
             return kept
         if len(indices) == len(dataset):
             if args.difficulty_sampling == "timelens":
@@ -143,7 +143,7 @@ class DifficultySelection(Recipe):
                     "%(reweighted)d and drew %(drawn)d)", counts)
         return GroundingDataset([dataset.samples[i] for i in indices])
 
-    def dispersion(self, trainer, samples, counts):
+    def dispersion(self, context, samples, counts):
         """TimeLens2's weight of each sample (:func:`grounding_rl.data.selection.dispersion_weights`) from its
         ``difficulty.rollout_intervals``: each interval set is scored as the JSON answer ``[[s, e], ...]`` by the
         training rewards (the row's ``reward_spec`` where it has one; ``format`` left out; an empty set scores 0,
@@ -159,8 +159,8 @@ class DifficultySelection(Recipe):
         from grounding_rl.reward.rewards import get_reward_funcs
 
         args = self.args
-        train = [(f, float(w)) for f, w, name in zip(trainer.reward_funcs, trainer.reward_weights.tolist(),
-                                                     trainer.reward_func_names) if name != "format"]
+        train = [(f, float(w)) for f, w, name in zip(context.reward_funcs, context.reward_weights.tolist(),
+                                                     context.reward_func_names) if name != "format"]
         mean_func = get_reward_funcs([args.difficulty_mean_reward])[0]
 
         def score(funcs, sets, sample):
@@ -186,10 +186,10 @@ class DifficultySelection(Recipe):
                 from grounding_rl.update.sources import row_weights
 
                 try:
-                    weights = row_weights(sample["reward_spec"], list(trainer.reward_func_names))
+                    weights = row_weights(sample["reward_spec"], list(context.reward_func_names))
                 except ValueError as err:
                     raise UserError(f"train_file: qid {sample.get('qid')!r}: {err}") from None
-                funcs = [(f, w) for f, w, name in zip(trainer.reward_funcs, weights, trainer.reward_func_names)
+                funcs = [(f, w) for f, w, name in zip(context.reward_funcs, weights, context.reward_func_names)
                          if name != "format"]
             rewards.append(score(funcs, sets, sample) if sets else [])
             means.append(score([(mean_func, 1.0)], sets, sample) if sets else [])
@@ -202,13 +202,13 @@ class DifficultySelection(Recipe):
                     args.difficulty_mean_reward, missing, 100 * top)
         return weights
 
-    def sampler(self, trainer, dataset):
+    def sampler(self, context, dataset):
         if self.args.difficulty_sampling != "dispersion":
             return None
         from grounding_rl.data.dataset import weighted_repeat_sampler
         from grounding_rl.update.arguments import data_seed
 
-        args, G = self.config, trainer.num_generations
+        args, G = self.config, context.num_generations
         return weighted_repeat_sampler(dataset, self.weights, mini_repeat_count=G,
                                        batch_size=args.generation_batch_size // G,
                                        repeat_count=args.num_iterations * args.steps_per_generation,

@@ -117,7 +117,7 @@ class Distillation(Recipe):
         return problems
 
     # ------------------------------------------------------------------------------------------------ setup
-    def setup(self, trainer) -> None:
+    def setup(self, context) -> None:
         """Load the teacher and its processor, check the pair (:func:`check_pair`), prepare it like the reference.
 
         Raises:
@@ -132,18 +132,18 @@ class Distillation(Recipe):
         args = self.args
         path = args.teacher_model_name_or_path
         self.processor = load_processor(path)
-        check_pair(trainer.processing_class.tokenizer, self.processor.tokenizer, self.config.prompt_template, path)
+        check_pair(context.processing_class.tokenizer, self.processor.tokenizer, self.config.prompt_template, path)
         kwargs = args.teacher_model_init_kwargs or {}
         kwargs = json.loads(kwargs) if isinstance(kwargs, str) else dict(kwargs)
-        student = trainer.accelerator.unwrap_model(trainer.model)
+        student = context.accelerator.unwrap_model(context.model)
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype", str(student.dtype).removeprefix("torch.")))
         teacher = load_reference(path, dtype=dtype, revision=kwargs.get("revision"),
                                  attn_implementation=kwargs.get("attn_implementation",
                                                                 student.config._attn_implementation))
         self.family = family_of(teacher)
         self.student_factor = family_of(student).pixel_factor
-        self.vocab = divergence.shared_vocab_size(trainer.processing_class.tokenizer, self.processor.tokenizer)
-        self.teacher = frozen_copy(trainer, teacher)
+        self.vocab = divergence.shared_vocab_size(context.processing_class.tokenizer, self.processor.tokenizer)
+        self.teacher = frozen_copy(context, teacher)
         self.batch = None
 
     # ------------------------------------------------------------------------------------------------ inputs
@@ -158,7 +158,7 @@ class Distillation(Recipe):
         return replace(clip, frames=resize_frames(clip.frames, max(factor, round(height / factor) * factor),
                                                   max(factor, round(width / factor) * factor)))
 
-    def loss_inputs(self, trainer, rollout, batch) -> None:
+    def loss_inputs(self, context, rollout, batch) -> None:
         """The teacher's prompt tensors for the rollout's rows, built once per distinct clip (its processor, its
         frame size); each loss row names its teacher row (``teacher_row``), so micro-batches select theirs."""
         from grounding_rl.update import batching
@@ -169,14 +169,14 @@ class Distillation(Recipe):
                 clips[item["index"]] = self.teacher_clip(item["clip"])
         items = [{"index": item["index"], "query": item["query"], "clip": clips[item["index"]]}
                  for item in rollout.items]
-        args = trainer.args
+        args = self.config
         self.batch = batching.to_device(
             batching.prompt_batch(self.processor, items, args.prompt_template, share_videos=args.share_video_encoding,
-                                  video_layout=args.video_layout), trainer.accelerator.device)
-        batch[TEACHER_ROW] = torch.arange(len(items), device=trainer.accelerator.device)
+                                  video_layout=args.video_layout), context.accelerator.device)
+        batch[TEACHER_ROW] = torch.arange(len(items), device=context.accelerator.device)
 
     # ------------------------------------------------------------------------------------------------ loss
-    def loss_term(self, trainer, inputs, student_logits, num_items):
+    def loss_term(self, context, inputs, student_logits, num_items):
         """``weight ×`` the aggregated per-token divergence (``loss_type``'s rule) of this micro-batch; logs
         ``distillation/divergence`` (token mean, all processes) and ``distillation/weight``.
 
@@ -188,7 +188,7 @@ class Distillation(Recipe):
         from grounding_rl.update import batching
         from grounding_rl.update.logprobs import completion_logps
 
-        args = trainer.args
+        args = self.config
         rows = inputs[TEACHER_ROW].tolist()
         teacher_batch = batching.select_rows(self.batch, rows)
         teacher_batch.update(completion_ids=inputs["completion_ids"], completion_mask=inputs["completion_mask"])
@@ -199,8 +199,8 @@ class Distillation(Recipe):
                                          args.temperature)
         mask = inputs["completion_mask"]
         loss = grpo.aggregate_loss(per_token, mask, args.loss_type, args.max_completion_length, num_items)
-        total = trainer.accelerator.reduce(grpo.masked_sum_count(per_token, mask), reduction="sum")
-        trainer._metrics["distillation/divergence"].append((total[0] / total[1].clamp(min=1.0)).item())
+        total = context.accelerator.reduce(grpo.masked_sum_count(per_token, mask), reduction="sum")
+        context.log("distillation/divergence", (total[0] / total[1].clamp(min=1.0)).item())
         return self.weight(self.args, args) * loss
 
 

@@ -44,38 +44,38 @@ class DynamicSamplingArguments:
     )
 
 
-def extra_generation_batch(trainer, draw: int) -> list[dict]:
+def extra_generation_batch(context, config, draw: int) -> list[dict]:
     """This process's share of the ``draw``-th extra generation batch of this step: generation_batch_size / G clips
     drawn without replacement (with replacement from a smaller set) from the samples the recipes allow
     (:meth:`Recipe.pool`, e.g. those the online filter keeps), G rows each, the same on every process (seeded by the
-    run's seed, the global step and ``draw``, so a resumed run draws the same)."""
-    pools = [p for p in (recipe.pool(trainer) for recipe in trainer.recipes) if p is not None]
-    pool = pools[0] if pools else list(range(len(trainer.train_dataset)))
-    G, size = trainer.num_generations, len(pool)
-    groups = trainer.args.generation_batch_size // G
-    generator = torch.Generator().manual_seed(trainer.args.seed * 1_000_003 + trainer.state.global_step * 1_009 + draw)
+    run's seed (``config``), the global step and ``draw``, so a resumed run draws the same)."""
+    pools = [p for p in (recipe.pool(context) for recipe in context.recipes) if p is not None]
+    pool = pools[0] if pools else list(range(len(context.train_dataset)))
+    G, size = context.num_generations, len(pool)
+    groups = config.generation_batch_size // G
+    generator = torch.Generator().manual_seed(config.seed * 1_000_003 + context.global_step * 1_009 + draw)
     picks = (torch.randperm(size, generator=generator)[:groups] if size >= groups
              else torch.randint(size, (groups,), generator=generator))
     rows = [pool[i] for i in picks.repeat_interleave(G).tolist()]
-    acc = trainer.accelerator
+    acc = context.accelerator
     local = len(rows) // acc.num_processes
     mine = rows[acc.process_index * local:(acc.process_index + 1) * local]
-    return trainer.data_collator([trainer.train_dataset[i] for i in mine])
+    return context.data_collator([context.train_dataset[i] for i in mine])
 
 
-def group_order(trainer, rollout: Rollout) -> tuple[list[int], list[int]]:
+def group_order(context, rollout: Rollout) -> tuple[list[int], list[int]]:
     """``(ids, kept)``: the ids of all the rollout's groups and of those whose rewards are not all equal
     (:func:`grpo.kept_groups`), over every process's rows, in the order of their first row (the same lists on every
     process)."""
-    acc = trainer.accelerator
+    acc = context.accelerator
     ids = acc.gather(rollout.group_ids)
     return list(dict.fromkeys(ids.tolist())), grpo.kept_groups(acc.gather(rollout.zero_std), ids)
 
 
-def gathered(trainer, rollout: Rollout) -> dict:
+def gathered(context, rollout: Rollout) -> dict:
     """Every process's rows of ``rollout``, field by field (completions padded to the widest process's; items
     without their clip)."""
-    acc, pad = trainer.accelerator, trainer.pad_token_id
+    acc, pad = context.accelerator, context.pad_token_id
     fill = {"completion_ids": pad, "completion_mask": 0, "sampling_logps": float("nan")}
     out = {}
     for name in ("completion_ids", "completion_mask", "lengths", "truncated", "placeholder_cut", "rewards_per_func",
@@ -115,21 +115,21 @@ class DynamicSampling(Recipe):
                             f" must be divisible by num_generations ({config.num_generations})")
         return problems
 
-    def resample(self, trainer, rollout, draw):
+    def resample(self, context, rollout, draw):
         """The rollout to train on; ``draw(items, group_offset)`` builds one more (:func:`build_rollout`)."""
-        acc, G = trainer.accelerator, trainer.num_generations
+        acc, G = context.accelerator, context.num_generations
         total = self.config.generation_batch_size // G
-        first, kept = group_order(trainer, rollout)
+        first, kept = group_order(context, rollout)
         draws, kept = [rollout], [(0, g) for g in kept]
         while len(draws) < self.args.max_num_gen_batches and len(kept) < total:
-            with timed(trainer, "dynamic_sampling"):
-                extra = draw(extra_generation_batch(trainer, len(draws)), len(draws) * total)
-            kept += [(len(draws), g) for g in group_order(trainer, extra)[1]]
+            with timed(context, "dynamic_sampling"):
+                extra = draw(extra_generation_batch(context, self.config, len(draws)), len(draws) * total)
+            kept += [(len(draws), g) for g in group_order(context, extra)[1]]
             draws.append(extra)
         chosen = kept[:total]
         filled = total - len(chosen)
         chosen += [(0, g) for g in first if (0, g) not in chosen][:filled]
-        metrics = trainer._metrics
+        metrics = context.metrics
         metrics["dynamic_sampling/gen_batches"].append(float(len(draws)))
         metrics["dynamic_sampling/groups_drawn"].append(float(len(draws) * total))
         metrics["dynamic_sampling/groups_dropped"].append(float(len(draws) * total - (total - filled)))
@@ -138,13 +138,13 @@ class DynamicSampling(Recipe):
             return rollout
         local_groups = len(rollout) // G
         mine = chosen[acc.process_index * local_groups:(acc.process_index + 1) * local_groups]
-        return self._rows(trainer, draws, mine)
+        return self._rows(context, draws, mine)
 
-    def _rows(self, trainer, draws: list[Rollout], mine: list[tuple[int, int]]) -> Rollout:
-        acc = trainer.accelerator
-        views = [gathered(trainer, d) for d in draws]
+    def _rows(self, context, draws: list[Rollout], mine: list[tuple[int, int]]) -> Rollout:
+        acc = context.accelerator
+        views = [gathered(context, d) for d in draws]
         width = max(v["completion_ids"].size(1) for v in views)
-        fill = {"completion_ids": trainer.pad_token_id, "completion_mask": 0, "sampling_logps": float("nan")}
+        fill = {"completion_ids": context.pad_token_id, "completion_mask": 0, "sampling_logps": float("nan")}
         rows = [(d, r) for d, gid in mine for r in (views[d]["group_ids"] == gid).nonzero().flatten().tolist()]
         fields = {}
         for name, value in views[0].items():
@@ -164,8 +164,8 @@ class DynamicSampling(Recipe):
         for d, r in rows:  # a row this process drew keeps its decoded clip; another's is decoded again here
             local = r - start
             items.append(dict(draws[d].items[local]) if 0 <= local < len(draws[d]) else
-                         trainer.data_collator.load_item(views[d]["items"][r]["index"]))
-        batch = batching.to_device(batching.prompt_batch(trainer.processing_class, items, self.config.prompt_template,
+                         context.data_collator.load_item(views[d]["items"][r]["index"]))
+        batch = batching.to_device(batching.prompt_batch(context.processing_class, items, self.config.prompt_template,
                                                          share_videos=self.config.share_video_encoding,
                                                          video_layout=self.config.video_layout), acc.device)
         return Rollout(items=items, batch=batch, **fields)

@@ -39,12 +39,12 @@ class EngineCorrection(Recipe):
                     f"{grpo.IMPORTANCE_SAMPLING_MODES}"]
         return []
 
-    def loss_inputs(self, trainer, rollout, batch) -> None:
+    def loss_inputs(self, context, rollout, batch) -> None:
         """``batch["importance_weights"]`` from its ``old_logps`` and the rollout's sampling log-probs (none when
         the engine gave none)."""
         if rollout.sampling_logps is None:
             return
-        args, acc = self.args, trainer.accelerator
+        args, acc = self.args, context.accelerator
         out = grpo.engine_importance_weights(
             batch["old_logps"], rollout.sampling_logps.to(batch["old_logps"].device), batch["completion_mask"],
             args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_min,
@@ -52,7 +52,7 @@ class EngineCorrection(Recipe):
         batch["importance_weights"] = out.weights
         stats = acc.gather(torch.tensor([[out.logp_difference_mean, out.logp_difference_max, out.ratio_min,
                                           out.ratio_mean, out.ratio_max]], device=acc.device))
-        metrics = trainer._metrics
+        metrics = context.metrics
         metrics["sampling/sampling_logp_difference/mean"].append(stats[:, 0].mean().item())
         metrics["sampling/sampling_logp_difference/max"].append(stats[:, 1].max().item())
         metrics["sampling/importance_sampling_ratio/min"].append(stats[:, 2].min().item())

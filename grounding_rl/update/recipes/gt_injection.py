@@ -38,7 +38,7 @@ class GroundTruthInjection(Recipe):
     def enabled(args, config) -> bool:
         return bool(args.use_gt_injection)
 
-    def inject(self, trainer, items, completion_ids, start):
+    def inject(self, context, items, completion_ids, start):
         """``(ids, rows)``: ``completion_ids`` (B, C) with the last row of each group (global rows from ``start``)
         replaced by the ground truth, widened to C' ≥ C if needed; rows (B,) bool.
 
@@ -48,24 +48,24 @@ class GroundTruthInjection(Recipe):
         from grounding_rl.errors import UserError
         from grounding_rl.prompts.templates import answer_set_text, answer_text
 
-        rows = injected_rows(start, len(items), trainer.num_generations, completion_ids.device)
+        rows = injected_rows(start, len(items), context.num_generations, completion_ids.device)
         picked = rows.nonzero().flatten().tolist()
         if not picked:
             return completion_ids, rows
-        tokenizer, limit = trainer.processing_class.tokenizer, self.config.max_completion_length
+        tokenizer, limit = context.processing_class.tokenizer, self.config.max_completion_length
         answers = []
         for r in picked:
             item = items[r]
             text = (answer_set_text(item["spans"], template=self.config.prompt_template) if item.get("spans") else
                     answer_text(item["start"], item["end"], template=self.config.prompt_template))
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [trainer.eos_token_ids[0]]
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [context.eos_token_ids[0]]
             if len(ids) > limit:
                 raise UserError(f"use_gt_injection: the ground-truth answer of sample {item['index']} (qid "
                                 f"{item['qid']}) is {len(ids)} tokens with EOS, more than max_completion_length "
                                 f"{limit}; raise max_completion_length")
             answers.append(ids)
         width = max(completion_ids.size(1), max(len(ids) for ids in answers))
-        pad = trainer.pad_token_id
+        pad = context.pad_token_id
         out = completion_ids.new_full((completion_ids.size(0), width), pad)
         out[:, :completion_ids.size(1)] = completion_ids
         for r, ids in zip(picked, answers):

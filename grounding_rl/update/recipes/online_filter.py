@@ -31,7 +31,7 @@ class OnlineFilterArguments:
 
 
 class OnlineFilter(Recipe):
-    """The filter is :attr:`trainer.online_filter`; ``data/online_*`` metrics after each epoch."""
+    """The filter is :attr:`filter`; ``data/online_*`` metrics after each epoch."""
 
     name = "online_filter"
     arguments = OnlineFilterArguments
@@ -47,7 +47,7 @@ class OnlineFilter(Recipe):
     def problems(args, config) -> list[str]:
         return range_problem("online_difficulty_range", args.online_difficulty_range)
 
-    def prepare_data(self, trainer, dataset):
+    def prepare_data(self, context, dataset):
         """Create the filter over the (offline-selected) training set.
 
         Raises:
@@ -55,47 +55,47 @@ class OnlineFilter(Recipe):
         """
         from grounding_rl.data.selection import OnlineRangeFilter
 
-        names = [n for n in ("iou", "tiou") if n in trainer.reward_func_names]
+        names = [n for n in ("iou", "tiou") if n in context.reward_func_names]
         if not names:
             raise ValueError(f"online_difficulty_range filters on the 'iou' (or 'tiou') reward, which reward_funcs "
-                             f"{trainer.reward_func_names} do not have")
-        self.column = trainer.reward_func_names.index(names[0])
-        trainer.online_filter = self.filter = OnlineRangeFilter(len(dataset), *self.args.online_difficulty_range)
+                             f"{context.reward_func_names} do not have")
+        self.column = context.reward_func_names.index(names[0])
+        self.filter = OnlineRangeFilter(len(dataset), *self.args.online_difficulty_range)
         return dataset
 
-    def sampler(self, trainer, dataset):
+    def sampler(self, context, dataset):
         from grounding_rl.data.dataset import filtered_repeat_sampler
 
-        args, G = self.config, trainer.num_generations
+        args, G = self.config, context.num_generations
         return filtered_repeat_sampler(data_source=dataset, selection=self.filter, mini_repeat_count=G,
                                        batch_size=args.generation_batch_size // G,
                                        repeat_count=args.num_iterations * args.steps_per_generation, seed=data_seed(args),
-                                       on_advance=lambda counts: self._log(trainer, counts))
+                                       on_advance=lambda counts: self._log(context, counts))
 
-    def pool(self, trainer):
+    def pool(self, context):
         return self.filter.active
 
-    def observe(self, trainer, items, rewards_per_func, is_gt) -> None:
+    def observe(self, context, items, rewards_per_func, is_gt) -> None:
         """This draw's IoU rewards (all ranks' rows, in gather order); an injected row is not the policy's."""
         device = rewards_per_func.device
-        indices = trainer.accelerator.gather(torch.tensor([it["index"] for it in items], device=device))
+        indices = context.accelerator.gather(torch.tensor([it["index"] for it in items], device=device))
         sampled = ~is_gt.to(device)
         self.filter.observe(indices[sampled].tolist(), rewards_per_func[sampled, self.column].tolist())
 
     @staticmethod
-    def _log(trainer, counts: dict) -> None:
-        if trainer.accelerator.is_main_process:
+    def _log(context, counts: dict) -> None:
+        if context.accelerator.is_main_process:
             logger.info("online difficulty filter after epoch %(epoch)d: kept %(kept)d, dropped %(dropped)d "
                         "(%(dropped_low)d at or below the range, %(dropped_high)d above it), %(unscored)d unscored "
                         "and kept", counts)
         for key in ("kept", "dropped", "dropped_low", "dropped_high", "unscored"):
-            trainer._metrics[f"data/online_{key}"].append(float(counts[key]))
+            context.log(f"data/online_{key}", float(counts[key]))
 
-    def save(self, trainer, folder: str) -> None:
+    def save(self, context, folder: str) -> None:
         with open(os.path.join(folder, ONLINE_FILTER_FILE), "w", encoding="utf-8") as handle:
             json.dump(self.filter.state_dict(), handle)
 
-    def load(self, trainer, folder: str) -> None:
+    def load(self, context, folder: str) -> None:
         """Raises UserError: the checkpoint has no ``online_filter.json`` or one for another training set or range."""
         from grounding_rl.errors import UserError
 

@@ -47,12 +47,12 @@ class TempSampShaping(Recipe):
             problems.append(f"reward_shaping_alpha must be > 0 (got {args.reward_shaping_alpha})")
         return problems
 
-    def shape(self, trainer, rewards_per_func):
+    def shape(self, context, rewards_per_func):
         """(N, F) rewards with the ``iou`` column shaped (a copy)."""
         from grounding_rl.reward.shaping import tempsamp_shaping
 
         rewards_per_func = rewards_per_func.clone()
-        for j, name in enumerate(trainer.reward_func_names):
+        for j, name in enumerate(context.reward_func_names):
             if name == "iou":
                 rewards_per_func[:, j] = tempsamp_shaping(rewards_per_func[:, j], self.args.reward_shaping_threshold,
                                                           self.args.reward_shaping_alpha)

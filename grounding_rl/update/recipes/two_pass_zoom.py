@@ -78,7 +78,7 @@ class TwoPassZoom(Recipe):
                                    "the zoom looks again at one")
         return out
 
-    def resample(self, trainer, rollout, draw):
+    def resample(self, context, rollout, draw):
         """Pass 1 (``rollout``) followed, on this process, by its pass-2 rows: ``draw(items, group_offset, generate)``
         (:func:`grounding_rl.update.rollout.build_rollout`) on :meth:`pass2_items`, group ids after pass 1's, sampled
         by :meth:`turn2`."""
@@ -90,13 +90,15 @@ class TwoPassZoom(Recipe):
         from grounding_rl.update import batching
         from grounding_rl.update.rollout import Rollout, timed
 
-        acc, G = trainer.accelerator, trainer.num_generations
-        texts = gather_object(list(rollout.texts))  # a group may be split between processes
-        with timed(trainer, "zoom_window"):
-            items = self.pass2_items(trainer, rollout.items, texts, acc.process_index * len(rollout))
-        second = draw(items, self.config.generation_batch_size // G, functools.partial(self.turn2, trainer))
+        acc, G = context.accelerator, context.num_generations
+        first = {}  # group id → its first completion, over every process's rows (a group may be split)
+        for text, group in zip(gather_object(list(rollout.texts)), acc.gather(rollout.group_ids).tolist()):
+            first.setdefault(group, text)
+        with timed(context, "zoom_window"):
+            items = self.pass2_items(context, rollout.items, [first[g] for g in rollout.group_ids.tolist()])
+        second = draw(items, self.config.generation_batch_size // G, functools.partial(self.turn2, context))
         second.extra["zoom_window"] = [it["zoom_window"] for it in items]  # completions.jsonl: None = pass 1
-        metrics = trainer._metrics
+        metrics = context.metrics
         for name, column in (("window_recall", "zoom_window_recall"), ("fallbacks", "zoom_fallback"),
                              ("window_errors", "zoom_window_error")):
             values = torch.tensor([float(it[column]) for it in items], device=acc.device)
@@ -106,12 +108,12 @@ class TwoPassZoom(Recipe):
 
         def prompt_batch(rows):
             return batching.to_device(batching.prompt_batch(
-                trainer.processing_class, rows, self.config.prompt_template,
+                context.processing_class, rows, self.config.prompt_template,
                 share_videos=self.config.share_video_encoding, video_layout=self.config.video_layout), acc.device)
 
-        return Rollout.concat([rollout, second], prompt_batch, trainer.pad_token_id)
+        return Rollout.concat([rollout, second], prompt_batch, context.pad_token_id)
 
-    def turn2(self, trainer, items: list[dict]):
+    def turn2(self, context, items: list[dict]):
         """Pass 2's completions, (B, C) ids: turn 2 of the zoom's fixed two-turn conversation, as at evaluation
         (:func:`grounding_rl.rollout.zoom.zoom_rows`): each row's context restarted with its window
         (:func:`grounding_rl.rollout.conversation.restart`), one ``continue_turn`` of the rollout engine
@@ -123,27 +125,27 @@ class TwoPassZoom(Recipe):
         from grounding_rl.rollout.conversation import restart
         from grounding_rl.update.rollout import conversation_turns
 
-        processor, config = trainer.processing_class, self.config
+        processor, config = context.processing_class, self.config
         trajectories = [restart(processor, family_of(processor), it["query"], it["clip"], config.prompt_template,
                                 config.video_layout) for it in items]
-        with conversation_turns(trainer, trainer.sampling) as (turns, sampling):
+        with conversation_turns(context, config, context.sampling) as (turns, sampling):
             ids = turns.continue_turn(trajectories, sampling)
-        return pad_sequence([torch.tensor(row) for row in ids], batch_first=True, padding_value=trainer.pad_token_id)
+        return pad_sequence([torch.tensor(row) for row in ids], batch_first=True, padding_value=context.pad_token_id)
 
-    def pass2_items(self, trainer, items: list[dict], texts: list[str], start: int) -> list[dict]:
-        """The pass-2 items of this process's pass-1 ``items`` (global rows ``start`` …): each row's clip replaced by
-        the window of its group's first completion (``texts``: all processes' pass-1 completions, gather order), with
+    def pass2_items(self, context, items: list[dict], texts: list[str]) -> list[dict]:
+        """The pass-2 items of this process's pass-1 ``items``: each row's clip replaced by the window of its group's
+        first completion (``texts``: that completion, one per row; the group found by its id), with
         the columns ``answer_origin``, ``zoom_window``, ``zoom_fallback``, ``zoom_window_error`` and
         ``zoom_window_recall`` (the ground truth wholly inside)."""
         from grounding_rl.family import family_of
         from grounding_rl.rollout.zoom import ZoomEnvironment
 
-        G, out = trainer.num_generations, []
-        family = family_of(trainer.accelerator.unwrap_model(trainer.model))
+        out = []
+        family = family_of(context.accelerator.unwrap_model(context.model))
         environment = ZoomEnvironment(family.video_settings(self.config.video_settings), self.args.zoom_spend,
                                       self.args.zoom_margin, family.window_answer_shift())
-        for row, item in enumerate(items):
-            window, fallback, clip, _, origin = environment(texts[(start + row) // G * G], item["clip"], item["index"])
+        for text, item in zip(texts, items):
+            window, fallback, clip, _, origin = environment(text, item["clip"], item["index"])
             out.append({k: v for k, v in item.items() if k != "substituted_from"} | dict(  # counted once, in pass 1
                 clip=item["clip"] if clip is None else clip, answer_origin=origin, zoom_window=window,
                 zoom_fallback=fallback, zoom_window_error=clip is None,

@@ -1,6 +1,6 @@
 """Validation during training: the greedy evaluation of ``grounding-rl eval`` on ``eval_file`` every
-``eval_steps`` (:class:`ValidationMixin`, which replaces ``Trainer.evaluate``), with both scorings of
-:mod:`grounding_rl.reward.records`; ``metric_for_best_model`` names one of :data:`EVAL_METRICS`."""
+``eval_steps`` (:func:`greedy_evaluation`, which the GRPO trainer's ``evaluate`` runs instead of a loss forward), with
+both scorings of :mod:`grounding_rl.reward.records`; ``metric_for_best_model`` names one of :data:`EVAL_METRICS`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -83,90 +83,77 @@ class Validation(Recipe):
         return {"eval_dataset": samples, "eval_dropped": counts.get("dropped", 0)}
 
 
-class ValidationMixin:
-    """Mixed into the GRPO trainer: ``evaluate`` runs the greedy evaluation instead of a loss forward."""
+def greedy_evaluation(samples, model, model_wrapped, acc, processing_class, collator, args, dropped: int,
+                      prefix: str = "eval") -> dict[str, float]:
+    """Greedy evaluation of the policy on ``samples`` (:class:`grounding_rl.data.samples.Sample`, from ``eval_file``),
+    with the code of ``grounding-rl eval`` (one call of :func:`grounding_rl.rollout.answering.answer_batches`, records
+    and both scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos. The GRPO
+    trainer's ``evaluate`` (``model``, ``model_wrapped``, its accelerator ``acc``, ``processing_class``, its
+    collator's frame settings and cache, the training ``args``; ``dropped``: lines of the eval file the validation
+    policy dropped).
 
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Greedy evaluation of the policy on ``eval_dataset`` (default: the trainer's, from ``eval_file``), with the
-        code of ``grounding-rl eval`` (one call of :func:`grounding_rl.rollout.answering.answer_batches`, records and
-        both scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos.
+    Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
+    ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
+    Python) are restored afterwards, so a run with validation trains exactly as one without. Generation budget:
+    ``max_completion_length``; batch: ``per_device_eval_batch_size``; decoding workers: ``dataloader_num_workers``.
 
-        Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
-        ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
-        Python) are restored afterwards, so a run with validation trains exactly as one without. Generation budget:
-        ``max_completion_length``; batch: ``per_device_eval_batch_size``; decoding workers:
-        ``dataloader_num_workers``.
+    Returns:
+        ``{prefix_R1@0.3, …, prefix_mIoU, prefix_parse_failure_rate, prefix_format_rate`` (standard scoring)
+        ``, prefix_clamped_R1@0.3, …, prefix_clamped_mIoU, prefix_n}``.
 
-        Returns:
-            ``{prefix_R1@0.3, …, prefix_mIoU, prefix_parse_failure_rate, prefix_format_rate`` (standard scoring)
-            ``, prefix_clamped_R1@0.3, …, prefix_clamped_mIoU, prefix_n}``, also logged.
+    Raises:
+        ValueError: no evaluation samples, or ZeRO-3 without ``ds3_gather_for_generation`` (shards of different
+            sizes would leave ranks waiting on each other's parameter gathers).
+    """
+    samples = list(samples or [])
+    if not samples:
+        raise ValueError("evaluate: no evaluation samples (eval_file)")
+    plugin = getattr(acc.state, "deepspeed_plugin", None)
+    if plugin is not None and not args.ds3_gather_for_generation and plugin.zero_stage == 3:
+        raise ValueError("validation during training under ZeRO-3 needs ds3_gather_for_generation: true")
+    import random
 
-        Raises:
-            ValueError: no evaluation samples, or ZeRO-3 without ``ds3_gather_for_generation`` (shards of different
-                sizes would leave ranks waiting on each other's parameter gathers).
-        """
-        samples = list((self.eval_dataset if eval_dataset is None else eval_dataset) or [])
-        if not samples:
-            raise ValueError("evaluate: no evaluation samples (eval_file)")
-        if (self.is_deepspeed_enabled and not self.args.ds3_gather_for_generation
-                and self.accelerator.state.deepspeed_plugin.zero_stage == 3):
-            raise ValueError("validation during training under ZeRO-3 needs ds3_gather_for_generation: true")
-        from grounding_rl.reward.records import metrics_from_records
+    import numpy as np
+    from trl.models import unwrap_model_for_generation
 
-        records = self._greedy_records(samples)
-        metrics = metrics_from_records(records, self.args.prompt_template, self.eval_dropped)
-        out = {f"{metric_key_prefix}_{key}": float(metrics[key]) for key in ("n", *EVAL_METRICS[:6])}
-        clamped = metrics["by_scoring"]["clamped"]
-        out.update({f"{metric_key_prefix}_clamped_{key}": float(clamped[key])
-                    for key in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")})
-        self.log(out)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, out)
-        return out
+    from grounding_rl.prompts.templates import is_set_template
+    from grounding_rl.reward.records import metrics_from_records, prediction_record
+    from grounding_rl.rollout.answering import Mode, answer_batches
+    from grounding_rl.rollout.greedy import group_by_video, shard_by_video
 
-    def _greedy_records(self, samples) -> list:
-        """Prediction records of ``samples`` in their order, every rank's shard gathered (the policy in eval mode,
-        unwrapped as for generation; random states kept)."""
-        import random
-
-        import numpy as np
-        from trl.models import unwrap_model_for_generation
-
-        from grounding_rl.prompts.templates import is_set_template
-        from grounding_rl.reward.records import prediction_record
-        from grounding_rl.rollout.answering import Mode, answer_batches
-        from grounding_rl.rollout.greedy import group_by_video, shard_by_video
-
-        acc, args = self.accelerator, self.args
-        groups = shard_by_video(group_by_video([s.video for s in samples]), acc.process_index, acc.num_processes)
-        mine = [p for _, positions in groups for p in positions]
-        cache = self.data_collator.cache
-        cache_root = str(cache.root) if getattr(cache, "root", None) is not None else None
-        config = SimpleNamespace(video=self.data_collator.settings, prompt_template=args.prompt_template,
-                                 video_layout=args.video_layout)
-        python_state, numpy_state = random.getstate(), np.random.get_state()
-        devices = [acc.device] if acc.device.type == "cuda" else []
-        training = self.model.training
-        local = []
-        try:
-            with torch.random.fork_rng(devices=devices):
-                self.model.eval()
-                with unwrap_model_for_generation(self.model_wrapped, acc,
-                                                 gather_deepspeed3_params=args.ds3_gather_for_generation,
-                                                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
-                                                 ) as unwrapped:
-                    for batch in answer_batches(unwrapped, self.processing_class, [samples[p].video for p in mine],
-                                                [samples[p].query for p in mine], config, args.max_completion_length,
-                                                args.per_device_eval_batch_size, Mode(synced_gpus=False),
-                                                args.dataloader_num_workers, cache_root,
-                                                getattr(cache, "max_bytes", 0)):
-                        local += [(mine[a.position], prediction_record(
-                            samples[mine[a.position]], a.text, a.error, a.sampling,
-                            set_answers=is_set_template(args.prompt_template))) for a in batch]
-        finally:
-            self.model.train(training)
-            random.setstate(python_state)
-            np.random.set_state(numpy_state)
-        return [record for _, record in sorted(gather_object(local), key=lambda pair: pair[0])]
+    groups = shard_by_video(group_by_video([s.video for s in samples]), acc.process_index, acc.num_processes)
+    mine = [p for _, positions in groups for p in positions]
+    cache = collator.cache
+    cache_root = str(cache.root) if getattr(cache, "root", None) is not None else None
+    config = SimpleNamespace(video=collator.settings, prompt_template=args.prompt_template,
+                             video_layout=args.video_layout)
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    devices = [acc.device] if acc.device.type == "cuda" else []
+    training = model.training
+    local = []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            model.eval()
+            with unwrap_model_for_generation(
+                    model_wrapped, acc, gather_deepspeed3_params=args.ds3_gather_for_generation,
+                    gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
+                for batch in answer_batches(unwrapped, processing_class, [samples[p].video for p in mine],
+                                            [samples[p].query for p in mine], config, args.max_completion_length,
+                                            args.per_device_eval_batch_size, Mode(synced_gpus=False),
+                                            args.dataloader_num_workers, cache_root, getattr(cache, "max_bytes", 0)):
+                    local += [(mine[a.position], prediction_record(
+                        samples[mine[a.position]], a.text, a.error, a.sampling,
+                        set_answers=is_set_template(args.prompt_template))) for a in batch]
+    finally:
+        model.train(training)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+    records = [record for _, record in sorted(gather_object(local), key=lambda pair: pair[0])]
+    metrics = metrics_from_records(records, args.prompt_template, dropped)
+    out = {f"{prefix}_{key}": float(metrics[key]) for key in ("n", *EVAL_METRICS[:6])}
+    clamped = metrics["by_scoring"]["clamped"]
+    out.update({f"{prefix}_clamped_{key}": float(clamped[key]) for key in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")})
+    return out
 
 
-Validation.trainer_mixin = ValidationMixin
+Validation.evaluation = staticmethod(greedy_evaluation)
