@@ -7,7 +7,8 @@ module the fields a resume must keep (:attr:`Recipe.fingerprint_keys`, read by t
 refuses (:attr:`Recipe.refused`, checked here); ``update/fields.py``, the configs, the run fingerprint and the trainer
 ask this registry (:func:`recipe_enabled`, :func:`teacher`, ...), whose answers stand when a recipe is deleted.
 
-Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every default does nothing): ``prepare_data`` (the training set, once),
+Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every default does nothing; each receives a
+:class:`grounding_rl.update.recipes.base.StepContext`, never the trainer): ``prepare_data`` (the training set, once),
 ``sampler`` (the training sampler), ``pool`` (the samples an extra draw may use), ``converse`` (a draw of conversations), ``inject`` (replace completions,
 :func:`grounding_rl.update.rollout.sanitise`), ``observe`` / ``shape`` (the gathered rewards,
 :func:`grounding_rl.update.rollout.build_rollout`), ``resample`` (more draws, handed a draw function),
