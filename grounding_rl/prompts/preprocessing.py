@@ -97,17 +97,11 @@ class GroundingConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "GroundingConfig":
+        """The config of a ``grounding_config.json``'s content: a key it lacks (written before the field existed)
+        takes the field's default; keys of no field are ignored."""
         known = {f.name for f in fields(VideoSettings)}
         video = VideoSettings(**{k: v for k, v in (data.get("video") or {}).items() if k in known})
-        return cls(
-            prompt_template=data.get("prompt_template", "default"),
-            video=video,
-            reward_funcs=list(data.get("reward_funcs", ["iou", "format"])),
-            reward_weights=data.get("reward_weights"),
-            video_layout=data.get("video_layout", DEFAULT_VIDEO_LAYOUT),
-            data_mix=data.get("data_mix"),
-            duration_filter=data.get("duration_filter"),
-        )
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data and f.name != "video"}, video=video)
 
     @classmethod
     def load(cls, directory: str | Path) -> "GroundingConfig | None":
