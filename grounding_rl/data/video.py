@@ -72,10 +72,10 @@ class VideoSettings:
 
     Each setting is declared here once, its documentation the field's ``help`` (:func:`setting_fields`): it is
     ``video_<name>`` in a training YAML (:class:`grounding_rl.prompts.preprocessing.PreprocessingArguments`),
-    ``--video-<name>`` on ``eval`` / ``infer`` / ``difficulty`` (:class:`grounding_rl.eval.settings.
-    PreprocessingOverrides`) and ``video.<name>`` in ``grounding_config.json``. ``pixel_factor`` alone has no help: H
-    and W are multiples of it, the vision tower's patch size × spatial merge size (28 for Qwen2.5-VL, 32 for Qwen3-VL;
-    qwen-vl-utils' ``image_patch_size`` × 2), set from the model family
+    ``--video-<name>`` on ``eval`` / ``infer`` / ``difficulty``
+    (:class:`grounding_rl.eval.settings.PreprocessingOverrides`) and ``video.<name>`` in ``grounding_config.json``.
+    ``pixel_factor`` alone has no help: H and W are multiples of it, the vision tower's patch size × spatial merge
+    size (28 for Qwen2.5-VL, 32 for Qwen3-VL; qwen-vl-utils' ``image_patch_size`` × 2), set from the model family
     (:meth:`grounding_rl.family.Family.video_settings`), not by hand. The module docstring describes the samplers,
     the token budget (:attr:`budget_pixels`, :attr:`floor_pixels`, :attr:`ceiling_pixels`) and the tail
     (:func:`sampling_plan`, :func:`budget_max_frames`).
