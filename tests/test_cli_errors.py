@@ -398,6 +398,11 @@ CASES = {
                                      "max_num_gen_batches must be ≥ 1 (got 0)"]),
     "train: recipes that conflict": (lambda d: [*TRAIN, "--two_pass_zoom", "true", "--use_gt_injection", "true"],
                                      ["demo_grpo.yaml: invalid", "two_pass_zoom does not run with use_gt_injection"]),
+    # ---- wtC: the preprocessing overrides made from the declared settings (rows below this line) ----
+    "infer: --video-total-tokens 0": (lambda d: [*INFER(d), "--video-total-tokens", "0"],
+                                      ["--video-total-tokens must be > 0 (got 0)"]),
+    "eval: an unknown --video-sampler": (lambda d: [*EVAL(d), "--video-sampler", "linspace"],
+                                         ["argument --video-sampler: invalid choice: 'linspace'", "exact"]),
 }
 
 

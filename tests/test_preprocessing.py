@@ -86,3 +86,70 @@ def test_grounding_config_round_trip(tmp_path):
         GroundingConfig(prompt_template="nope")
     with pytest.raises(ValueError, match="unknown video_layout 'outer'"):
         GroundingConfig(video_layout="outer")
+
+
+def _changed(setting) -> dict:
+    """A value of ``setting`` other than its default, as keywords of GroundingConfig or VideoSettings (with the
+    token budget that a setting needing one, budget_lowers_fps, is refused without)."""
+    default, choices = setting.field.default, setting.field.metadata.get("choices")
+    if setting.type is bool:
+        value = not default
+    elif setting.type is str:
+        value = next(c for c in (choices or ("timezero",)) if c != default)
+    else:
+        value = setting.type(default * 2 if default else 8)
+    if setting.key == setting.name:  # a GroundingConfig field
+        return {setting.name: value}
+    try:
+        VideoSettings(**{setting.name: value})
+        return {setting.name: value}
+    except ValueError:
+        return {setting.name: value, "total_tokens": 8}
+
+
+def test_each_saved_setting_is_declared_once_and_reaches_every_command(tmp_path):
+    """Every setting grounding_config.json records (prompt_template, video_layout, each VideoSettings field with a
+    help) is a training key (video_<name>) with its default and help, a flag of eval, infer and difficulty
+    (--video-<name>, None = keep) that reaches PreprocessingOverrides, and round-trips through grounding_config.json
+    and the overrides: adding a setting is one field."""
+    import dataclasses
+
+    from grounding_rl.cli import difficulty, eval as eval_cli, infer
+    from grounding_rl.eval.settings import PreprocessingOverrides, resolve_config
+    from grounding_rl.prompts.preprocessing import PreprocessingArguments, saved_settings
+
+    settings = saved_settings()
+    train = {f.name: f for f in dataclasses.fields(PreprocessingArguments)}
+    parsers = {eval_cli.build_parser(): ["--model", "m", "--data", "d", "--out", "o"],
+               difficulty.build_parser(): ["--model", "m", "--data", "d", "--out", "o"],
+               infer.build_parser(): ["--model", "m", "--video", "v", "--query", "q"]}
+    assert {s.key for s in settings} == set(train) - {"max_prompt_length"}
+    assert {s.name for s in settings} == {f.name for f in dataclasses.fields(PreprocessingOverrides)}
+    for setting in settings:
+        changed = _changed(setting)
+        value = changed[setting.name]
+        key = train[setting.key]
+        assert (key.default, key.metadata["help"]) == (setting.field.default, setting.field.metadata["help"])
+        flag = "--" + setting.key.replace("_", "-")
+        for parser, required in parsers.items():
+            args = parser.parse_args(required + ([flag] if value is True else [flag, str(value)]))
+            given = dataclasses.asdict(PreprocessingOverrides.from_args(args))
+            assert {k: v for k, v in given.items() if v is not None} == {setting.name: value}, (parser.prog, flag)
+        if setting.key == setting.name:
+            saved, arguments = GroundingConfig(**changed), PreprocessingArguments(**changed)
+            assert getattr(arguments, setting.key) == value
+        else:
+            saved = GroundingConfig(video=VideoSettings(**changed))
+            arguments = PreprocessingArguments(**{"video_" + k: v for k, v in changed.items()})
+            assert arguments.video_settings == saved.video
+        saved.save(tmp_path / setting.key)
+        assert resolve_config(tmp_path / setting.key)[0] == saved  # written, read back
+        overridden = resolve_config(tmp_path / "none", PreprocessingOverrides(**changed))[0]
+        assert overridden == dataclasses.replace(GroundingConfig(), **{k: v for k, v in changed.items()
+                                                                       if k not in VideoSettings.__dataclass_fields__},
+                                                 video=saved.video), setting.key
+    older = ["--fps", "1", "--min-pixels", "2", "--max-pixels", "3", "--total-pixels", "4", "--max-frames", "5",
+             "--no-video-cover-tail"]  # today's spellings, aliases
+    args = eval_cli.build_parser().parse_args(parsers[next(iter(parsers))] + older)
+    assert {k: v for k, v in PreprocessingOverrides.from_args(args).video().items() if v is not None} == {
+        "fps": 1.0, "min_pixels": 2, "max_pixels": 3, "total_pixels": 4, "max_frames": 5, "cover_tail": False}

@@ -94,21 +94,17 @@ def _model_argv(model: str, rest: list[str], own) -> list[str]:
     under train's names, the command line's overrides after them."""
     from pathlib import Path
 
-    import dataclasses
-
-    from grounding_rl.prompts.preprocessing import GroundingConfig, PreprocessingArguments
+    from grounding_rl.prompts.preprocessing import GroundingConfig, saved_settings
 
     if "--config" in rest:
         raise UserError("--model and --config: give one")
     if not Path(model).is_dir():
         raise UserError(f"--model {model}: no such folder")
     saved = GroundingConfig.load(model) or GroundingConfig()
-    out = ["--model_name_or_path", model, "--output_dir", str(Path(model) / "check"), "--report_to", "none",
-           "--prompt_template", saved.prompt_template, "--video_layout", saved.video_layout]
-    known = {f.name for f in dataclasses.fields(PreprocessingArguments)}
-    for key, value in saved.video.to_dict().items():
-        if value is not None and f"video_{key}" in known and f"--video_{key}" not in rest:
-            out += [f"--video_{key}", str(value)]
+    out = ["--model_name_or_path", model, "--output_dir", str(Path(model) / "check"), "--report_to", "none"]
+    for setting in saved_settings():
+        if setting.value_in(saved) is not None and f"--{setting.key}" not in rest:
+            out += [f"--{setting.key}", str(setting.value_in(saved))]
     if own.data is None and own.video is None:
         raise UserError("--model needs --data JSONL or --video FILE --query TEXT")
     for flag, value in MODEL_DEFAULTS.items():  # an eval/infer setup has no GRPO group: a small one

@@ -26,50 +26,28 @@ from grounding_rl.errors import UserError
 DESCRIPTION = "R1@{0.3,0.5,0.7} and mIoU of a checkpoint on a canonical JSONL."  # --help's (plain text)
 
 
+SHORT_FORMS = ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames")  # older spellings, kept as aliases
+
+
 def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
     """The flags of :class:`grounding_rl.eval.settings.PreprocessingOverrides` (None = keep the checkpoint's), shared
-    by ``eval``, ``difficulty`` and ``infer``. One name per setting: the flag ``--video-fps`` is the YAML key
-    ``video_fps`` and ``video.fps`` in ``grounding_config.json`` (likewise ``--video-min-pixels``,
-    ``--video-max-pixels``, ``--video-total-pixels``, ``--video-max-frames``, ``--video-min-frames``,
-    ``--video-sampler``, ``--video-total-tokens``, ``--video-min-tokens``, ``--video-budget-lowers-fps``,
-    ``--video-cover-tail``); the short forms ``--fps``, ``--min-pixels``, ``--max-pixels``, ``--total-pixels``,
-    ``--max-frames`` are aliases."""
-    from grounding_rl.family import VIDEO_LAYOUTS
+    by ``eval``, ``difficulty`` and ``infer``, made from the settings ``grounding_config.json`` records
+    (:func:`grounding_rl.prompts.preprocessing.saved_settings`) with their help and choices. One name per setting:
+    the flag ``--video-fps`` is the YAML key ``video_fps`` and ``video.fps`` in ``grounding_config.json`` (likewise
+    every video setting, and ``--prompt-template``, ``--video-layout``); a boolean one has its ``--no-`` form; the
+    short forms :data:`SHORT_FORMS` (``--fps``, ``--min-pixels``, ``--max-pixels``, ``--total-pixels``,
+    ``--max-frames``) are aliases."""
+    from grounding_rl.prompts.preprocessing import saved_settings
 
-    parser.add_argument("--prompt-template", default=None, help="override the prompt template")
-    parser.add_argument("--video-layout", default=None, choices=list(VIDEO_LAYOUTS),
-                        help="override the video layout (Qwen3-VL: 'released', the per-frame blocks alone as "
-                        "transformers 4.57 wrote them; 'transformers5', inside one more <|vision_start|> … "
-                        "<|vision_end|> pair)")
-    parser.add_argument("--video-fps", "--fps", dest="fps", type=float, default=None,
-                        help="override frames per second (video_fps)")
-    parser.add_argument("--video-min-pixels", "--min-pixels", dest="min_pixels", type=int, default=None,
-                        help="override the minimum pixels per frame (video_min_pixels)")
-    parser.add_argument("--video-max-pixels", "--max-pixels", dest="max_pixels", type=int, default=None,
-                        help="override the maximum pixels per frame (video_max_pixels)")
-    parser.add_argument("--video-total-pixels", "--total-pixels", dest="total_pixels", type=int, default=None,
-                        help="override the pixel budget per clip (video_total_pixels)")
-    parser.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
-                        help="override the maximum number of frames (video_max_frames)")
-    parser.add_argument("--video-min-frames", dest="min_frames", type=int, default=None,
-                        help="override the minimum number of frames (video_min_frames; lower it to give a "
-                        "--video-max-frames under the saved minimum)")
-    parser.add_argument("--video-sampler", default=None, choices=["exact", "qwen_vl_utils", "lmms_eval_qwen2_5_vl"],
-                        help="override the frame sampler (qwen_vl_utils: fetch_video's frames and fps, as TimeZero, "
-                        "Time-R1 and VideoChat-R1 checkpoints were evaluated; lmms_eval_qwen2_5_vl: lmms-eval's "
-                        "Qwen2.5-VL backend, fetch_video's frames cut to 32 by linspace plus the last, 2 fps claimed)")
-    parser.add_argument("--video-total-tokens", dest="total_tokens", type=int, default=None,
-                        help="override the budget in merged video tokens a clip (video_total_tokens; replaces a saved "
-                        "total_pixels)")
-    parser.add_argument("--video-min-tokens", dest="min_tokens", type=int, default=None,
-                        help="override the per-frame floor in merged tokens (video_min_tokens; replaces a saved "
-                        "min_pixels)")
-    parser.add_argument("--video-budget-lowers-fps", dest="budget_lowers_fps", default=None,
-                        action=argparse.BooleanOptionalAction,
-                        help="take fewer frames when the budget cannot hold them above the floor "
-                        "(video_budget_lowers_fps)")
-    parser.add_argument("--video-cover-tail", dest="cover_tail", default=None, action=argparse.BooleanOptionalAction,
-                        help="frames on the scale T / duration, covering the clip to its end (video_cover_tail)")
+    group = parser.add_argument_group("preprocessing overrides", "Each replaces the checkpoint's value (its "
+                                      "grounding_config.json; the YAML key video_fps is --video-fps here); a budget "
+                                      "or floor in tokens replaces a saved one in pixels, and the other way round.")
+    for setting in saved_settings():
+        flags = ["--" + setting.key.replace("_", "-")] + \
+            (["--" + setting.name.replace("_", "-")] if setting.name in SHORT_FORMS else [])
+        kind = {"action": argparse.BooleanOptionalAction} if setting.type is bool else \
+            {"type": setting.type, "choices": setting.field.metadata.get("choices")}
+        group.add_argument(*flags, dest=setting.name, default=None, help=setting.field.metadata["help"], **kind)
 
 
 def add_scoring_flag(parser: argparse.ArgumentParser) -> None:

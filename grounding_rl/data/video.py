@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -70,45 +70,50 @@ class VideoSettings:
     """How frames are sampled from a clip (the names and defaults of qwen-vl-utils). Raises ValueError when the
     settings contradict each other (fps ≤ 0, min above max).
 
-    Attributes:
-        fps: frames per second to sample (TimeZero and Time-R1 use 2.0).
-        min_frames: lower bound on the number of frames T (rounded up to an even number).
-        max_frames: upper bound on T (rounded down to an even number); when it caps T, the time scale stretches to
-            T / duration frames per second so the whole clip is covered.
-        min_pixels: minimum H·W per frame.
-        max_pixels: maximum H·W per frame. With a token budget (``total_tokens``) and ``max_pixels`` at its default,
-            the cap is qwen-vl-utils' own for the family instead (:attr:`ceiling_pixels`).
-        total_pixels: budget for T·H·W over the whole clip (TimeZero: 3584·28·28); None = qwen-vl-utils' default
-            (MODEL_SEQ_LEN·factor²·0.9, effectively off).
-        pixel_factor: H and W are multiples of this, the vision tower's patch size × spatial merge size (28 for
-            Qwen2.5-VL, 32 for Qwen3-VL; qwen-vl-utils' ``image_patch_size`` × 2). Set from the model family
-            (:meth:`grounding_rl.family.Family.video_settings`), not by hand.
-        sampler: ``exact`` (frames on an exact time scale, ours) or ``qwen_vl_utils`` (``fetch_video``'s frames and
-            claimed fps, to reproduce checkpoints trained with it); see the module docstring.
-        total_tokens: the clip's budget in merged video tokens (TimeLens2's ``total_tokens``): ``total_pixels =
-            total_tokens · pixel_factor²`` (:attr:`budget_pixels`). Not together with ``total_pixels``.
-        min_tokens: the per-frame floor in merged tokens (TimeLens2's ``min_tokens``, 1 in its scripts):
-            ``min_pixels = min_tokens · pixel_factor²`` (:attr:`floor_pixels`). Not together with a ``min_pixels``
-            other than the default.
-        budget_lowers_fps: when the budget cannot hold T frames above the floor, lower T to the most frames it holds
-            (:func:`budget_max_frames`) and spread them over the clip (f = T / duration). Needs a budget.
-        cover_tail: frames on the exact scale f = T / duration (t_k = k · duration / T), which covers the clip to its
-            end; by default f = fps and the frames sit at k / fps, leaving the end of the clip after T / fps unsampled
-            (:func:`sampling_plan`). Only with the ``exact`` sampler (``qwen_vl_utils`` spreads its frames already).
+    Each setting is declared here once, its documentation the field's ``help`` (:func:`setting_fields`): it is
+    ``video_<name>`` in a training YAML (:class:`grounding_rl.prompts.preprocessing.PreprocessingArguments`),
+    ``--video-<name>`` on ``eval`` / ``infer`` / ``difficulty``
+    (:class:`grounding_rl.eval.settings.PreprocessingOverrides`) and ``video.<name>`` in ``grounding_config.json``.
+    ``pixel_factor`` alone has no help: H and W are multiples of it, the vision tower's patch size × spatial merge
+    size (28 for Qwen2.5-VL, 32 for Qwen3-VL; qwen-vl-utils' ``image_patch_size`` × 2), set from the model family
+    (:meth:`grounding_rl.family.Family.video_settings`), not by hand. The module docstring describes the samplers,
+    the token budget (:attr:`budget_pixels`, :attr:`floor_pixels`, :attr:`ceiling_pixels`) and the tail
+    (:func:`sampling_plan`, :func:`budget_max_frames`).
     """
 
-    fps: float = 2.0
-    min_frames: int = 4
-    max_frames: int = 768
-    min_pixels: int = DEFAULT_MIN_PIXELS
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    total_pixels: int | None = None
-    sampler: str = "exact"
+    fps: float = field(default=2.0, metadata={"help": "Frames per second sampled from each clip (TimeZero and "
+                                              "Time-R1: 2.0)."})
+    min_frames: int = field(default=4, metadata={"help": "Minimum number of sampled frames T (rounded up to an even "
+                                                 "number)."})
+    max_frames: int = field(default=768, metadata={"help": "Maximum number of sampled frames T (rounded down to an "
+                                                   "even number); when it caps T, the frames spread over the whole "
+                                                   "clip (T / duration frames per second)."})
+    min_pixels: int = field(default=DEFAULT_MIN_PIXELS, metadata={"help": "Minimum H·W per frame."})
+    max_pixels: int = field(default=DEFAULT_MAX_PIXELS, metadata={
+        "help": "Maximum H·W per frame (with video_total_tokens and this at its default: qwen-vl-utils' own cap for "
+                "the model family, 768 merged tokens)."})
+    total_pixels: int | None = field(default=None, metadata={
+        "help": "Pixel budget T·H·W for a whole clip (TimeZero: 2809856 = 3584·28·28); none: qwen-vl-utils' "
+                "default, effectively off."})
+    sampler: str = field(default="exact", metadata={
+        "help": f"Frame sampler, one of {list(VIDEO_SAMPLERS)}: 'exact' (frame k at k / fps, ours), 'qwen_vl_utils' "
+                "(fetch_video's frames and claimed fps, how TimeZero, Time-R1 and VideoChat-R1 checkpoints were "
+                "trained and evaluated) or 'lmms_eval_qwen2_5_vl' (lmms-eval's Qwen2.5-VL backend: fetch_video's "
+                "frames cut to 32 by linspace plus the last, 2 fps claimed; for evaluation).",
+        "choices": VIDEO_SAMPLERS})
     pixel_factor: int = IMAGE_FACTOR
-    total_tokens: int | None = None
-    min_tokens: int | None = None
-    budget_lowers_fps: bool = False
-    cover_tail: bool = False
+    total_tokens: int | None = field(default=None, metadata={
+        "help": "Budget of merged video tokens a clip (TimeLens2: 16384): total_pixels = tokens * factor^2 with the "
+                "model family's factor (28 Qwen2.5-VL, 32 Qwen3-VL). Not with video_total_pixels."})
+    min_tokens: int | None = field(default=None, metadata={
+        "help": "Per-frame floor in merged tokens (TimeLens2's scripts: 1): min_pixels = tokens * factor^2. Not with "
+                "a video_min_pixels of its own."})
+    budget_lowers_fps: bool = field(default=False, metadata={
+        "help": "When the budget cannot hold the frames fps asks for above the per-frame floor, take fewer frames "
+                "spread over the clip (T <= 2 * budget / (1.05 * min_pixels)). Needs a budget."})
+    cover_tail: bool = field(default=False, metadata={
+        "help": "Put the T frames on the scale T / duration so they cover the clip to its end (default: frame k at "
+                "k / fps, the last ~3 frame periods unsampled). Only with the exact sampler."})
 
     def __post_init__(self):
         problems = []
@@ -166,18 +171,23 @@ class VideoSettings:
         return self.min_pixels
 
     def to_dict(self) -> dict:
-        """The settings as a dict (``grounding_config.json``, run fingerprints, frame-cache keys). The long-video
-        fields (:data:`LONG_VIDEO_FIELDS`) are left out while at their defaults, so settings written before they
-        existed read, fingerprint and cache the same."""
-        out = asdict(self)
-        for name in LONG_VIDEO_FIELDS:
-            if out[name] == VideoSettings.__dataclass_fields__[name].default:
-                del out[name]
-        return out
+        """The settings as a dict (``grounding_config.json``, run fingerprints, frame-cache keys). A field added
+        after :data:`FIRST_FIELDS` (the long-video ones) is left out while at its default, so settings written before
+        it existed read, fingerprint and cache the same."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in FIRST_FIELDS or getattr(self, f.name) != f.default}
 
 
-# Fields added for long videos, recorded only when set (VideoSettings.to_dict).
-LONG_VIDEO_FIELDS = ("total_tokens", "min_tokens", "budget_lowers_fps", "cover_tail")
+# The fields recorded from the start; every later one is recorded only when set (VideoSettings.to_dict).
+FIRST_FIELDS = ("fps", "min_frames", "max_frames", "min_pixels", "max_pixels", "total_pixels", "sampler",
+                "pixel_factor")
+
+
+def setting_fields() -> tuple:
+    """The :class:`VideoSettings` fields a user sets, each with its ``help`` (field metadata; ``choices`` where the
+    values are named): every field but ``pixel_factor`` (the model family's). Training's ``video_<name>`` keys and
+    ``eval``'s ``--video-<name>`` flags are made from them."""
+    return tuple(f for f in fields(VideoSettings) if "help" in f.metadata)
 
 
 @dataclass

@@ -10,17 +10,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from grounding_rl.data.video import VideoSettings
+from grounding_rl.data.video import VideoSettings, setting_fields
 from grounding_rl.errors import UserError, check_number
-from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
+from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig, saved_settings
 
 # Greedy decoding budget for real checkpoints: TimeZero-style answers ("<think>…</think><answer>a to b</answer>") fit
 # comfortably; raise it for long reasoning (Time-R1 evaluates with 1024).
 DEFAULT_MAX_NEW_TOKENS = 256
 
-# The VideoSettings fields that may be overridden on the command line (:class:`PreprocessingOverrides`).
-VIDEO_OVERRIDES = ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "min_frames", "sampler",
-                   "total_tokens", "min_tokens", "budget_lowers_fps", "cover_tail")
 # A budget or floor given one way on the command line replaces the saved one given the other way.
 _REPLACES = {"total_tokens": "total_pixels", "total_pixels": "total_tokens", "min_tokens": "min_pixels",
              "min_pixels": "min_tokens"}
@@ -51,7 +48,6 @@ def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | N
             ``lmms_eval_qwen2_5_vl`` sampler for a Qwen3-VL checkpoint.
     """
     overrides = overrides or PreprocessingOverrides()
-    prompt_template, video_layout = overrides.prompt_template, overrides.video_layout
     saved = GroundingConfig.load(model_dir) if Path(model_dir).is_dir() else None
     if saved is not None:
         config, source = saved, f"{CONFIG_NAME} of {model_dir}"
@@ -67,15 +63,12 @@ def resolve_config(model_dir: str | Path, overrides: "PreprocessingOverrides | N
                    if name in changed and other not in changed}
         _check_override_bounds(config.video, {**cleared, **changed}, family, source)
         config = dataclasses.replace(config, video=dataclasses.replace(config.video, **cleared, **changed))
-    if prompt_template is not None:
-        config = dataclasses.replace(config, prompt_template=prompt_template)  # __post_init__ validates the name
-        changed["prompt_template"] = prompt_template
-    if video_layout is not None:
-        config = dataclasses.replace(config, video_layout=video_layout)  # __post_init__ validates the name
-        changed["video_layout"] = video_layout
+    named = {k: v for k, v in dataclasses.asdict(overrides).items() if v is not None and k not in overrides.video()}
+    config = dataclasses.replace(config, **named)  # prompt_template, video_layout: __post_init__ validates the names
+    changed.update(named)
     if changed:
         source += f"; overridden on the command line: {', '.join(sorted(changed))}"
-    check_layout_supported(config.video_layout, "--video-layout" if video_layout is not None else
+    check_layout_supported(config.video_layout, "--video-layout" if "video_layout" in named else
                            f"video_layout of {source.split(';')[0]}")
     if family is not None and config.video.sampler in family.foreign_samplers:
         raise UserError(f"--video-sampler {config.video.sampler} is lmms-eval's Qwen2.5-VL backend; {model_dir} is a "
@@ -152,58 +145,43 @@ def checkpoint_family(model_dir):
         return None
 
 
+def _with_overrides(cls):
+    """Class decorator (under ``@dataclass``): a field ``name`` per :func:`saved_settings` entry, its value or None."""
+    for setting in saved_settings():
+        cls.__annotations__[setting.name] = f"{setting.type.__name__} | None"
+        setattr(cls, setting.name, None)
+    return cls
+
+
 @dataclasses.dataclass(frozen=True)
+@_with_overrides
 class PreprocessingOverrides:
     """The command-line overrides of a checkpoint's saved preprocessing that ``eval``, ``difficulty`` and ``infer``
-    share (None = keep the saved value; :func:`resolve_config`).
-
-    Attributes:
-        prompt_template, video_layout: names (:data:`grounding_rl.prompts.templates.TEMPLATES`,
-            :data:`grounding_rl.family.VIDEO_LAYOUTS`).
-        fps, min_pixels, max_pixels, total_pixels, max_frames, min_frames, sampler: the
-            :class:`grounding_rl.data.video.VideoSettings` fields of the same names (frames per second, pixels per
-            frame and per clip, frames).
-        total_tokens, min_tokens, budget_lowers_fps, cover_tail: the long-video fields of the same names (the
-            budget and floor in merged tokens; a budget or floor given one way replaces the saved one given the
-            other way).
+    share (None = keep the saved value; :func:`resolve_config`): a field per setting ``grounding_config.json`` records
+    (:func:`grounding_rl.prompts.preprocessing.saved_settings`), under its name there: ``prompt_template``,
+    ``video_layout``, and the :class:`grounding_rl.data.video.VideoSettings` fields (``fps``, ``min_pixels``, …,
+    ``cover_tail``; a budget or floor given one way replaces the saved one given the other way). Its flags:
+    :func:`grounding_rl.cli.eval.add_preprocessing_overrides`.
     """
-
-    prompt_template: str | None = None
-    video_layout: str | None = None
-    fps: float | None = None
-    min_pixels: int | None = None
-    max_pixels: int | None = None
-    total_pixels: int | None = None
-    max_frames: int | None = None
-    min_frames: int | None = None
-    sampler: str | None = None
-    total_tokens: int | None = None
-    min_tokens: int | None = None
-    budget_lowers_fps: bool | None = None
-    cover_tail: bool | None = None
 
     @classmethod
     def from_args(cls, args) -> "PreprocessingOverrides":
         """The overrides of arguments parsed with :func:`grounding_rl.cli.eval.add_preprocessing_overrides`."""
-        return cls(prompt_template=args.prompt_template, video_layout=args.video_layout, fps=args.fps,
-                   min_pixels=args.min_pixels, max_pixels=args.max_pixels, total_pixels=args.total_pixels,
-                   max_frames=args.max_frames, min_frames=args.min_frames, sampler=args.video_sampler,
-                   total_tokens=args.total_tokens, min_tokens=args.min_tokens,
-                   budget_lowers_fps=args.budget_lowers_fps, cover_tail=args.cover_tail)
+        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
     def check(self) -> None:
-        """The frame-sampling overrides that were given are > 0.
+        """The numeric overrides that were given are > 0.
 
         Raises:
-            UserError: one line naming the flag, e.g. ``--fps must be > 0 (got 0.0)``.
+            UserError: one line naming the flag, e.g. ``--video-fps must be > 0 (got 0.0)``.
         """
-        for name in ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames", "min_frames", "total_tokens",
-                     "min_tokens"):
-            check_number("--video-" + name.replace("_", "-"), getattr(self, name), above=0)
+        for setting in saved_settings():
+            if setting.type in (int, float):
+                check_number("--" + setting.key.replace("_", "-"), getattr(self, setting.name), above=0)
 
     def video(self) -> dict:
         """The video overrides as :func:`resolve_config` keywords (None values included)."""
-        return {name: getattr(self, name) for name in VIDEO_OVERRIDES if hasattr(self, name)}
+        return {f.name: getattr(self, f.name) for f in setting_fields()}
 
 
 def check_generation_length(flag: str, max_new_tokens: int, model: str) -> None:

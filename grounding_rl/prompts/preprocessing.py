@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+import typing
+from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-from grounding_rl.data.video import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, VIDEO_SAMPLERS, SampledVideo,
-                                     VideoSettings)
+from grounding_rl.data.video import VIDEO_SAMPLERS, SampledVideo, VideoSettings, setting_fields
 from grounding_rl.family import (DEFAULT_VIDEO_LAYOUT, VIDEO_LAYOUTS, Family, checked_video_layout, families,
                                  family_of)
 from grounding_rl.prompts.templates import TEMPLATES, render_prompt
@@ -45,6 +46,9 @@ def split_patches(pixels: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tenso
 class GroundingConfig:
     """What a checkpoint was trained with, saved as ``grounding_config.json``.
 
+    The settings a user gives (the fields with a ``help``, and ``video``'s: :func:`saved_settings`) are declared
+    here and in :class:`VideoSettings` once; training's arguments and ``eval``'s overrides are made from them.
+
     Attributes:
         prompt_template: name in :data:`grounding_rl.prompts.templates.TEMPLATES`.
         video: frame sampling settings (fps, frame bounds, pixel budget).
@@ -59,11 +63,20 @@ class GroundingConfig:
             (seconds, inclusive; None = no bound), "samples" (read), "dropped"}``; None when off (informational).
     """
 
-    prompt_template: str = "default"
+    prompt_template: str = field(
+        default="default", metadata={"help": f"Prompt template name: one of {sorted(TEMPLATES)}."}
+    )
     video: VideoSettings = field(default_factory=VideoSettings)
     reward_funcs: list[str] = field(default_factory=lambda: ["iou", "format"])
     reward_weights: list[float] | None = None
-    video_layout: str = DEFAULT_VIDEO_LAYOUT
+    video_layout: str = field(
+        default=DEFAULT_VIDEO_LAYOUT,
+        metadata={"help": f"How the video tokens sit in the prompt: one of {list(VIDEO_LAYOUTS)}. 'released' "
+                  "(Qwen3-VL: the per-frame '<t seconds><|vision_start|>…<|vision_end|>' blocks alone, as transformers 4.57 and "
+                  "vLLM write them, what the published checkpoints were trained on); 'transformers5' (the same "
+                  "blocks inside one more <|vision_start|> … <|vision_end|> pair, transformers 5.x's processor). "
+                  "Qwen2.5-VL has one layout.", "choices": list(VIDEO_LAYOUTS)},
+    )
     data_mix: list[dict] | None = None
     duration_filter: dict | None = None
 
@@ -84,17 +97,11 @@ class GroundingConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "GroundingConfig":
+        """The config of a ``grounding_config.json``'s content: a key it lacks (written before the field existed)
+        takes the field's default; keys of no field are ignored."""
         known = {f.name for f in fields(VideoSettings)}
         video = VideoSettings(**{k: v for k, v in (data.get("video") or {}).items() if k in known})
-        return cls(
-            prompt_template=data.get("prompt_template", "default"),
-            video=video,
-            reward_funcs=list(data.get("reward_funcs", ["iou", "format"])),
-            reward_weights=data.get("reward_weights"),
-            video_layout=data.get("video_layout", DEFAULT_VIDEO_LAYOUT),
-            data_mix=data.get("data_mix"),
-            duration_filter=data.get("duration_filter"),
-        )
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data and f.name != "video"}, video=video)
 
     @classmethod
     def load(cls, directory: str | Path) -> "GroundingConfig | None":
@@ -112,23 +119,55 @@ class GroundingConfig:
             raise ValueError(f"{path}: invalid JSON ({err})") from err
 
 
+class Setting(NamedTuple):
+    """A setting ``grounding_config.json`` records and a user gives (:func:`saved_settings`): ``name`` in
+    :class:`GroundingConfig` or :class:`VideoSettings` (``prompt_template``, ``fps``), ``key`` in a training YAML
+    (``prompt_template``, ``video_fps``; ``eval``'s flag ``--video-fps``), ``type`` (float, int, str or bool; an
+    optional one's None allowed besides) and the declaring ``field`` (its default, its ``help`` and ``choices``)."""
+
+    name: str
+    key: str
+    type: type
+    field: Field
+
+    def value_in(self, config: GroundingConfig):
+        """The setting's value in ``config`` (its ``video`` for a video setting)."""
+        return getattr(config.video if self.name in VideoSettings.__dataclass_fields__ else config, self.name)
+
+
+def saved_settings() -> list[Setting]:
+    """Every setting ``grounding_config.json`` records that a user gives, declared once: the fields of
+    :class:`GroundingConfig` with a ``help`` (``prompt_template``, ``video_layout``), then ``video``'s
+    (:func:`grounding_rl.data.video.setting_fields`, ``video_<name>``). :class:`PreprocessingArguments` and ``eval``'s
+    overrides (:class:`grounding_rl.eval.settings.PreprocessingOverrides`) are made from them."""
+    out = []
+    for owner, prefix, chosen in ((GroundingConfig, "", [f for f in fields(GroundingConfig) if "help" in f.metadata]),
+                                  (VideoSettings, "video_", setting_fields())):
+        hints = typing.get_type_hints(owner)
+        for f in chosen:
+            kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+            out.append(Setting(f.name, prefix + f.name, kind, f))
+    return out
+
+
+def with_saved_settings(cls):
+    """Class decorator (under ``@dataclass``): a field ``key`` per :func:`saved_settings` entry, with its default and
+    help (no ``choices``: training reports a bad value in its own words, :meth:`preprocessing_problems`)."""
+    for setting in saved_settings():
+        cls.__annotations__[setting.key] = setting.field.type
+        setattr(cls, setting.key, field(default=setting.field.default,
+                                        metadata={"help": setting.field.metadata["help"]}))
+    return cls
+
+
 @dataclass
+@with_saved_settings
 class PreprocessingArguments:
     """Prompt and frame-sampling settings of a training entry point (``train`` and ``sft`` share them, under the same
     names, so one YAML block serves both stages). Mixed into their ``TrainingArguments`` dataclasses; saved with every
-    checkpoint as ``grounding_config.json``."""
+    checkpoint as ``grounding_config.json``. Besides ``max_prompt_length``, its fields are made from
+    :func:`saved_settings` (``prompt_template``, ``video_layout``, ``video_<name>`` for each video setting)."""
 
-    prompt_template: str = field(
-        default="default", metadata={"help": f"Prompt template name: one of {sorted(TEMPLATES)}."}
-    )
-    video_layout: str = field(
-        default=DEFAULT_VIDEO_LAYOUT,
-        metadata={"help": f"How the video tokens sit in the prompt: one of {list(VIDEO_LAYOUTS)}. 'released' "
-                  "(Qwen3-VL: the per-frame '<t seconds><|vision_start|>…<|vision_end|>' blocks alone, as transformers 4.57 and "
-                  "vLLM write them, what the published checkpoints were trained on); 'transformers5' (the same "
-                  "blocks inside one more <|vision_start|> … <|vision_end|> pair, transformers 5.x's processor). "
-                  "Qwen2.5-VL has one layout."},
-    )
     max_prompt_length: int | None = field(
         default=8192,
         metadata={
@@ -136,33 +175,6 @@ class PreprocessingArguments:
             "truncated (truncation would cut video tokens). None disables the check."
         },
     )
-    video_fps: float = field(default=2.0, metadata={"help": "Frames per second sampled from each clip."})
-    video_min_frames: int = field(default=4, metadata={"help": "Minimum number of sampled frames."})
-    video_max_frames: int = field(default=768, metadata={"help": "Maximum number of sampled frames."})
-    video_min_pixels: int = field(default=DEFAULT_MIN_PIXELS, metadata={"help": "Minimum H·W per frame."})
-    video_max_pixels: int = field(default=DEFAULT_MAX_PIXELS, metadata={"help": "Maximum H·W per frame."})
-    video_total_pixels: int | None = field(
-        default=None, metadata={"help": "Pixel budget T·H·W for a whole clip (TimeZero: 2809856 = 3584·28·28)."}
-    )
-    video_sampler: str = field(
-        default="exact",
-        metadata={"help": "Frame sampler: 'exact' (frame k at k / fps, ours) or 'qwen_vl_utils' (fetch_video's frames "
-                  "and claimed fps, how TimeZero, Time-R1 and VideoChat-R1 checkpoints were trained and evaluated)."},
-    )
-    video_total_tokens: int | None = field(
-        default=None, metadata={"help": "Budget of merged video tokens a clip (TimeLens2: 16384): total_pixels = "
-                                "tokens * factor^2 with the model family's factor (28 Qwen2.5-VL, 32 Qwen3-VL). Not "
-                                "with video_total_pixels."})
-    video_min_tokens: int | None = field(
-        default=None, metadata={"help": "Per-frame floor in merged tokens (TimeLens2's scripts: 1): min_pixels = "
-                                "tokens * factor^2. Not with a video_min_pixels of its own."})
-    video_budget_lowers_fps: bool = field(
-        default=False, metadata={"help": "When the budget cannot hold the frames fps asks for above the per-frame "
-                                 "floor, take fewer frames spread over the clip (T <= 2 * budget / (1.05 * "
-                                 "min_pixels))."})
-    video_cover_tail: bool = field(
-        default=False, metadata={"help": "Put the T frames on the scale T / duration so they cover the clip to its end "
-                                 "(default: frame k at k / fps, the last ~3 frame periods unsampled)."})
 
     @property
     def video_settings(self) -> VideoSettings:
@@ -171,11 +183,7 @@ class PreprocessingArguments:
         Raises:
             ValueError: contradictory settings (:class:`VideoSettings`; :meth:`preprocessing_problems` lists them).
         """
-        return VideoSettings(fps=self.video_fps, min_frames=self.video_min_frames, max_frames=self.video_max_frames,
-                             min_pixels=self.video_min_pixels, max_pixels=self.video_max_pixels,
-                             total_pixels=self.video_total_pixels, sampler=self.video_sampler,
-                             total_tokens=self.video_total_tokens, min_tokens=self.video_min_tokens,
-                             budget_lowers_fps=self.video_budget_lowers_fps, cover_tail=self.video_cover_tail)
+        return VideoSettings(**{f.name: getattr(self, "video_" + f.name) for f in setting_fields()})
 
     def preprocessing_problems(self) -> list[str]:
         """Messages for invalid or contradictory settings (empty when all is well)."""
@@ -198,8 +206,8 @@ class PreprocessingArguments:
             try:
                 self.video_settings
             except ValueError as err:
-                problems.append(re.sub(r"\b(total_tokens|total_pixels|min_tokens|min_pixels|max_pixels|"
-                                       r"budget_lowers_fps|cover_tail)\b", r"video_\1",
+                names = "|".join(f.name for f in setting_fields() if "_" in f.name)  # 'fps', 'sampler': words too
+                problems.append(re.sub(rf"\b({names})\b", r"video_\1",
                                        str(err).removeprefix("invalid VideoSettings: ")))
         return problems
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+from grounding_rl.prompts.preprocessing import PreprocessingArguments
 from grounding_rl.update.recipes import recipe_fields
 
 OURS, TRAINER, PEFT, REFUSED = "ours", "transformers.Trainer", "peft", "refused"
@@ -154,10 +155,7 @@ FIELDS: dict[str, Honour] = {
     "resume_from_checkpoint": _O,  # resolve_resume: exact resume, fingerprint checked
     "local_rank": _T,
     # --- PreprocessingArguments (both stages: prompt and frames)
-    "prompt_template": _O, "video_layout": _O, "max_prompt_length": _O, "video_fps": _O, "video_min_frames": _O,
-    "video_max_frames": _O, "video_min_pixels": _O, "video_max_pixels": _O, "video_total_pixels": _O,
-    "video_sampler": _O, "video_total_tokens": _O, "video_min_tokens": _O, "video_budget_lowers_fps": _O,
-    "video_cover_tail": _O,
+    **{f.name: _O for f in dataclasses.fields(PreprocessingArguments)},
     # --- GroundingSFTConfig; GRPO honours a name that is also a recipe's field (the crop trajectories' K)
     **{name: Honour(OURS if name in recipe_fields() else None, OURS) for name in _SFT},
     # --- GroundingGRPOConfig: TRL 1.16's GRPO knobs and ours (grounding_rl/update/config.py)
