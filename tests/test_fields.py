@@ -3,6 +3,7 @@
 and exit 2 before any model loads, and k-bit loading is refused on a machine without CUDA and bitsandbytes."""
 import dataclasses
 import json
+import re
 
 import pytest
 import yaml
@@ -203,3 +204,22 @@ def test_merge_lora_refuses_a_quantized_base(tmp_path, capsys):
     assert cli(["merge-lora", "--adapter", str(adapter), "--out", str(tmp_path / "merged")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the base is a quantized checkpoint" in err[0], err
+
+
+@pytest.mark.parametrize("sub", ["train", "sft", "distill"])
+def test_help_lists_what_the_command_honours(sub, capsys):
+    """``--help`` leaves out every refused setting (the refusal itself is tested above) and keeps the honoured ones."""
+    from grounding_rl.update.distill_config import GRPO_ONLY
+
+    with pytest.raises(SystemExit) as exit_:
+        cli([sub, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    stage = "sft" if sub == "sft" else "grpo"
+    refused = {name for s, name in refused_cases() if s == stage} | (set(GRPO_ONLY) if sub == "distill" else set())
+    listed = {line.split()[0].lstrip("-").split("[")[0] for line in out.splitlines() if line.startswith("  --")}
+    assert refused and not refused & listed, sorted(refused & listed)
+    assert {"learning_rate", "video_fps", "model_name_or_path", "train_file"} <= listed
+    count = re.search(rf"(\d+) settings that {sub} refuses are not listed", out)
+    assert count and int(count.group(1)) >= len(refused), count
+    assert ("beta" in listed) == (sub != "sft") and ("epsilon" in listed) == (sub == "train")

@@ -192,6 +192,7 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     config_path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
     config_path = config_path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
     if any(a in ("-h", "--help") for a in argv):
+        _hide_refused(parser, prog.rsplit(" ", 1)[-1])
         parser.parse_args_into_dataclasses(args=["--help"])  # prints the help and exits 0
     _check_keys(parser, config_path, argv)
     if config_path is not None:  # TRL's parser reads "--config PATH" only
@@ -219,6 +220,29 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     default_wandb_dir(training_args.report_to, training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
+
+
+def _hide_refused(parser, command: str) -> None:
+    """Leave out of ``--help`` every option the command refuses set: the fields :data:`grounding_rl.update.fields.FIELDS`
+    marks refused for the stage (or does not know), distill's GRPO-only settings
+    (:data:`grounding_rl.update.distill_config.GRPO_ONLY`) and the recipes' :attr:`Recipe.refused`; passing one still
+    gives its one-line refusal. ``command``: ``train``, ``sft`` or ``distill``; the description says how many were
+    left out."""
+    from grounding_rl.update.fields import FIELDS, REFUSED
+    from grounding_rl.update.recipes import RECIPES
+
+    stage = "sft" if command == "sft" else "grpo"
+    hidden = {name for name, honour in FIELDS.items() if getattr(honour, stage) == REFUSED}
+    if command == "distill":
+        from grounding_rl.update.distill_config import GRPO_ONLY
+
+        hidden |= set(GRPO_ONLY) | {key for recipe in RECIPES.values() for key in recipe.refused.get(command, {})}
+    left_out = {action.dest for action in parser._actions if action.dest != "help" and action.option_strings
+                and (action.dest in hidden or action.dest not in FIELDS)}
+    for action in parser._actions:
+        action.help = argparse.SUPPRESS if action.dest in left_out else action.help
+    parser.description += (f"\n{len(left_out)} settings that {command} refuses are not listed (setting one is "
+                           "an error naming why; grounding_rl/update/fields.py says who honours each).")
 
 
 def _resolve_paths(script_args, training_args, model_args) -> None:
