@@ -223,14 +223,11 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
 
 def _resolve_paths(script_args, training_args, model_args) -> None:
     """The paths of a training run against the working directory, in place: train file, video root, frame cache,
-    model (a hub id stays), the recipes' (a distillation teacher's) and the output folder."""
-    from grounding_rl.update.recipes import resolve_paths
-
+    model (a hub id stays) and the output folder (a distillation teacher's: its arguments' own ``__post_init__``)."""
     script_args.train_file = resolve_config_path(script_args.train_file)
     script_args.video_root = resolve_config_path(script_args.video_root)
     script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
     model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
-    resolve_paths(training_args)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
 
 
@@ -498,7 +495,7 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     ``replace_output_dir`` may delete; not compared)."""
     from grounding_rl import __version__
     from grounding_rl.run_record import RUN_OUTPUTS, file_sha256, model_fingerprint
-    from grounding_rl.update.recipes import data_selection, teacher
+    from grounding_rl.update.recipes import RECIPES, own_args, teacher
 
     pair = teacher(training_args) if hasattr(training_args, "recipe_args") else None  # distillation's, and its β
     return {
@@ -512,7 +509,8 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         "prompt_template": training_args.prompt_template, "video_layout": training_args.video_layout,
         "video": training_args.video_settings.to_dict(),
         "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
-        "data_selection": data_selection(training_args) if hasattr(training_args, "recipe_args") else {},
+        "data_selection": {key: getattr(own_args(training_args, name), key) for name, recipe in RECIPES.items()
+                           for key in recipe.fingerprint_keys} if hasattr(training_args, "recipe_args") else {},
         "lora": lora_settings(model_args), "seed": training_args.seed, "data_seed": training_args.data_seed,
         "version": __version__, "outputs": list(RUN_OUTPUTS),
     }

@@ -28,7 +28,7 @@ def vllm_engine_for_training(args, accelerator, model, processor):
     the policy's checkpoint; the prompt + completion budget is ``vllm_max_model_length``, else
     ``max_prompt_length`` (8192 when unset) + ``max_completion_length``."""
     from grounding_rl.rollout.vllm import VLLMEngine
-    from grounding_rl.update.recipes import max_videos, recipe_enabled
+    from grounding_rl.update.recipes import active_recipes, each
 
     unwrapped = accelerator.unwrap_model(model)
     base = getattr(unwrapped, "get_base_model", lambda: unwrapped)()
@@ -38,5 +38,5 @@ def vllm_engine_for_training(args, accelerator, model, processor):
                       max_model_len=length, gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                       tensor_parallel_size=args.vllm_tensor_parallel_size,
                       enable_sleep_mode=args.vllm_enable_sleep_mode, seed=args.seed,
-                      logps_need_correcting=recipe_enabled(args, "vllm_importance_sampling"), accelerator=accelerator,
-                      max_videos=max_videos(args))
+                      logps_need_correcting=any(r.name == "vllm_importance_sampling" for r in active_recipes(args)),
+                      accelerator=accelerator, max_videos=1 + max(each(args, "extra_videos"), default=0))

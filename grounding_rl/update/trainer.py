@@ -44,7 +44,7 @@ from grounding_rl.update.arguments import data_seed
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
-from grounding_rl.update.recipes import active_recipes, evaluation
+from grounding_rl.update.recipes import RECIPES, active_recipes
 from grounding_rl.update.recipes.base import StepContext
 from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, last_checkpoint,
                                         write_rollout_format)
@@ -347,7 +347,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         """The greedy evaluation of ``eval_dataset`` (default: ``eval_file``'s; the validation recipe's
         :func:`grounding_rl.update.recipes.validation.greedy_evaluation`) instead of
         a loss forward, logged and handed to the callbacks' ``on_evaluate``."""
-        greedy_evaluation = evaluation()
+        greedy_evaluation = next((recipe.evaluation for recipe in RECIPES.values() if recipe.evaluation), None)
         if greedy_evaluation is None:
             raise ValueError("evaluate: no recipe evaluates during training (the validation recipe is not installed)")
         out = greedy_evaluation(self.eval_dataset if eval_dataset is None else eval_dataset, self.model,

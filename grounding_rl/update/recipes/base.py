@@ -59,7 +59,7 @@ class Recipe:
     drops_zero_std_groups = False  # mask groups with G equal rewards out of the loss
     evaluation = None  # the function the GRPO trainer's ``evaluate`` runs (validation's greedy evaluation)
     conflicts: tuple[str, ...] = ()  # names of the recipes this one does not run with (checked by the registry)
-    switch = ""  # the field that turns the recipe on, as a conflict message names it
+    switch = ""  # the field that turns the recipe on (:meth:`enabled`), as a conflict message names it
     conflict_message = ""  # "... {} ...": the message when enabled with recipes of :attr:`conflicts` ({}: their switches)
 
     @classmethod
@@ -67,20 +67,16 @@ class Recipe:
         """The recipes this one does not run with, given its own ``args`` (by default :attr:`conflicts`)."""
         return cls.conflicts
 
-    @staticmethod
-    def enabled(args, config) -> bool:
-        """Whether the recipe runs with its own ``args`` and the training ``config``."""
-        return False
+    @classmethod
+    def enabled(cls, args, config) -> bool:
+        """Whether the recipe runs with its own ``args`` and the training ``config`` (by default: :attr:`switch` set)."""
+        return bool(cls.switch and getattr(args, cls.switch))
 
     @staticmethod
     def problems(args, config) -> list[str]:
         """One message per invalid setting of the recipe's own ``args`` (given the training ``config``; checked
         whether or not it is enabled)."""
         return []
-
-    @staticmethod
-    def resolve_paths(args) -> None:
-        """Make the recipe's path fields absolute, once parsed (:func:`grounding_rl.paths.resolve_model_path`)."""
 
     @staticmethod
     def extra_videos(args) -> int:

@@ -102,10 +102,6 @@ class DynamicSampling(Recipe):
     switch = "dynamic_sampling"
 
     @staticmethod
-    def enabled(args, config) -> bool:
-        return bool(args.dynamic_sampling)
-
-    @staticmethod
     def problems(args, config) -> list[str]:
         problems = [f"max_num_gen_batches must be ≥ 1 (got {args.max_num_gen_batches})"] \
             if args.max_num_gen_batches < 1 else []

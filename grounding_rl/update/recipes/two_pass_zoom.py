@@ -59,10 +59,6 @@ class TwoPassZoom(Recipe):
     conflict_message = "two_pass_zoom does not run with {}"
 
     @staticmethod
-    def enabled(args, config) -> bool:
-        return bool(args.two_pass_zoom)
-
-    @staticmethod
     def problems(args, config) -> list[str]:
         from grounding_rl.rollout.zoom import window_problems
 
