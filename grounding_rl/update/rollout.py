@@ -370,9 +370,7 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0, generate=No
         local_rewards, extra = score(trainer, items, texts, clean["completion_ids"], clean["lengths"])
         rewards_per_func = acc.gather(local_rewards)
     flush_reward_metrics(trainer)
-    gathered_gt = acc.gather(clean["is_gt"])
-    for recipe in trainer.recipes:
-        recipe.observe(context, items, rewards_per_func, gathered_gt)  # the rewards as scored, before any shaping
+    trainer.call_recipes("observe", items, rewards_per_func, acc.gather(clean["is_gt"]))  # as scored, before shaping
     for recipe in trainer.recipes:
         rewards_per_func = recipe.shape(context, rewards_per_func)
     weights = trainer.reward_weights

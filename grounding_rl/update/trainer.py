@@ -135,9 +135,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         self.max_missing_fraction = max_missing_fraction
         self.completions = None  # the trained rollout's rows, for log_completions
         self.eval_dropped = eval_dropped
-        context = self.step_context()
-        for recipe in self.recipes:
-            recipe.setup(context)
+        self.call_recipes("setup")
 
     def step_context(self) -> StepContext:
         """What the recipes' hooks see now (:class:`StepContext`; before ``Trainer.__init__``, the fields set by
@@ -147,6 +145,11 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
                               if f.name not in ("global_step", "metrics", "extra")},
                            global_step=state.global_step if state else 0, metrics=self._metrics,
                            extra=self.pending_extra)
+
+    def call_recipes(self, hook: str, *args) -> list:
+        """Each active recipe's ``hook(step_context, *args)`` (:class:`Recipe`), in registry order: their results."""
+        context = self.step_context()
+        return [getattr(recipe, hook)(context, *args) for recipe in self.recipes]
 
     # ------------------------------------------------------------------------------------------------ models
     def _ref_logps(self, batch):
@@ -203,9 +206,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
                     "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a checkpoint "
                     f"at a multiple of {window}, or with the settings that wrote it")
             check_rollout_format(resume_from_checkpoint, self.args)
-            context = self.step_context()
-            for recipe in self.recipes:
-                recipe.load(context, resume_from_checkpoint)
+            self.call_recipes("load", resume_from_checkpoint)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ rollout
@@ -268,9 +269,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         if args.kl_beta != 0.0:
             with timed(self, "ref"):
                 batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
-        context = self.step_context()
-        for recipe in self.recipes:
-            recipe.loss_inputs(context, rollout, batch)
+        self.call_recipes("loss_inputs", rollout, batch)
         return batch
 
     # ------------------------------------------------------------------------------------------------ loss
@@ -309,8 +308,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
             epsilon_low=args.epsilon, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items,
             importance_weights=inputs.get("importance_weights"))
-        context = self.step_context()
-        terms = [recipe.loss_term(context, inputs, logits, num_items) for recipe in self.recipes]
+        terms = self.call_recipes("loss_term", inputs, logits, num_items)
         out.loss = out.loss + sum(term for term in terms if term is not None)
         loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation
 
@@ -361,9 +359,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         """The rollout format and each recipe's state, before the checkpoint's mark
         (:class:`grounding_rl.update.checkpoints.CompleteCheckpointMixin`)."""
         write_rollout_format(folder)
-        context = self.step_context()
-        for recipe in self.recipes:
-            recipe.save(context, folder)
+        self.call_recipes("save", folder)
 
     def grounding_config(self):
         """The config's settings, with the reward functions this trainer actually scores with (by logged name)."""

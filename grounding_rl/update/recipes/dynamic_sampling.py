@@ -125,11 +125,10 @@ class DynamicSampling(Recipe):
         chosen = kept[:total]
         filled = total - len(chosen)
         chosen += [(0, g) for g in first if (0, g) not in chosen][:filled]
-        metrics = context.metrics
-        metrics["dynamic_sampling/gen_batches"].append(float(len(draws)))
-        metrics["dynamic_sampling/groups_drawn"].append(float(len(draws) * total))
-        metrics["dynamic_sampling/groups_dropped"].append(float(len(draws) * total - (total - filled)))
-        metrics["dynamic_sampling/groups_filled"].append(float(filled))
+        context.log("dynamic_sampling/gen_batches", float(len(draws)))
+        context.log("dynamic_sampling/groups_drawn", float(len(draws) * total))
+        context.log("dynamic_sampling/groups_dropped", float(len(draws) * total - (total - filled)))
+        context.log("dynamic_sampling/groups_filled", float(filled))
         if len(draws) == 1 and chosen == [(0, g) for g in first]:
             return rollout
         local_groups = len(rollout) // G

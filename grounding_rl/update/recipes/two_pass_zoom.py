@@ -94,13 +94,12 @@ class TwoPassZoom(Recipe):
             items = self.pass2_items(context, rollout.items, [first[g] for g in rollout.group_ids.tolist()])
         second = draw(items, self.config.generation_batch_size // G, functools.partial(self.turn2, context))
         second.extra["zoom_window"] = [it["zoom_window"] for it in items]  # completions.jsonl: None = pass 1
-        metrics = context.metrics
         for name, column in (("window_recall", "zoom_window_recall"), ("fallbacks", "zoom_fallback"),
                              ("window_errors", "zoom_window_error")):
             values = torch.tensor([float(it[column]) for it in items], device=acc.device)
-            metrics[f"zoom/{name}"].append(acc.gather(values).mean().item())
-        metrics["zoom/pass1_reward"].append(torch.nanmean(acc.gather(rollout.rewards)).item())
-        metrics["zoom/pass2_reward"].append(torch.nanmean(acc.gather(second.rewards)).item())
+            context.log(f"zoom/{name}", acc.gather(values).mean().item())
+        context.log("zoom/pass1_reward", torch.nanmean(acc.gather(rollout.rewards)).item())
+        context.log("zoom/pass2_reward", torch.nanmean(acc.gather(second.rewards)).item())
 
         def prompt_batch(rows):
             return batching.to_device(batching.prompt_batch(
