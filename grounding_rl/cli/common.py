@@ -81,26 +81,26 @@ class GroundingScriptArguments:
     )
 
 
-def _config_path(argv: list[str]) -> list[str]:
-    """Check and resolve the ``--config PATH`` of ``argv`` (returned as a new list).
+def _config_path(argv: list[str]) -> tuple[list[str], str | None]:
+    """``(argv, path)``: ``argv`` with its ``--config PATH`` checked and resolved, written ``--config PATH`` (TRL's
+    parser reads no ``--config=PATH``), and the first such path (None without one).
 
     Raises:
         UserError: ``--config`` without a path, or a path that is not a file.
     """
-    argv = list(argv)
-    for i, arg in enumerate(argv):
+    out, path, rest = [], None, iter(argv)
+    for arg in rest:
         if arg == "--config" or arg.startswith("--config="):
-            if arg == "--config":
-                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                    raise UserError("--config needs the path of a YAML file (e.g. --config configs/demo_grpo.yaml)")
-                value, put = argv[i + 1], lambda v, i=i: argv.__setitem__(i + 1, v)
-            else:
-                value, put = arg.split("=", 1)[1], lambda v, i=i: argv.__setitem__(i, f"--config={v}")
+            value = arg.split("=", 1)[1] if arg.startswith("--config=") else next(rest, "--")
+            if arg == "--config" and value.startswith("--"):
+                raise UserError("--config needs the path of a YAML file (e.g. --config configs/demo_grpo.yaml)")
             resolved = resolve_config_path(value)
             if not Path(resolved).is_file():
                 raise UserError(f"{value}: no such config file")
-            put(resolved)
-    return argv
+            out, path = out + ["--config", resolved], path or resolved
+        else:
+            out.append(arg)
+    return out, path
 
 
 def _read_config(path: str) -> tuple[dict, list[str]]:
@@ -153,7 +153,7 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
         if arg == "--config":
             skip = True
             continue
-        if arg.startswith("--") and not arg.startswith("--config="):
+        if arg.startswith("--"):
             flag = arg.split("=", 1)[0]
             if flag not in options:
                 raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
@@ -183,20 +183,15 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
 
     from grounding_rl.update.recipes import RECIPES, recipe_arguments
 
-    argv = _config_path(sys.argv[1:] if argv is None else argv)
+    argv, config_path = _config_path(sys.argv[1:] if argv is None else argv)
     recipes = recipe_arguments() if hasattr(config_class, "set_recipes") else []  # GRPO's configs take the recipes'
     parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig, *recipes), prog=prog,
                        usage=f"{prog} --config CONFIG.yaml [--key value ...]", description=USAGE.format(
                            prog=prog, example=EXAMPLES.get(prog.rsplit(" ", 1)[-1], "configs/demo_grpo.yaml")),
                        formatter_class=_HelpFormatter)
-    config_path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
-    config_path = config_path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
     if any(a in ("-h", "--help") for a in argv):
         parser.parse_args_into_dataclasses(args=["--help"])  # prints the help and exits 0
     _check_keys(parser, config_path, argv)
-    if config_path is not None:  # TRL's parser reads "--config PATH" only
-        argv = [a for a in argv if not a.startswith("--config=")] + (
-            ["--config", config_path] if "--config" not in argv else [])
     try:
         script_args, training_args, model_args, *parsed = parser.parse_args_and_config(argv)
         if recipes:
