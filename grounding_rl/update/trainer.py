@@ -140,11 +140,8 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
     def step_context(self) -> StepContext:
         """What the recipes' hooks see now (:class:`StepContext`; before ``Trainer.__init__``, the fields set by
         then)."""
-        state = getattr(self, "state", None)
         return StepContext(**{f.name: getattr(self, f.name, None) for f in fields(StepContext)
-                              if f.name not in ("global_step", "metrics", "extra")},
-                           global_step=state.global_step if state else 0, metrics=self._metrics,
-                           extra=self.pending_extra)
+                              if f.name not in ("metrics", "extra")}, metrics=self._metrics, extra=self.pending_extra)
 
     def call_recipes(self, hook: str, *args) -> list:
         """Each active recipe's ``hook(step_context, *args)`` (:class:`Recipe`), in registry order: their results."""
@@ -224,12 +221,8 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
 
     @torch.no_grad()
     def generate_and_score(self, items: list[dict]) -> dict:
-        """One generation batch (this process's collated ``items``) → the training batch it buffers.
-
-        The rollout (:func:`grounding_rl.update.rollout.build_rollout`), resampled by the recipes
-        (:meth:`Recipe.resample`, handed the draw function), logged once (:func:`log_rollout`), its groups shuffled
-        when it feeds several micro-batches (:func:`group_permutation`, TRL's shuffle before the split), then the
-        loss inputs (:meth:`loss_inputs`).
+        """One generation batch (this process's collated ``items``) → the training batch it buffers, by the steps of
+        the module docstring (:func:`group_permutation`: TRL's shuffle before the split).
 
         Returns:
             The prompt tensors plus ``completion_ids`` / ``completion_mask`` (B, C), ``advantages`` (B,),
@@ -290,11 +283,10 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         if return_outputs:
             raise ValueError("GroundingGRPOTrainer does not return outputs")
         args = self.args
-        logits = None
         if any(recipe.needs_logits for recipe in self.recipes):
             logps, logits = completion_logps(model, inputs, args.temperature, self.share_prompt, return_logits=True)
         else:
-            logps = completion_logps(model, inputs, args.temperature, self.share_prompt)
+            logps, logits = completion_logps(model, inputs, args.temperature, self.share_prompt), None
         old_logps = inputs.get("old_logps")
         mask = inputs["completion_mask"]
         accumulation = getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)

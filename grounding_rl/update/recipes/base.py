@@ -31,7 +31,7 @@ class StepContext:
     train_dataset: Any = None  # GroundingDataset
     data_collator: Any = None  # VideoCollator: items of sample indices
     recipes: list | None = None  # the active recipes, in registry order
-    global_step: int = 0  # optimizer steps done
+    state: Any = None  # transformers' TrainerState (global_step: optimizer steps done)
     metrics: dict | None = None  # {name: [values]}, averaged per log (log)
     timings: dict | None = None  # {phase: seconds} of this generation (grounding_rl.update.rollout.timed)
     extra: dict | None = None  # {column: [one value per completion]}, written with the logged completions
