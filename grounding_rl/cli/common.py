@@ -201,7 +201,7 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         raise UserError(f"{config_path or 'command line'}: {err}") from None
     _check_honoured(script_args, model_args, training_args, config_path or "command line",
                     "sft" if prog.endswith("sft") else "grpo")
-    from grounding_rl.update.trackers import check_trackers
+    from grounding_rl.update.trackers import check_trackers, default_wandb_dir
 
     check_trackers(training_args.report_to, config_path or "command line")  # before any model loads
     if not script_args.train_file:
@@ -209,8 +209,6 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     if not model_args.model_name_or_path:
         raise UserError("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     _resolve_paths(script_args, training_args, model_args)
-    from grounding_rl.update.trackers import default_wandb_dir
-
     default_wandb_dir(training_args.report_to, training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args

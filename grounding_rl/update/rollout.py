@@ -147,12 +147,10 @@ def sample(trainer, items: list[dict], generate=None) -> tuple[dict, torch.Tenso
         ValueError: a prompt is longer than ``max_prompt_length`` (prompts are never truncated).
     """
     args, engine = trainer.args, trainer.rollout_engine
-    batch = batching.prompt_batch(trainer.processing_class, items, args.prompt_template,
-                                  share_videos=args.share_video_encoding, video_layout=args.video_layout)
+    batch = batching.config_prompt_batch(trainer.processing_class, items, args, trainer.accelerator.device)
     for length, item in zip(batch["prompt_mask"].sum(dim=1).tolist(), items):  # never truncated
         check_prompt_length(length, args.max_prompt_length,
                             f"sample {item['index']} (qid {item['qid']}, {item['video']})")
-    batch = batching.to_device(batch, trainer.accelerator.device)
     if generate is not None:
         return batch, generate(items).to(batch["prompt_ids"].device), None
     model = trainer.model_wrapped

@@ -10,8 +10,8 @@ from typing import Any
 class StepContext:
     """What a hook sees of the run instead of the trainer (torchtune's components receive what they need), built by
     :meth:`grounding_rl.update.trainer.GroundingGRPOTrainer.step_context` once per draw, loss forward or event.
-    Read-only, except what a hook's docstring names. In ``prepare_data`` (before the trainer is built) only
-    ``num_generations``, the ``reward_*`` fields, ``recipes`` and :meth:`log` are set, the rest is None."""
+    Read-only, except what a hook's docstring names (:meth:`Recipe.prepare_data`: the fields set before the trainer
+    is built)."""
 
     accelerator: Any = None  # process index, gather, device, unwrap_model
     model: Any = None  # the policy (PEFT-wrapped for LoRA)
@@ -97,8 +97,8 @@ class Recipe:
         processor and accelerator; changes only the recipe."""
 
     def prepare_data(self, context: StepContext, dataset):
-        """The training set to use (return value), once, before the trainer is built; reads ``num_generations`` and
-        the ``reward_*`` fields (the only ones set)."""
+        """The training set to use (return value), once, before the trainer is built; reads ``num_generations``, the
+        ``reward_*`` fields, ``recipes`` and :meth:`StepContext.log` (the only ones set, the rest None)."""
         return dataset
 
     def sampler(self, context: StepContext, dataset):

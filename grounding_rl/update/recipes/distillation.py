@@ -166,10 +166,7 @@ class Distillation(Recipe):
                 clips[item["index"]] = self.teacher_clip(item["clip"])
         items = [{"index": item["index"], "query": item["query"], "clip": clips[item["index"]]}
                  for item in rollout.items]
-        args = self.config
-        self.batch = batching.to_device(
-            batching.prompt_batch(self.processor, items, args.prompt_template, share_videos=args.share_video_encoding,
-                                  video_layout=args.video_layout), context.accelerator.device)
+        self.batch = batching.config_prompt_batch(self.processor, items, self.config, context.accelerator.device)
         batch[TEACHER_ROW] = torch.arange(len(items), device=context.accelerator.device)
 
     # ------------------------------------------------------------------------------------------------ loss

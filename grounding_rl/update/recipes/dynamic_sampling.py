@@ -147,7 +147,5 @@ class DynamicSampling(Recipe):
             local = r - start
             items.append(dict(draws[d].items[local]) if 0 <= local < len(draws[d]) else
                          context.data_collator.load_item(views[d].items[r]["index"]))
-        batch = batching.to_device(batching.prompt_batch(context.processing_class, items, self.config.prompt_template,
-                                                         share_videos=self.config.share_video_encoding,
-                                                         video_layout=self.config.video_layout), acc.device)
-        return replace(picked, items=items, batch=batch)
+        return replace(picked, items=items, batch=batching.config_prompt_batch(context.processing_class, items,
+                                                                               self.config, acc.device))

@@ -100,13 +100,9 @@ class TwoPassZoom(Recipe):
             context.log(f"zoom/{name}", acc.gather(values).mean().item())
         context.log("zoom/pass1_reward", torch.nanmean(acc.gather(rollout.rewards)).item())
         context.log("zoom/pass2_reward", torch.nanmean(acc.gather(second.rewards)).item())
-
-        def prompt_batch(rows):
-            return batching.to_device(batching.prompt_batch(
-                context.processing_class, rows, self.config.prompt_template,
-                share_videos=self.config.share_video_encoding, video_layout=self.config.video_layout), acc.device)
-
-        return Rollout.concat([rollout, second], prompt_batch, context.pad_token_id)
+        return Rollout.concat([rollout, second], functools.partial(
+            batching.config_prompt_batch, context.processing_class, config=self.config, device=acc.device),
+            context.pad_token_id)
 
     def turn2(self, context, items: list[dict]):
         """Pass 2's completions, (B, C) ids: turn 2 of the zoom's fixed two-turn conversation, as at evaluation
