@@ -103,25 +103,6 @@ def _config_path(argv: list[str]) -> tuple[list[str], str | None]:
     return out, path
 
 
-def _read_config(path: str) -> tuple[dict, list[str]]:
-    """The YAML mapping of a config file and its lines (for naming a key's line).
-
-    Raises:
-        UserError: the file is not UTF-8, not valid YAML (with the line), repeats a key (the key and both lines,
-            :func:`grounding_rl.yaml_files.load_yaml`) or is not a mapping.
-    """
-    from grounding_rl.yaml_files import load_yaml
-
-    data = load_yaml(path)
-    with open(path, encoding="utf-8-sig") as handle:
-        text = handle.read()
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a config must be a YAML mapping of 'key: value' lines")
-    return data, text.splitlines()
-
-
 def _closest(name: str, known) -> str:
     import difflib
 
@@ -133,13 +114,20 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
     """Every key of the YAML and every ``--key`` of ``argv`` is a field of the parser's dataclasses.
 
     Raises:
-        UserError: the first unknown key, with its file and line (or ``command line``) and the closest known key.
+        UserError: the first unknown key, with its file and line (or ``command line``) and the closest known key; a
+            config that is not UTF-8, not valid YAML (with the line), repeats a key (the key and both lines,
+            :func:`grounding_rl.yaml_files.load_yaml`) or is not a mapping.
     """
+    from grounding_rl.yaml_files import load_yaml
+
     dests = {action.dest for action in parser._actions if action.dest != "help"}
     options = {opt for action in parser._actions for opt in action.option_strings}
     if config_path is not None:
-        config, lines = _read_config(config_path)
-        for key in config:
+        config = load_yaml(config_path)
+        if config is not None and not isinstance(config, dict):
+            raise UserError(f"{config_path}: a config must be a YAML mapping of 'key: value' lines")
+        lines = Path(config_path).read_text(encoding="utf-8-sig").splitlines()
+        for key in config or {}:
             if key != "env" and key not in dests:
                 number = next((i for i, line in enumerate(lines, 1) if line.split(":", 1)[0].strip() == str(key)),
                               None)
