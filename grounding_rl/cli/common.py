@@ -26,36 +26,22 @@ logger = logging.getLogger("grounding_rl.cli")
 
 @dataclass
 class GroundingScriptArguments:
-    """What to train on; the same for GRPO and SFT.
+    """What to train on; the same for GRPO and SFT (each field's help says what it does: :func:`load_dataset`,
+    :func:`frame_cache`, :func:`claim_output_dir`; ``tiny_model``: :func:`grounding_rl.dev.tiny.ensure_from_config`)."""
 
-    Attributes:
-        train_file: canonical JSONL (``grounding-rl prepare`` output); relative video paths resolve against
-            ``video_root`` or the file's folder.
-        video_root: folder holding the videos, or None.
-        max_train_samples: use only the first N samples (smoke runs), None = all.
-        min_video_duration, max_video_duration: train only on videos whose ``duration`` (seconds) lies in
-            [min, max], both inclusive, as TimeLens2's ``min_video_len`` / ``max_video_len`` (its recipes: 3 and
-            3,600); None = no bound (:func:`grounding_rl.data.dataset.within_duration`). Applied before
-            ``max_train_samples``; the dropped count is logged and saved in ``grounding_config.json``.
-        freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
-        frame_cache_dir, frame_cache_gb: optional :class:`grounding_rl.data.cache.FrameCache` for decoded clips.
-        max_missing_fraction: the share of missing or unreadable videos that stops the run
-            (:mod:`grounding_rl.data.missing`).
-        tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
-            (:func:`grounding_rl.dev.tiny.ensure_from_config`).
-        replace_output_dir: remove the run a non-empty ``output_dir`` holds before training (:func:`claim_output_dir`;
-            transformers 5 has no ``overwrite_output_dir``).
-    """
-
-    train_file: str = field(default=None, metadata={"help": "Canonical JSONL of training samples (required)."})
+    train_file: str = field(default=None, metadata={
+        "help": "Canonical JSONL of training samples (required; grounding-rl prepare's output); relative video paths "
+                "resolve against video_root or the file's folder."})
     video_root: str | None = field(default=None, metadata={"help": "Folder of the videos (relative paths)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N samples only."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Train on the first N samples only (smoke runs; after the duration bounds); None = all."})
     min_video_duration: float | None = field(
         default=None, metadata={"help": "Drop training samples whose video is shorter than this many seconds (their "
                                         "'duration'; kept when equal); None = no bound. TimeLens2: 3."})
     max_video_duration: float | None = field(
         default=None, metadata={"help": "Drop training samples whose video is longer than this many seconds (kept "
-                                        "when equal); None = no bound. TimeLens2: 3600."})
+                                        "when equal); None = no bound. TimeLens2: 3600. The dropped count is logged "
+                                        "and saved in grounding_config.json."})
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
     frame_cache_dir: str | None = field(
         default=None,
