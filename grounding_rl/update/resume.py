@@ -81,15 +81,6 @@ def load_adapter_weights(model, folder: str | os.PathLike) -> None:
         raise CheckpointLoadError(problem)
 
 
-def last_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The newest complete ``checkpoint-N`` folder of ``output_dir``
-    (:func:`grounding_rl.update.checkpoints.newest_complete`), or None when there is none or ``output_dir`` is not a
-    folder: what ``resume_from_checkpoint: true`` (or ``last``, ``auto``) means."""
-    from grounding_rl.update.checkpoints import newest_complete
-
-    return newest_complete(output_dir)[0]
-
-
 def checkpoint_global_step(folder: str | os.PathLike) -> int | None:
     """The ``global_step`` of a checkpoint's ``trainer_state.json``, or None when it has none."""
     from transformers.trainer_callback import TrainerState

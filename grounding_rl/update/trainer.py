@@ -46,11 +46,10 @@ from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
 from grounding_rl.update.recipes import RECIPES, active_recipes
 from grounding_rl.update.recipes.base import StepContext
-from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, last_checkpoint,
-                                        write_rollout_format)
+from grounding_rl.update.resume import ExactResumeMixin, check_rollout_format, write_rollout_format
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
 from grounding_rl.update.rollout_metrics import log_rollout, write_completions
-from grounding_rl.update.checkpoints import CompleteCheckpointMixin
+from grounding_rl.update.checkpoints import CompleteCheckpointMixin, newest_complete
 from grounding_rl.update.saving import GroundingSaveMixin
 from grounding_rl.update.sources import row_settings
 
@@ -190,8 +189,8 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
                 only one at ``max_steps``, with nothing left to train, may be), or this version cannot continue it
                 exactly (:func:`grounding_rl.update.resume.check_rollout_format`).
         """
-        if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir" (it raises for none)
-            resume_from_checkpoint = last_checkpoint(self.args.output_dir) or True
+        if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir": the newest complete one
+            resume_from_checkpoint = newest_complete(self.args.output_dir)[0] or True
         if isinstance(resume_from_checkpoint, str):
             from grounding_rl.errors import UserError
             from grounding_rl.update.resume import checkpoint_global_step
