@@ -86,7 +86,7 @@ def test_eval_steps_log_metrics_and_the_best_checkpoint_is_loaded(tmp_path, tiny
 def test_train_command_reads_eval_file_from_the_yaml_keys(tmp_path, tiny_model_dir, videos_dir):
     from grounding_rl.cli.common import parse_training_args
     from grounding_rl.paths import REPO_ROOT
-    from grounding_rl.update.recipes import trainer_inputs
+    from grounding_rl.update.recipes import each
 
     script, args, _ = parse_training_args(GroundingGRPOConfig, [
         "--config", str(REPO_ROOT / "configs" / "tiny_real_clips.yaml"), "--model_name_or_path", str(tiny_model_dir),
@@ -95,7 +95,7 @@ def test_train_command_reads_eval_file_from_the_yaml_keys(tmp_path, tiny_model_d
         "--online_difficulty_range", "0.0", "0.7"], "grounding-rl train")
     own = args.recipe_args
     assert own["online_filter"].online_difficulty_range == [0.0, 0.7] and own["validation"].eval_max_samples == 3
-    inputs = trainer_inputs(args, script)
+    inputs = next(out for out in each(args, "trainer_inputs", args, script) if out)
     samples, dropped = inputs["eval_dataset"], inputs["eval_dropped"]
     lines = [json.loads(line) for line in (videos_dir / "annotations.jsonl").read_text().splitlines()[:3]]
     assert [s.query for s in samples] == [line["query"] for line in lines] and dropped == 0

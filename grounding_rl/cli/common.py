@@ -26,36 +26,22 @@ logger = logging.getLogger("grounding_rl.cli")
 
 @dataclass
 class GroundingScriptArguments:
-    """What to train on; the same for GRPO and SFT.
+    """What to train on; the same for GRPO and SFT (each field's help says what it does: :func:`load_dataset`,
+    :func:`frame_cache`, :func:`claim_output_dir`; ``tiny_model``: :func:`grounding_rl.dev.tiny.ensure_from_config`)."""
 
-    Attributes:
-        train_file: canonical JSONL (``grounding-rl prepare`` output); relative video paths resolve against
-            ``video_root`` or the file's folder.
-        video_root: folder holding the videos, or None.
-        max_train_samples: use only the first N samples (smoke runs), None = all.
-        min_video_duration, max_video_duration: train only on videos whose ``duration`` (seconds) lies in
-            [min, max], both inclusive, as TimeLens2's ``min_video_len`` / ``max_video_len`` (its recipes: 3 and
-            3,600); None = no bound (:func:`grounding_rl.data.dataset.within_duration`). Applied before
-            ``max_train_samples``; the dropped count is logged and saved in ``grounding_config.json``.
-        freeze_vision_tower: keep the vision encoder fixed (no gradients into it).
-        frame_cache_dir, frame_cache_gb: optional :class:`grounding_rl.data.cache.FrameCache` for decoded clips.
-        max_missing_fraction: the share of missing or unreadable videos that stops the run
-            (:mod:`grounding_rl.data.missing`).
-        tiny_model: used only by ``scripts/train.sh`` and ``scripts/demo.sh``
-            (:func:`grounding_rl.dev.tiny.ensure_from_config`).
-        replace_output_dir: remove the run a non-empty ``output_dir`` holds before training (:func:`claim_output_dir`;
-            transformers 5 has no ``overwrite_output_dir``).
-    """
-
-    train_file: str = field(default=None, metadata={"help": "Canonical JSONL of training samples (required)."})
+    train_file: str = field(default=None, metadata={
+        "help": "Canonical JSONL of training samples (required; grounding-rl prepare's output); relative video paths "
+                "resolve against video_root or the file's folder."})
     video_root: str | None = field(default=None, metadata={"help": "Folder of the videos (relative paths)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N samples only."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Train on the first N samples only (smoke runs; after the duration bounds); None = all."})
     min_video_duration: float | None = field(
         default=None, metadata={"help": "Drop training samples whose video is shorter than this many seconds (their "
                                         "'duration'; kept when equal); None = no bound. TimeLens2: 3."})
     max_video_duration: float | None = field(
         default=None, metadata={"help": "Drop training samples whose video is longer than this many seconds (kept "
-                                        "when equal); None = no bound. TimeLens2: 3600."})
+                                        "when equal); None = no bound. TimeLens2: 3600. The dropped count is logged "
+                                        "and saved in grounding_config.json."})
     freeze_vision_tower: bool = field(default=False, metadata={"help": "Freeze the vision encoder."})
     frame_cache_dir: str | None = field(
         default=None,
@@ -81,45 +67,26 @@ class GroundingScriptArguments:
     )
 
 
-def _config_path(argv: list[str]) -> list[str]:
-    """Check and resolve the ``--config PATH`` of ``argv`` (returned as a new list).
+def _config_path(argv: list[str]) -> tuple[list[str], str | None]:
+    """``(argv, path)``: ``argv`` with its ``--config PATH`` checked and resolved, written ``--config PATH`` (TRL's
+    parser reads no ``--config=PATH``), and the first such path (None without one).
 
     Raises:
         UserError: ``--config`` without a path, or a path that is not a file.
     """
-    argv = list(argv)
-    for i, arg in enumerate(argv):
+    out, path, rest = [], None, iter(argv)
+    for arg in rest:
         if arg == "--config" or arg.startswith("--config="):
-            if arg == "--config":
-                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                    raise UserError("--config needs the path of a YAML file (e.g. --config configs/demo_grpo.yaml)")
-                value, put = argv[i + 1], lambda v, i=i: argv.__setitem__(i + 1, v)
-            else:
-                value, put = arg.split("=", 1)[1], lambda v, i=i: argv.__setitem__(i, f"--config={v}")
+            value = arg.split("=", 1)[1] if arg.startswith("--config=") else next(rest, "--")
+            if arg == "--config" and value.startswith("--"):
+                raise UserError("--config needs the path of a YAML file (e.g. --config configs/demo_grpo.yaml)")
             resolved = resolve_config_path(value)
             if not Path(resolved).is_file():
                 raise UserError(f"{value}: no such config file")
-            put(resolved)
-    return argv
-
-
-def _read_config(path: str) -> tuple[dict, list[str]]:
-    """The YAML mapping of a config file and its lines (for naming a key's line).
-
-    Raises:
-        UserError: the file is not UTF-8, not valid YAML (with the line), repeats a key (the key and both lines,
-            :func:`grounding_rl.yaml_files.load_yaml`) or is not a mapping.
-    """
-    from grounding_rl.yaml_files import load_yaml
-
-    data = load_yaml(path)
-    with open(path, encoding="utf-8-sig") as handle:
-        text = handle.read()
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a config must be a YAML mapping of 'key: value' lines")
-    return data, text.splitlines()
+            out, path = out + ["--config", resolved], path or resolved
+        else:
+            out.append(arg)
+    return out, path
 
 
 def _closest(name: str, known) -> str:
@@ -133,13 +100,20 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
     """Every key of the YAML and every ``--key`` of ``argv`` is a field of the parser's dataclasses.
 
     Raises:
-        UserError: the first unknown key, with its file and line (or ``command line``) and the closest known key.
+        UserError: the first unknown key, with its file and line (or ``command line``) and the closest known key; a
+            config that is not UTF-8, not valid YAML (with the line), repeats a key (the key and both lines,
+            :func:`grounding_rl.yaml_files.load_yaml`) or is not a mapping.
     """
+    from grounding_rl.yaml_files import load_yaml
+
     dests = {action.dest for action in parser._actions if action.dest != "help"}
     options = {opt for action in parser._actions for opt in action.option_strings}
     if config_path is not None:
-        config, lines = _read_config(config_path)
-        for key in config:
+        config = load_yaml(config_path)
+        if config is not None and not isinstance(config, dict):
+            raise UserError(f"{config_path}: a config must be a YAML mapping of 'key: value' lines")
+        lines = Path(config_path).read_text(encoding="utf-8-sig").splitlines()
+        for key in config or {}:
             if key != "env" and key not in dests:
                 number = next((i for i, line in enumerate(lines, 1) if line.split(":", 1)[0].strip() == str(key)),
                               None)
@@ -153,7 +127,7 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
         if arg == "--config":
             skip = True
             continue
-        if arg.startswith("--") and not arg.startswith("--config="):
+        if arg.startswith("--"):
             flag = arg.split("=", 1)[0]
             if flag not in options:
                 raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
@@ -183,21 +157,16 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
 
     from grounding_rl.update.recipes import RECIPES, recipe_arguments
 
-    argv = _config_path(sys.argv[1:] if argv is None else argv)
+    argv, config_path = _config_path(sys.argv[1:] if argv is None else argv)
     recipes = recipe_arguments() if hasattr(config_class, "set_recipes") else []  # GRPO's configs take the recipes'
     parser = TrlParser((GroundingScriptArguments, config_class, ModelConfig, *recipes), prog=prog,
                        usage=f"{prog} --config CONFIG.yaml [--key value ...]", description=USAGE.format(
                            prog=prog, example=EXAMPLES.get(prog.rsplit(" ", 1)[-1], "configs/demo_grpo.yaml")),
                        formatter_class=_HelpFormatter)
-    config_path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
-    config_path = config_path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
     if any(a in ("-h", "--help") for a in argv):
         _hide_refused(parser, prog.rsplit(" ", 1)[-1])
         parser.parse_args_into_dataclasses(args=["--help"])  # prints the help and exits 0
     _check_keys(parser, config_path, argv)
-    if config_path is not None:  # TRL's parser reads "--config PATH" only
-        argv = [a for a in argv if not a.startswith("--config=")] + (
-            ["--config", config_path] if "--config" not in argv else [])
     try:
         script_args, training_args, model_args, *parsed = parser.parse_args_and_config(argv)
         if recipes:
@@ -207,7 +176,7 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         raise UserError(f"{config_path or 'command line'}: {err}") from None
     _check_honoured(script_args, model_args, training_args, config_path or "command line",
                     "sft" if prog.endswith("sft") else "grpo")
-    from grounding_rl.update.trackers import check_trackers
+    from grounding_rl.update.trackers import check_trackers, default_wandb_dir
 
     check_trackers(training_args.report_to, config_path or "command line")  # before any model loads
     if not script_args.train_file:
@@ -215,8 +184,6 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     if not model_args.model_name_or_path:
         raise UserError("model_name_or_path is required (in the YAML or as --model_name_or_path)")
     _resolve_paths(script_args, training_args, model_args)
-    from grounding_rl.update.trackers import default_wandb_dir
-
     default_wandb_dir(training_args.report_to, training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
@@ -247,14 +214,11 @@ def _hide_refused(parser, command: str) -> None:
 
 def _resolve_paths(script_args, training_args, model_args) -> None:
     """The paths of a training run against the working directory, in place: train file, video root, frame cache,
-    model (a hub id stays), the recipes' (a distillation teacher's) and the output folder."""
-    from grounding_rl.update.recipes import resolve_paths
-
+    model (a hub id stays) and the output folder (a distillation teacher's: its arguments' own ``__post_init__``)."""
     script_args.train_file = resolve_config_path(script_args.train_file)
     script_args.video_root = resolve_config_path(script_args.video_root)
     script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
     model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
-    resolve_paths(training_args)
     training_args.output_dir = resolve_config_path(training_args.output_dir)
 
 
@@ -522,7 +486,7 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
     ``replace_output_dir`` may delete; not compared)."""
     from grounding_rl import __version__
     from grounding_rl.run_record import RUN_OUTPUTS, file_sha256, model_fingerprint
-    from grounding_rl.update.recipes import data_selection, teacher
+    from grounding_rl.update.recipes import RECIPES, own_args, teacher
 
     pair = teacher(training_args) if hasattr(training_args, "recipe_args") else None  # distillation's, and its β
     return {
@@ -536,7 +500,8 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
         "prompt_template": training_args.prompt_template, "video_layout": training_args.video_layout,
         "video": training_args.video_settings.to_dict(),
         "sampling": {key: getattr(training_args, key) for key in SAMPLING_KEYS if hasattr(training_args, key)},
-        "data_selection": data_selection(training_args) if hasattr(training_args, "recipe_args") else {},
+        "data_selection": {key: getattr(own_args(training_args, name), key) for name, recipe in RECIPES.items()
+                           for key in recipe.fingerprint_keys} if hasattr(training_args, "recipe_args") else {},
         "lora": lora_settings(model_args), "seed": training_args.seed, "data_seed": training_args.data_seed,
         "version": __version__, "outputs": list(RUN_OUTPUTS),
     }

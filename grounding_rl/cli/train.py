@@ -8,6 +8,7 @@ Every knob is a field of :class:`grounding_rl.update.config.GroundingGRPOConfig`
 from __future__ import annotations
 
 import sys
+from collections import ChainMap
 
 from grounding_rl.cli import common
 
@@ -29,7 +30,7 @@ def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | No
     resume = common.resolve_resume(training_args, fingerprint)  # before any loading: a wrong checkpoint fails at once
     common.claim_output_dir(script_args, training_args, fingerprint, resume)  # one run per folder
     common.init_deepspeed_comm(training_args)
-    from grounding_rl.update.recipes import trainer_inputs
+    from grounding_rl.update.recipes import each
     from grounding_rl.update.trainer import GroundingGRPOTrainer
 
     dataset = common.load_dataset(script_args)
@@ -38,7 +39,7 @@ def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | No
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
                                    frame_cache=common.frame_cache(script_args),
                                    max_missing_fraction=script_args.max_missing_fraction,
-                                   **trainer_inputs(training_args, script_args))
+                                   **ChainMap(*each(training_args, "trainer_inputs", training_args, script_args)))
     if stage is not None:
         trainer.stage = stage
     trainer.fingerprint = fingerprint

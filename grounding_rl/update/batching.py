@@ -171,6 +171,13 @@ def to_device(batch: dict, device) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
+def config_prompt_batch(processor, items: list[dict], config, device) -> dict:
+    """:func:`prompt_batch` of ``items`` with a training ``config``'s ``prompt_template``, ``share_video_encoding``
+    and ``video_layout``, on ``device``."""
+    return to_device(prompt_batch(processor, items, config.prompt_template, share_videos=config.share_video_encoding,
+                                  video_layout=config.video_layout), device)
+
+
 OWN_LOGITS_DTYPE = "own_logits_dtype"  # set on the LM head by grounding_rl.update.logprobs.float32_head
 
 

@@ -377,9 +377,7 @@ def rollout_checks(model, processor, items: list[dict], args, engine=None, refer
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         with Timer() as rollout_time:
-            rollout = batching.to_device(batching.prompt_batch(
-                processor, grouped, args.prompt_template, share_videos=bool(args.share_video_encoding),
-                video_layout=args.video_layout), device)
+            rollout = batching.config_prompt_batch(processor, grouped, args, device)
             inputs = batching.generation_inputs(rollout, grouped)
             if engine is None:
                 ids, sampler = sampled_logprobs(model, inputs, params)

@@ -216,7 +216,11 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
             problems.append(f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} "
                             f"reward_funcs {self.reward_funcs}")
         problems += self.preprocessing_problems()
-        problems += self.vllm_problems()
+        if self.use_vllm and not 0 < self.vllm_gpu_memory_utilization <= 1:
+            problems.append(f"vllm_gpu_memory_utilization must be in (0, 1] (got {self.vllm_gpu_memory_utilization})")
+        if self.use_vllm and (self.vllm_tensor_parallel_size < 1 or self.world_size % self.vllm_tensor_parallel_size):
+            problems.append(f"vllm_tensor_parallel_size {self.vllm_tensor_parallel_size} must divide the "
+                            f"{self.world_size} processes")
         if problems:
             raise ValueError("invalid GroundingGRPOConfig: " + "; ".join(problems))
 
@@ -257,18 +261,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
     def kl_beta(self) -> float:
         """The weight of the KL to the reference model in the loss (GRPO's ``beta``)."""
         return self.beta
-
-    def vllm_problems(self) -> list[str]:
-        """Messages for invalid vLLM settings (empty when all is well or ``use_vllm`` is off)."""
-        if not self.use_vllm:
-            return []
-        problems = []
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            problems.append(f"vllm_gpu_memory_utilization must be in (0, 1] (got {self.vllm_gpu_memory_utilization})")
-        if self.vllm_tensor_parallel_size < 1 or self.world_size % self.vllm_tensor_parallel_size:
-            problems.append(f"vllm_tensor_parallel_size {self.vllm_tensor_parallel_size} must divide the "
-                            f"{self.world_size} processes")
-        return problems
 
     @property
     def generation_window(self) -> int:

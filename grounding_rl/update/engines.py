@@ -9,7 +9,10 @@ from grounding_rl.rollout.generation import HFGenerateEngine, RolloutEngine
 
 
 def make_rollout_engine(args, accelerator, model, processor) -> RolloutEngine:
-    """The engine ``args`` (a :class:`grounding_rl.update.config.GroundingGRPOConfig`) asks for.
+    """The engine ``args`` (a :class:`grounding_rl.update.config.GroundingGRPOConfig`) asks for; with ``use_vllm`` a
+    :class:`grounding_rl.rollout.vllm.VLLMEngine` on the policy's checkpoint from the config's TRL knobs
+    (``vllm_*``), its prompt + completion budget ``vllm_max_model_length``, else ``max_prompt_length`` (8192 when
+    unset) + ``max_completion_length``.
 
     Args:
         args: the GRPO config (``use_vllm``, ``vllm_*``, ``ds3_gather_for_generation``,
@@ -18,17 +21,10 @@ def make_rollout_engine(args, accelerator, model, processor) -> RolloutEngine:
         model: the (wrapped) policy; its checkpoint is what vLLM loads first.
         processor: its processor (EOS and pad ids).
     """
-    if getattr(args, "use_vllm", False):
-        return vllm_engine_for_training(args, accelerator, model, processor)
-    return HFGenerateEngine(accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
-
-
-def vllm_engine_for_training(args, accelerator, model, processor):
-    """The :class:`grounding_rl.rollout.vllm.VLLMEngine` of a GRPO run from the config's TRL knobs (``vllm_*``), on
-    the policy's checkpoint; the prompt + completion budget is ``vllm_max_model_length``, else
-    ``max_prompt_length`` (8192 when unset) + ``max_completion_length``."""
+    if not getattr(args, "use_vllm", False):
+        return HFGenerateEngine(accelerator, args.ds3_gather_for_generation, args.gradient_checkpointing_kwargs)
     from grounding_rl.rollout.vllm import VLLMEngine
-    from grounding_rl.update.recipes import max_videos, recipe_enabled
+    from grounding_rl.update.recipes import active_recipes, each
 
     unwrapped = accelerator.unwrap_model(model)
     base = getattr(unwrapped, "get_base_model", lambda: unwrapped)()
@@ -38,5 +34,5 @@ def vllm_engine_for_training(args, accelerator, model, processor):
                       max_model_len=length, gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                       tensor_parallel_size=args.vllm_tensor_parallel_size,
                       enable_sleep_mode=args.vllm_enable_sleep_mode, seed=args.seed,
-                      logps_need_correcting=recipe_enabled(args, "vllm_importance_sampling"), accelerator=accelerator,
-                      max_videos=max_videos(args))
+                      logps_need_correcting=any(r.name == "vllm_importance_sampling" for r in active_recipes(args)),
+                      accelerator=accelerator, max_videos=1 + max(each(args, "extra_videos"), default=0))

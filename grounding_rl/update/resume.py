@@ -81,15 +81,6 @@ def load_adapter_weights(model, folder: str | os.PathLike) -> None:
         raise CheckpointLoadError(problem)
 
 
-def last_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The newest complete ``checkpoint-N`` folder of ``output_dir``
-    (:func:`grounding_rl.update.checkpoints.newest_complete`), or None when there is none or ``output_dir`` is not a
-    folder: what ``resume_from_checkpoint: true`` (or ``last``, ``auto``) means."""
-    from grounding_rl.update.checkpoints import newest_complete
-
-    return newest_complete(output_dir)[0]
-
-
 def checkpoint_global_step(folder: str | os.PathLike) -> int | None:
     """The ``global_step`` of a checkpoint's ``trainer_state.json``, or None when it has none."""
     from transformers.trainer_callback import TrainerState
@@ -165,12 +156,12 @@ def check_rollout_format(folder: str | os.PathLike, args) -> None:
         raise UserError(f"{folder}: rollout format {version} is newer than this version's {ROLLOUT_FORMAT}; "
                         "resume it with the version that wrote it")
     if version == 1:
-        from grounding_rl.update.recipes import recipe_enabled
+        from grounding_rl.update.recipes import active_recipes
 
         why = ("steps_per_generation > 1 shuffles the groups before cutting micro-batches"
                if args.steps_per_generation > 1 else
                "dynamic_sampling on several processes chooses its groups over all of them"
-               if recipe_enabled(args, "dynamic_sampling") and args.world_size > 1 else None)
+               if args.world_size > 1 and any(r.name == "dynamic_sampling" for r in active_recipes(args)) else None)
         if why:
             raise UserError(f"{folder}: written by an older version, and with these settings this version trains "
                             f"differently ({why}), so it cannot resume bit-exactly; resume it with the version "

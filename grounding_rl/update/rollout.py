@@ -3,7 +3,7 @@
 :func:`build_rollout` runs the four stages of one draw, each a small function: :func:`sample` (prompt tensors, then the
 rollout engine), :func:`sanitise` (cut sampled vision placeholders, injected rows, completion mask), :func:`score`
 (every reward function with what TRL 1.16's ``_calculate_rewards`` passes; gathered across processes) and
-:func:`compute_advantages` (weighted sum, :func:`grounding_rl.update.grpo.group_advantages`). Recipes
+the advantages (weighted sum, :func:`grounding_rl.update.grpo.group_advantages`). Recipes
 (:mod:`grounding_rl.update.recipes`) hook into it by name; nothing here branches on a recipe's config field.
 
 Shapes: B rows on this process (the generation batch's share, whole or split groups), C completion tokens, F reward
@@ -83,7 +83,7 @@ class Rollout:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "batch":
-                out[f.name] = batching.select_rows(value, rows)
+                out[f.name] = None if value is None else batching.select_rows(value, rows)
             elif isinstance(value, torch.Tensor):
                 out[f.name] = value[index.to(value.device)]
             elif isinstance(value, dict):
@@ -147,10 +147,10 @@ def sample(trainer, items: list[dict], generate=None) -> tuple[dict, torch.Tenso
         ValueError: a prompt is longer than ``max_prompt_length`` (prompts are never truncated).
     """
     args, engine = trainer.args, trainer.rollout_engine
-    batch = batching.prompt_batch(trainer.processing_class, items, args.prompt_template,
-                                  share_videos=args.share_video_encoding, video_layout=args.video_layout)
-    check_prompt_lengths(batch, items, args.max_prompt_length)
-    batch = batching.to_device(batch, trainer.accelerator.device)
+    batch = batching.config_prompt_batch(trainer.processing_class, items, args, trainer.accelerator.device)
+    for length, item in zip(batch["prompt_mask"].sum(dim=1).tolist(), items):  # never truncated
+        check_prompt_length(length, args.max_prompt_length,
+                            f"sample {item['index']} (qid {item['qid']}, {item['video']})")
     if generate is not None:
         return batch, generate(items).to(batch["prompt_ids"].device), None
     model = trainer.model_wrapped
@@ -188,13 +188,6 @@ def conversation_turns(context, config, sampling):
             context.model_wrapped, context.accelerator, gather_deepspeed3_params=config.ds3_gather_for_generation,
             gradient_checkpointing_kwargs=config.gradient_checkpointing_kwargs) as unwrapped:
         yield conv.HFTurns(unwrapped, context.pad_token_id), sampling
-
-
-def check_prompt_lengths(batch: dict, items: list[dict], limit: int | None) -> None:
-    """Raises ValueError naming the first item whose prompt is longer than ``limit`` tokens
-    (:func:`grounding_rl.prompts.preprocessing.check_prompt_length`)."""
-    for length, item in zip(batch["prompt_mask"].sum(dim=1).tolist(), items):
-        check_prompt_length(length, limit, f"sample {item['index']} (qid {item['qid']}, {item['video']})")
 
 
 def sanitise(trainer, items: list[dict], completion_ids: torch.Tensor, sampling_logps: torch.Tensor | None,
@@ -295,15 +288,6 @@ def score(trainer, items: list[dict], texts: list[str], completion_ids: torch.Te
     return per_func.to(completion_ids.device), extra
 
 
-def compute_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_ids: torch.Tensor,
-                       scale_rewards: str) -> tuple[torch.Tensor, grpo.Advantages]:
-    """(N,) weighted rewards (:func:`weighted_rewards`; ``weights`` (F,) or per row (N, F)) and their
-    :func:`grpo.group_advantages` over the groups of ``group_ids`` (N,); N = all processes' rows in gather order, so a
-    group split between processes is normalised as one."""
-    weighted = weighted_rewards(rewards_per_func, weights)
-    return weighted, grpo.group_advantages(weighted, group_ids, scale_rewards)
-
-
 def account_items(trainer, items: list[dict]) -> None:
     """Count substituted (unreadable) samples, all processes together (``data/skipped_samples``, a running count).
 
@@ -370,9 +354,7 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0, generate=No
         local_rewards, extra = score(trainer, items, texts, clean["completion_ids"], clean["lengths"])
         rewards_per_func = acc.gather(local_rewards)
     flush_reward_metrics(trainer)
-    gathered_gt = acc.gather(clean["is_gt"])
-    for recipe in trainer.recipes:
-        recipe.observe(context, items, rewards_per_func, gathered_gt)  # the rewards as scored, before any shaping
+    trainer.call_recipes("observe", items, rewards_per_func, acc.gather(clean["is_gt"]))  # as scored, before shaping
     for recipe in trainer.recipes:
         rewards_per_func = recipe.shape(context, rewards_per_func)
     weights = trainer.reward_weights
@@ -380,7 +362,8 @@ def build_rollout(trainer, items: list[dict], group_offset: int = 0, generate=No
     if row_weights is not None:
         weights = acc.gather(row_weights[[item["index"] for item in items]].to(device))
     group_ids = torch.arange(start, start + len(items), device=device) // G + group_offset  # the sampler's G rows
-    weighted, adv = compute_advantages(rewards_per_func, weights, acc.gather(group_ids), trainer.args.scale_rewards)
+    weighted = weighted_rewards(rewards_per_func, weights)  # all processes' rows: a split group is normalised as one
+    adv = grpo.group_advantages(weighted, acc.gather(group_ids), trainer.args.scale_rewards)
     local = slice(start, start + len(items))
     return Rollout(items=items, batch=batch, texts=texts, rewards_per_func=rewards_per_func[local],
                    rewards=weighted[local], advantages=adv.advantages[local], zero_std=adv.group_zero_std[local],

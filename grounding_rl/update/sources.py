@@ -6,7 +6,7 @@ TimeLens2-93K and TimeLens-100K with two prompts and a reward spec per source (M
 A row's template is used for its prompt (:func:`grounding_rl.update.batching.prompt_batch`) and its reward columns;
 a row's reward spec becomes that row's weights over the run's ``reward_funcs`` (0 for a function not in its spec;
 rows without one keep ``reward_weights``), applied where the rewards are summed
-(:func:`grounding_rl.update.rollout.compute_advantages`). The mix — rows per (template, reward spec) — is logged and
+(:func:`grounding_rl.update.rollout.build_rollout`). The mix — rows per (template, reward spec) — is logged and
 saved in ``grounding_config.json`` (``data_mix``)."""
 from __future__ import annotations
 

@@ -44,13 +44,12 @@ from grounding_rl.update.arguments import data_seed
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
-from grounding_rl.update.recipes import active_recipes, evaluation
+from grounding_rl.update.recipes import RECIPES, active_recipes
 from grounding_rl.update.recipes.base import StepContext
-from grounding_rl.update.resume import (ExactResumeMixin, check_rollout_format, last_checkpoint,
-                                        write_rollout_format)
+from grounding_rl.update.resume import ExactResumeMixin, check_rollout_format, write_rollout_format
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
 from grounding_rl.update.rollout_metrics import log_rollout, write_completions
-from grounding_rl.update.checkpoints import CompleteCheckpointMixin
+from grounding_rl.update.checkpoints import CompleteCheckpointMixin, newest_complete
 from grounding_rl.update.saving import GroundingSaveMixin
 from grounding_rl.update.sources import row_settings
 
@@ -135,18 +134,18 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         self.max_missing_fraction = max_missing_fraction
         self.completions = None  # the trained rollout's rows, for log_completions
         self.eval_dropped = eval_dropped
-        context = self.step_context()
-        for recipe in self.recipes:
-            recipe.setup(context)
+        self.call_recipes("setup")
 
     def step_context(self) -> StepContext:
         """What the recipes' hooks see now (:class:`StepContext`; before ``Trainer.__init__``, the fields set by
         then)."""
-        state = getattr(self, "state", None)
         return StepContext(**{f.name: getattr(self, f.name, None) for f in fields(StepContext)
-                              if f.name not in ("global_step", "metrics", "extra")},
-                           global_step=state.global_step if state else 0, metrics=self._metrics,
-                           extra=self.pending_extra)
+                              if f.name not in ("metrics", "extra")}, metrics=self._metrics, extra=self.pending_extra)
+
+    def call_recipes(self, hook: str, *args) -> list:
+        """Each active recipe's ``hook(step_context, *args)`` (:class:`Recipe`), in registry order: their results."""
+        context = self.step_context()
+        return [getattr(recipe, hook)(context, *args) for recipe in self.recipes]
 
     # ------------------------------------------------------------------------------------------------ models
     def _ref_logps(self, batch):
@@ -190,8 +189,8 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
                 only one at ``max_steps``, with nothing left to train, may be), or this version cannot continue it
                 exactly (:func:`grounding_rl.update.resume.check_rollout_format`).
         """
-        if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir" (it raises for none)
-            resume_from_checkpoint = last_checkpoint(self.args.output_dir) or True
+        if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir": the newest complete one
+            resume_from_checkpoint = newest_complete(self.args.output_dir)[0] or True
         if isinstance(resume_from_checkpoint, str):
             from grounding_rl.errors import UserError
             from grounding_rl.update.resume import checkpoint_global_step
@@ -203,9 +202,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
                     "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a checkpoint "
                     f"at a multiple of {window}, or with the settings that wrote it")
             check_rollout_format(resume_from_checkpoint, self.args)
-            context = self.step_context()
-            for recipe in self.recipes:
-                recipe.load(context, resume_from_checkpoint)
+            self.call_recipes("load", resume_from_checkpoint)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ rollout
@@ -223,12 +220,8 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
 
     @torch.no_grad()
     def generate_and_score(self, items: list[dict]) -> dict:
-        """One generation batch (this process's collated ``items``) → the training batch it buffers.
-
-        The rollout (:func:`grounding_rl.update.rollout.build_rollout`), resampled by the recipes
-        (:meth:`Recipe.resample`, handed the draw function), logged once (:func:`log_rollout`), its groups shuffled
-        when it feeds several micro-batches (:func:`group_permutation`, TRL's shuffle before the split), then the
-        loss inputs (:meth:`loss_inputs`).
+        """One generation batch (this process's collated ``items``) → the training batch it buffers, by the steps of
+        the module docstring (:func:`group_permutation`: TRL's shuffle before the split).
 
         Returns:
             The prompt tensors plus ``completion_ids`` / ``completion_mask`` (B, C), ``advantages`` (B,),
@@ -268,9 +261,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         if args.kl_beta != 0.0:
             with timed(self, "ref"):
                 batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
-        context = self.step_context()
-        for recipe in self.recipes:
-            recipe.loss_inputs(context, rollout, batch)
+        self.call_recipes("loss_inputs", rollout, batch)
         return batch
 
     # ------------------------------------------------------------------------------------------------ loss
@@ -291,11 +282,10 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         if return_outputs:
             raise ValueError("GroundingGRPOTrainer does not return outputs")
         args = self.args
-        logits = None
         if any(recipe.needs_logits for recipe in self.recipes):
             logps, logits = completion_logps(model, inputs, args.temperature, self.share_prompt, return_logits=True)
         else:
-            logps = completion_logps(model, inputs, args.temperature, self.share_prompt)
+            logps, logits = completion_logps(model, inputs, args.temperature, self.share_prompt), None
         old_logps = inputs.get("old_logps")
         mask = inputs["completion_mask"]
         accumulation = getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
@@ -309,8 +299,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
             epsilon_low=args.epsilon, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items,
             importance_weights=inputs.get("importance_weights"))
-        context = self.step_context()
-        terms = [recipe.loss_term(context, inputs, logits, num_items) for recipe in self.recipes]
+        terms = self.call_recipes("loss_term", inputs, logits, num_items)
         out.loss = out.loss + sum(term for term in terms if term is not None)
         loss = out.loss if args.loss_type == "dapo" else out.loss / accumulation
 
@@ -347,7 +336,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         """The greedy evaluation of ``eval_dataset`` (default: ``eval_file``'s; the validation recipe's
         :func:`grounding_rl.update.recipes.validation.greedy_evaluation`) instead of
         a loss forward, logged and handed to the callbacks' ``on_evaluate``."""
-        greedy_evaluation = evaluation()
+        greedy_evaluation = next((recipe.evaluation for recipe in RECIPES.values() if recipe.evaluation), None)
         if greedy_evaluation is None:
             raise ValueError("evaluate: no recipe evaluates during training (the validation recipe is not installed)")
         out = greedy_evaluation(self.eval_dataset if eval_dataset is None else eval_dataset, self.model,
@@ -361,9 +350,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         """The rollout format and each recipe's state, before the checkpoint's mark
         (:class:`grounding_rl.update.checkpoints.CompleteCheckpointMixin`)."""
         write_rollout_format(folder)
-        context = self.step_context()
-        for recipe in self.recipes:
-            recipe.save(context, folder)
+        self.call_recipes("save", folder)
 
     def grounding_config(self):
         """The config's settings, with the reward functions this trainer actually scores with (by logged name)."""

@@ -5,15 +5,9 @@ their validation, the recipes they conflict with (by name) and the hooks it need
 never branches on a recipe's field; adding a recipe touches its module and this registry. A recipe declares in its
 module the fields a resume must keep (:attr:`Recipe.fingerprint_keys`, read by the run fingerprint) and those a stage
 refuses (:attr:`Recipe.refused`, checked here); ``update/fields.py``, the configs, the run fingerprint and the trainer
-ask this registry (:func:`recipe_enabled`, :func:`teacher`, ...), whose answers stand when a recipe is deleted.
-
-Hooks, in step order (:class:`grounding_rl.update.recipes.base.Recipe`; every default does nothing; each receives a
-:class:`grounding_rl.update.recipes.base.StepContext`, never the trainer): ``prepare_data`` (the training set, once),
-``sampler`` (the training sampler), ``pool`` (the samples an extra draw may use), ``converse`` (a draw of conversations), ``inject`` (replace completions,
-:func:`grounding_rl.update.rollout.sanitise`), ``observe`` / ``shape`` (the gathered rewards,
-:func:`grounding_rl.update.rollout.build_rollout`), ``resample`` (more draws, handed a draw function),
-``drops_zero_std_groups``, ``loss_inputs`` (the batch the loss sees), ``loss_term`` (added to the loss), ``save`` /
-``load`` (checkpoint files); ``setup`` once, when the trainer is built.
+ask this registry (:func:`each`, :func:`teacher`, ...), whose answers stand when a recipe is deleted. The hooks, in
+step order, are :class:`grounding_rl.update.recipes.base.Recipe`'s; each receives a
+:class:`grounding_rl.update.recipes.base.StepContext`, never the trainer.
 """
 from __future__ import annotations
 
@@ -42,13 +36,6 @@ def recipe_arguments() -> list[type]:
 def own_args(config, name: str):
     """The arguments of recipe ``name`` held by ``config`` (its ``recipe_args``), their defaults when none are."""
     return getattr(config, "recipe_args", {}).get(name) or RECIPES[name].arguments()
-
-
-def data_selection(config) -> dict:
-    """``{field: value}`` of every registered recipe's :attr:`Recipe.fingerprint_keys` in ``config`` (the fields a
-    resume must keep: the run fingerprint's ``data_selection``)."""
-    return {key: getattr(own_args(config, name), key) for name, recipe in RECIPES.items()
-            for key in recipe.fingerprint_keys}
 
 
 def recipe_fields() -> list[str]:
@@ -88,21 +75,6 @@ def recipe_problems(config) -> list[str]:
     return problems
 
 
-def recipe_enabled(config, name: str) -> bool:
-    """Whether recipe ``name`` is registered and enabled by ``config`` (False once its module is deleted)."""
-    return name in RECIPES and RECIPES[name].enabled(own_args(config, name), config)
-
-
-def evaluation():
-    """The function the GRPO trainer's ``evaluate`` runs (:attr:`Recipe.evaluation`), None without one registered."""
-    return next((recipe.evaluation for recipe in RECIPES.values() if recipe.evaluation), None)
-
-
-def max_videos(config) -> int:
-    """The most videos one conversation shows: 1 + the most a registered recipe adds (:meth:`Recipe.extra_videos`)."""
-    return 1 + max((recipe.extra_videos(own_args(config, name)) for name, recipe in RECIPES.items()), default=0)
-
-
 def teacher(config) -> tuple[str, float] | None:
     """``(path, divergence β)`` of the distillation teacher ``config`` names, or None (also when the distillation
     recipe is not registered)."""
@@ -110,16 +82,10 @@ def teacher(config) -> tuple[str, float] | None:
         else None
 
 
-def trainer_inputs(config, script_args) -> dict:
-    """The keyword arguments every registered recipe adds to the trainer (:meth:`Recipe.trainer_inputs`)."""
-    return {key: value for name, recipe in RECIPES.items()
-            for key, value in recipe.trainer_inputs(own_args(config, name), config, script_args).items()}
-
-
-def resolve_paths(config) -> None:
-    """Make every registered recipe's path fields in ``config.recipe_args`` absolute (:meth:`Recipe.resolve_paths`)."""
-    for name, recipe in RECIPES.items():
-        recipe.resolve_paths(own_args(config, name))
+def each(config, hook: str, *args) -> list:
+    """Every registered recipe's static ``hook`` (:meth:`Recipe.extra_videos`, :meth:`Recipe.trainer_inputs`) called
+    with its own arguments in ``config`` and ``args``, in registry order."""
+    return [getattr(recipe, hook)(own_args(config, name), *args) for name, recipe in RECIPES.items()]
 
 
 def active_recipes(config) -> list[Recipe]:

@@ -10,8 +10,8 @@ from typing import Any
 class StepContext:
     """What a hook sees of the run instead of the trainer (torchtune's components receive what they need), built by
     :meth:`grounding_rl.update.trainer.GroundingGRPOTrainer.step_context` once per draw, loss forward or event.
-    Read-only, except what a hook's docstring names. In ``prepare_data`` (before the trainer is built) only
-    ``num_generations``, the ``reward_*`` fields, ``recipes`` and :meth:`log` are set, the rest is None."""
+    Read-only, except what a hook's docstring names (:meth:`Recipe.prepare_data`: the fields set before the trainer
+    is built)."""
 
     accelerator: Any = None  # process index, gather, device, unwrap_model
     model: Any = None  # the policy (PEFT-wrapped for LoRA)
@@ -31,7 +31,7 @@ class StepContext:
     train_dataset: Any = None  # GroundingDataset
     data_collator: Any = None  # VideoCollator: items of sample indices
     recipes: list | None = None  # the active recipes, in registry order
-    global_step: int = 0  # optimizer steps done
+    state: Any = None  # transformers' TrainerState (global_step: optimizer steps done)
     metrics: dict | None = None  # {name: [values]}, averaged per log (log)
     timings: dict | None = None  # {phase: seconds} of this generation (grounding_rl.update.rollout.timed)
     extra: dict | None = None  # {column: [one value per completion]}, written with the logged completions
@@ -59,7 +59,7 @@ class Recipe:
     drops_zero_std_groups = False  # mask groups with G equal rewards out of the loss
     evaluation = None  # the function the GRPO trainer's ``evaluate`` runs (validation's greedy evaluation)
     conflicts: tuple[str, ...] = ()  # names of the recipes this one does not run with (checked by the registry)
-    switch = ""  # the field that turns the recipe on, as a conflict message names it
+    switch = ""  # the field that turns the recipe on (:meth:`enabled`), as a conflict message names it
     conflict_message = ""  # "... {} ...": the message when enabled with recipes of :attr:`conflicts` ({}: their switches)
 
     @classmethod
@@ -67,20 +67,16 @@ class Recipe:
         """The recipes this one does not run with, given its own ``args`` (by default :attr:`conflicts`)."""
         return cls.conflicts
 
-    @staticmethod
-    def enabled(args, config) -> bool:
-        """Whether the recipe runs with its own ``args`` and the training ``config``."""
-        return False
+    @classmethod
+    def enabled(cls, args, config) -> bool:
+        """Whether the recipe runs with its own ``args`` and the training ``config`` (by default: :attr:`switch` set)."""
+        return bool(cls.switch and getattr(args, cls.switch))
 
     @staticmethod
     def problems(args, config) -> list[str]:
         """One message per invalid setting of the recipe's own ``args`` (given the training ``config``; checked
         whether or not it is enabled)."""
         return []
-
-    @staticmethod
-    def resolve_paths(args) -> None:
-        """Make the recipe's path fields absolute, once parsed (:func:`grounding_rl.paths.resolve_model_path`)."""
 
     @staticmethod
     def extra_videos(args) -> int:
@@ -101,8 +97,8 @@ class Recipe:
         processor and accelerator; changes only the recipe."""
 
     def prepare_data(self, context: StepContext, dataset):
-        """The training set to use (return value), once, before the trainer is built; reads ``num_generations`` and
-        the ``reward_*`` fields (the only ones set)."""
+        """The training set to use (return value), once, before the trainer is built; reads ``num_generations``, the
+        ``reward_*`` fields, ``recipes`` and :meth:`StepContext.log` (the only ones set, the rest None)."""
         return dataset
 
     def sampler(self, context: StepContext, dataset):

@@ -50,10 +50,6 @@ class CropTool(Recipe):
     conflict_message = "max_tool_calling_iterations > 0 does not run with {} yet"
 
     @staticmethod
-    def enabled(args, config) -> bool:
-        return bool(args.max_tool_calling_iterations)
-
-    @staticmethod
     def extra_videos(args) -> int:
         return args.max_tool_calling_iterations or 0
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from grounding_rl.paths import resolve_model_path
 from grounding_rl.update import divergence, grpo
 from grounding_rl.update.arguments import trl_field
 from grounding_rl.update.recipes.base import Recipe
@@ -55,6 +56,9 @@ class DistillationArguments:
                 "(the sampled token and a tail bucket; needs beta 1). TRL's default is 1, with a served teacher that "
                 "returns top-k log-probs only; a teacher in the process gives the full vocabulary, so ours is 0."})
 
+    def __post_init__(self):
+        self.teacher_model_name_or_path = resolve_model_path(self.teacher_model_name_or_path)  # a hub id stays
+
 
 class Distillation(Recipe):
     name = "distillation"
@@ -79,13 +83,6 @@ class Distillation(Recipe):
         """``(teacher_model_name_or_path, divergence β)``, or None without a teacher."""
         path = args.teacher_model_name_or_path
         return (path, Distillation.divergence_beta(args, config)) if path else None
-
-    @staticmethod
-    def resolve_paths(args) -> None:
-        from grounding_rl.paths import resolve_model_path
-
-        if args.teacher_model_name_or_path:
-            args.teacher_model_name_or_path = resolve_model_path(args.teacher_model_name_or_path)
 
     @staticmethod
     def enabled(args, config) -> bool:
@@ -169,10 +166,7 @@ class Distillation(Recipe):
                 clips[item["index"]] = self.teacher_clip(item["clip"])
         items = [{"index": item["index"], "query": item["query"], "clip": clips[item["index"]]}
                  for item in rollout.items]
-        args = self.config
-        self.batch = batching.to_device(
-            batching.prompt_batch(self.processor, items, args.prompt_template, share_videos=args.share_video_encoding,
-                                  video_layout=args.video_layout), context.accelerator.device)
+        self.batch = batching.config_prompt_batch(self.processor, items, self.config, context.accelerator.device)
         batch[TEACHER_ROW] = torch.arange(len(items), device=context.accelerator.device)
 
     # ------------------------------------------------------------------------------------------------ loss

@@ -10,7 +10,7 @@ group's std is that of the draw it came from.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from accelerate.utils import gather_object
@@ -53,7 +53,7 @@ def extra_generation_batch(context, config, draw: int) -> list[dict]:
     pool = pools[0] if pools else list(range(len(context.train_dataset)))
     G, size = context.num_generations, len(pool)
     groups = config.generation_batch_size // G
-    generator = torch.Generator().manual_seed(config.seed * 1_000_003 + context.global_step * 1_009 + draw)
+    generator = torch.Generator().manual_seed(config.seed * 1_000_003 + context.state.global_step * 1_009 + draw)
     picks = (torch.randperm(size, generator=generator)[:groups] if size >= groups
              else torch.randint(size, (groups,), generator=generator))
     rows = [pool[i] for i in picks.repeat_interleave(G).tolist()]
@@ -102,10 +102,6 @@ class DynamicSampling(Recipe):
     switch = "dynamic_sampling"
 
     @staticmethod
-    def enabled(args, config) -> bool:
-        return bool(args.dynamic_sampling)
-
-    @staticmethod
     def problems(args, config) -> list[str]:
         problems = [f"max_num_gen_batches must be ≥ 1 (got {args.max_num_gen_batches})"] \
             if args.max_num_gen_batches < 1 else []
@@ -129,11 +125,10 @@ class DynamicSampling(Recipe):
         chosen = kept[:total]
         filled = total - len(chosen)
         chosen += [(0, g) for g in first if (0, g) not in chosen][:filled]
-        metrics = context.metrics
-        metrics["dynamic_sampling/gen_batches"].append(float(len(draws)))
-        metrics["dynamic_sampling/groups_drawn"].append(float(len(draws) * total))
-        metrics["dynamic_sampling/groups_dropped"].append(float(len(draws) * total - (total - filled)))
-        metrics["dynamic_sampling/groups_filled"].append(float(filled))
+        context.log("dynamic_sampling/gen_batches", float(len(draws)))
+        context.log("dynamic_sampling/groups_drawn", float(len(draws) * total))
+        context.log("dynamic_sampling/groups_dropped", float(len(draws) * total - (total - filled)))
+        context.log("dynamic_sampling/groups_filled", float(filled))
         if len(draws) == 1 and chosen == [(0, g) for g in first]:
             return rollout
         local_groups = len(rollout) // G
@@ -142,30 +137,15 @@ class DynamicSampling(Recipe):
 
     def _rows(self, context, draws: list[Rollout], mine: list[tuple[int, int]]) -> Rollout:
         acc = context.accelerator
-        views = [gathered(context, d) for d in draws]
-        width = max(v["completion_ids"].size(1) for v in views)
-        fill = {"completion_ids": context.pad_token_id, "completion_mask": 0, "sampling_logps": float("nan")}
-        rows = [(d, r) for d, gid in mine for r in (views[d]["group_ids"] == gid).nonzero().flatten().tolist()]
-        fields = {}
-        for name, value in views[0].items():
-            if name in ("texts", "items", "extra"):
-                continue
-            if value is None:
-                fields[name] = None
-                continue
-            parts = [torch.nn.functional.pad(v[name], (0, width - v[name].size(1)), value=fill[name])
-                     if name in fill else v[name] for v in views]
-            fields[name] = torch.stack([parts[d][r] for d, r in rows])
-        fields["texts"] = [views[d]["texts"][r] for d, r in rows]
-        keys = sorted({key for v in views for key in v["extra"]})
-        fields["extra"] = {key: [views[d]["extra"].get(key, [None] * (r + 1))[r] for d, r in rows] for key in keys}
+        views = [Rollout(batch=None, **gathered(context, d)) for d in draws]
+        rows = [(d, r) for d, gid in mine for r in (views[d].group_ids == gid).nonzero().flatten().tolist()]
+        offsets = [sum(map(len, views[:d])) for d in range(len(views))]
+        picked = Rollout.concat(views, lambda items: None, context.pad_token_id).select([offsets[d] + r for d, r in rows])
         start = acc.process_index * len(draws[0])
         items = []
         for d, r in rows:  # a row this process drew keeps its decoded clip; another's is decoded again here
             local = r - start
             items.append(dict(draws[d].items[local]) if 0 <= local < len(draws[d]) else
-                         context.data_collator.load_item(views[d]["items"][r]["index"]))
-        batch = batching.to_device(batching.prompt_batch(context.processing_class, items, self.config.prompt_template,
-                                                         share_videos=self.config.share_video_encoding,
-                                                         video_layout=self.config.video_layout), acc.device)
-        return Rollout(items=items, batch=batch, **fields)
+                         context.data_collator.load_item(views[d].items[r]["index"]))
+        return replace(picked, items=items, batch=batching.config_prompt_batch(context.processing_class, items,
+                                                                               self.config, acc.device))

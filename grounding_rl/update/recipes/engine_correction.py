@@ -52,9 +52,8 @@ class EngineCorrection(Recipe):
         batch["importance_weights"] = out.weights
         stats = acc.gather(torch.tensor([[out.logp_difference_mean, out.logp_difference_max, out.ratio_min,
                                           out.ratio_mean, out.ratio_max]], device=acc.device))
-        metrics = context.metrics
-        metrics["sampling/sampling_logp_difference/mean"].append(stats[:, 0].mean().item())
-        metrics["sampling/sampling_logp_difference/max"].append(stats[:, 1].max().item())
-        metrics["sampling/importance_sampling_ratio/min"].append(stats[:, 2].min().item())
-        metrics["sampling/importance_sampling_ratio/mean"].append(stats[:, 3].mean().item())
-        metrics["sampling/importance_sampling_ratio/max"].append(stats[:, 4].max().item())
+        context.log("sampling/sampling_logp_difference/mean", stats[:, 0].mean().item())
+        context.log("sampling/sampling_logp_difference/max", stats[:, 1].max().item())
+        context.log("sampling/importance_sampling_ratio/min", stats[:, 2].min().item())
+        context.log("sampling/importance_sampling_ratio/mean", stats[:, 3].mean().item())
+        context.log("sampling/importance_sampling_ratio/max", stats[:, 4].max().item())

@@ -34,10 +34,6 @@ class GroundTruthInjection(Recipe):
     refused = {"distill": {"use_gt_injection": "the student samples every completion"}}
     switch = "use_gt_injection"
 
-    @staticmethod
-    def enabled(args, config) -> bool:
-        return bool(args.use_gt_injection)
-
     def inject(self, context, items, completion_ids, start):
         """``(ids, rows)``: ``completion_ids`` (B, C) with the last row of each group (global rows from ``start``)
         replaced by the ground truth, widened to C' ≥ C if needed; rows (B,) bool.

@@ -59,10 +59,6 @@ class TwoPassZoom(Recipe):
     conflict_message = "two_pass_zoom does not run with {}"
 
     @staticmethod
-    def enabled(args, config) -> bool:
-        return bool(args.two_pass_zoom)
-
-    @staticmethod
     def problems(args, config) -> list[str]:
         from grounding_rl.rollout.zoom import window_problems
 
@@ -98,20 +94,15 @@ class TwoPassZoom(Recipe):
             items = self.pass2_items(context, rollout.items, [first[g] for g in rollout.group_ids.tolist()])
         second = draw(items, self.config.generation_batch_size // G, functools.partial(self.turn2, context))
         second.extra["zoom_window"] = [it["zoom_window"] for it in items]  # completions.jsonl: None = pass 1
-        metrics = context.metrics
         for name, column in (("window_recall", "zoom_window_recall"), ("fallbacks", "zoom_fallback"),
                              ("window_errors", "zoom_window_error")):
             values = torch.tensor([float(it[column]) for it in items], device=acc.device)
-            metrics[f"zoom/{name}"].append(acc.gather(values).mean().item())
-        metrics["zoom/pass1_reward"].append(torch.nanmean(acc.gather(rollout.rewards)).item())
-        metrics["zoom/pass2_reward"].append(torch.nanmean(acc.gather(second.rewards)).item())
-
-        def prompt_batch(rows):
-            return batching.to_device(batching.prompt_batch(
-                context.processing_class, rows, self.config.prompt_template,
-                share_videos=self.config.share_video_encoding, video_layout=self.config.video_layout), acc.device)
-
-        return Rollout.concat([rollout, second], prompt_batch, context.pad_token_id)
+            context.log(f"zoom/{name}", acc.gather(values).mean().item())
+        context.log("zoom/pass1_reward", torch.nanmean(acc.gather(rollout.rewards)).item())
+        context.log("zoom/pass2_reward", torch.nanmean(acc.gather(second.rewards)).item())
+        return Rollout.concat([rollout, second], functools.partial(
+            batching.config_prompt_batch, context.processing_class, config=self.config, device=acc.device),
+            context.pad_token_id)
 
     def turn2(self, context, items: list[dict]):
         """Pass 2's completions, (B, C) ids: turn 2 of the zoom's fixed two-turn conversation, as at evaluation
