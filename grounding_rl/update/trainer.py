@@ -31,7 +31,7 @@ from dataclasses import fields
 
 import torch
 from accelerate.utils import set_seed
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 from grounding_rl.data.dataset import GroundingDataset, VideoCollator, resumable_repeat_sampler
 from grounding_rl.family import family_of
@@ -44,7 +44,7 @@ from grounding_rl.update.arguments import data_seed
 from grounding_rl.update.config import GroundingGRPOConfig
 from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
-from grounding_rl.update.recipes import RECIPES, active_recipes
+from grounding_rl.update.recipes import active_recipes
 from grounding_rl.update.recipes.base import StepContext
 from grounding_rl.update.resume import ExactResumeMixin, check_rollout_format, write_rollout_format
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
@@ -135,6 +135,9 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         self.completions = None  # the trained rollout's rows, for log_completions
         self.eval_dropped = eval_dropped
         self.call_recipes("setup")
+        for recipe in self.recipes:  # a recipe that is a TrainerCallback (validation) hears the events first
+            if isinstance(recipe, TrainerCallback):
+                self.callback_handler.callbacks.insert(0, recipe)
 
     def step_context(self) -> StepContext:
         """What the recipes' hooks see now (:class:`StepContext`; before ``Trainer.__init__``, the fields set by
@@ -333,18 +336,24 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
             write_completions(self)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """The greedy evaluation of ``eval_dataset`` (default: ``eval_file``'s; the validation recipe's
-        :func:`grounding_rl.update.recipes.validation.greedy_evaluation`) instead of
-        a loss forward, logged and handed to the callbacks' ``on_evaluate``."""
-        greedy_evaluation = next((recipe.evaluation for recipe in RECIPES.values() if recipe.evaluation), None)
-        if greedy_evaluation is None:
+        """No loss forward: the callbacks' ``on_evaluate`` fill the metrics of ``eval_dataset`` (default:
+        ``eval_file``'s) — the validation recipe's greedy evaluation
+        (:class:`grounding_rl.update.recipes.validation.Validation`, a ``TrainerCallback``) — given the hooks'
+        :class:`StepContext` as ``context``; they are then logged and returned (what ``metric_for_best_model`` reads).
+
+        Raises:
+            ValueError: no callback evaluated (the validation recipe is not installed).
+        """
+        metrics: dict[str, float] = {}
+        self.control.should_evaluate = False  # as CallbackHandler.on_evaluate, which takes no context
+        self.control = self.callback_handler.call_event(
+            "on_evaluate", self.args, self.state, self.control, metrics=metrics, context=self.step_context(),
+            eval_dataset=self.eval_dataset if eval_dataset is None else eval_dataset, dropped=self.eval_dropped,
+            metric_key_prefix=metric_key_prefix)
+        if not metrics:
             raise ValueError("evaluate: no recipe evaluates during training (the validation recipe is not installed)")
-        out = greedy_evaluation(self.eval_dataset if eval_dataset is None else eval_dataset, self.model,
-                                self.model_wrapped, self.accelerator, self.processing_class, self.data_collator,
-                                self.args, self.eval_dropped, metric_key_prefix)
-        self.log(out)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, out)
-        return out
+        self.log(metrics)
+        return metrics
 
     def _save_checkpoint_extras(self, folder: str) -> None:
         """The rollout format and each recipe's state, before the checkpoint's mark

@@ -57,7 +57,6 @@ class Recipe:
     fingerprint_keys: tuple[str, ...] = ()  # fields a resume must keep (the run fingerprint's ``data_selection``)
     refused: dict[str, dict[str, str]] = {}  # stage ("distill") → {field: why that stage refuses it set}
     drops_zero_std_groups = False  # mask groups with G equal rewards out of the loss
-    evaluation = None  # the function the GRPO trainer's ``evaluate`` runs (validation's greedy evaluation)
     conflicts: tuple[str, ...] = ()  # names of the recipes this one does not run with (checked by the registry)
     switch = ""  # the field that turns the recipe on (:meth:`enabled`), as a conflict message names it
     conflict_message = ""  # "... {} ...": the message when enabled with recipes of :attr:`conflicts` ({}: their switches)

@@ -1,5 +1,6 @@
 """Validation during training: the greedy evaluation of ``grounding-rl eval`` on ``eval_file`` every
-``eval_steps`` (:func:`greedy_evaluation`, which the GRPO trainer's ``evaluate`` runs instead of a loss forward), with
+``eval_steps`` (:func:`greedy_evaluation`, run by the recipe as a ``TrainerCallback``'s ``on_evaluate``: the GRPO
+trainer's ``evaluate`` runs no loss forward), with
 both scorings of :mod:`grounding_rl.reward.records`; ``metric_for_best_model`` names one of :data:`EVAL_METRICS`."""
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from types import SimpleNamespace
 
 import torch
 from accelerate.utils import gather_object
+from transformers import TrainerCallback
 
 from grounding_rl.update.recipes.base import Recipe
 
@@ -34,7 +36,10 @@ def _strategy(args) -> str:
     return str(getattr(args.eval_strategy, "value", args.eval_strategy))
 
 
-class Validation(Recipe):
+class Validation(Recipe, TrainerCallback):
+    """The recipe, and the ``TrainerCallback`` whose ``on_evaluate`` fills the metrics the GRPO trainer's
+    ``evaluate`` logs and returns (so ``metric_for_best_model`` and later callbacks read them)."""
+
     name = "validation"
     arguments = ValidationArguments
     switch = "eval_file"
@@ -83,14 +88,22 @@ class Validation(Recipe):
         return {"eval_dataset": samples, "eval_dropped": counts.get("dropped", 0)}
 
 
+    def on_evaluate(self, args, state, control, metrics=None, context=None, eval_dataset=None, dropped: int = 0,
+                    metric_key_prefix: str = "eval", **kwargs):
+        """Add :func:`greedy_evaluation`'s metrics of ``eval_dataset`` to ``metrics``; ``context``: the hooks'
+        :class:`grounding_rl.update.recipes.base.StepContext`."""
+        metrics.update(greedy_evaluation(eval_dataset, context.model, context.model_wrapped, context.accelerator,
+                                         context.processing_class, context.data_collator, args, dropped,
+                                         metric_key_prefix))
+
+
 def greedy_evaluation(samples, model, model_wrapped, acc, processing_class, collator, args, dropped: int,
                       prefix: str = "eval") -> dict[str, float]:
     """Greedy evaluation of the policy on ``samples`` (:class:`grounding_rl.data.samples.Sample`, from ``eval_file``),
     with the code of ``grounding-rl eval`` (one call of :func:`grounding_rl.rollout.answering.answer_batches`, records
-    and both scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos. The GRPO
-    trainer's ``evaluate`` (``model``, ``model_wrapped``, its accelerator ``acc``, ``processing_class``, its
-    collator's frame settings and cache, the training ``args``; ``dropped``: lines of the eval file the validation
-    policy dropped).
+    and both scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos. From the hooks'
+    context (``model``, ``model_wrapped``, its accelerator ``acc``, ``processing_class``, its collator's frame
+    settings and cache), the training ``args``; ``dropped``: lines of the eval file the validation policy dropped.
 
     Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
     ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
@@ -154,6 +167,3 @@ def greedy_evaluation(samples, model, model_wrapped, acc, processing_class, coll
     clamped = metrics["by_scoring"]["clamped"]
     out.update({f"{prefix}_clamped_{key}": float(clamped[key]) for key in ("R1@0.3", "R1@0.5", "R1@0.7", "mIoU")})
     return out
-
-
-Validation.evaluation = staticmethod(greedy_evaluation)
