@@ -20,7 +20,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from grounding_rl.eval.report import _atomic_write_text, _pyplot, plot_path
+from grounding_rl.eval.report import _pyplot, plot_path
+from grounding_rl.jsonl_files import write_jsonl_atomic
 from grounding_rl.reward.metrics import format_metrics_table, scoring_table
 
 GALLERY = 8  # queries in each of report.html's three sections: the worst, the best, a random draw (seed 0)
@@ -322,8 +323,7 @@ def write_report_html(path: str | Path, metrics: Mapping, info: Mapping, records
                  f"<img src=\"{_data_uri(Path(hist_path).read_bytes(), 'image/png')}\" alt=\"IoU histogram\">"]
     for title, chosen in sections:
         body += [f"<h2>{html.escape(title)}</h2>"] + [_query_html(r, videos[str(r.get('video'))]) for r in chosen]
-    text = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Evaluation: {name}</title>"
-            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-    path = Path(path)
-    _atomic_write_text(path, text)
-    return path
+    head = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Evaluation: {name}</title>"
+            f"<style>{_STYLE}</style></head><body>")
+    write_jsonl_atomic(path, [head] + body + ["</body></html>"])
+    return Path(path)
