@@ -168,9 +168,10 @@ def draw_timeline(frames, stamps: Sequence[float], duration: float, lanes: Seque
     return fig
 
 
-def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: Sequence[Sequence[float]] | None = None,
-                  max_frames: int = 10, title: str | None = None) -> Path:
-    """The ``grounding-rl infer --plot`` picture: :func:`draw_timeline` of one clip with a lane per query.
+def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *,
+                  gts: Sequence[Sequence[float]] | None = None) -> Path:
+    """The ``grounding-rl infer --plot`` picture: :func:`draw_timeline` of one clip with a lane per query, titled
+    with the video file name, duration, frames and rate.
 
     Args:
         video: the :class:`~grounding_rl.data.video.SampledVideo` used for generation (frames (T, H, W, 3) uint8,
@@ -179,16 +180,14 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
             set answer; ``zoom_window`` and ``pass1`` with ``--zoom``; ``conversation`` with ``--max-turns``).
         path: output picture (:func:`grounding_rl.eval.report.plot_path`: no extension → ``.png``).
         gts: one (start, end) — or a list of them, a ground-truth set — per query in order, or None.
-        max_frames: thumbnails in the strip.
-        title: figure title (default: the video file name, duration, frames and rate).
 
     Returns:
         the picture's path.
     """
     lanes = [lane(r, gts[q] if gts is not None and q < len(gts) else None) for q, r in enumerate(results)]
-    title = title or (f"{Path(video.path).name}  ({float(video.duration):.2f} s, {video.num_frames} frames at "
-                      f"{video.sampled_fps:.2g} fps)")
-    fig = draw_timeline(video.frames, list(video.timestamps), float(video.duration), lanes, title, max_frames)
+    title = (f"{Path(video.path).name}  ({float(video.duration):.2f} s, {video.num_frames} frames at "
+             f"{video.sampled_fps:.2g} fps)")
+    fig = draw_timeline(video.frames, list(video.timestamps), float(video.duration), lanes, title)
     path = plot_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

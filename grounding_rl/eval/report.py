@@ -145,17 +145,16 @@ def hist_bins(n: int, most: int = 20) -> np.ndarray:
     return np.linspace(0.0, 1.0, min(most, max(1, n)) + 1)
 
 
-def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0, title: str | None = None,
+def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
                   metrics: Mapping | None = None) -> Path:
     """Histogram of per-query IoU over [0, 1] in :func:`hist_bins` bins (20, fewer for fewer queries; empty bins drawn
-    as nothing), with the R1 thresholds marked.
+    as nothing), with the R1 thresholds marked, titled with n and the mIoU.
 
     Args:
         ious: one IoU per query (failures included, as 0).
         path: output PNG.
         failures: how many of the IoU-0 queries had no usable prediction (unparsed answer or unreadable clip);
             drawn as a separate, hatched part of the first bar.
-        title: figure title (default: n and mIoU).
         metrics: the headline metrics the IoUs come from (``metrics.json``'s top level, with ``scoring``): the
             R1@m labels and the title's mIoU are then its exact figures, so the picture and the report agree;
             without it they are computed from ``ious``.
@@ -192,7 +191,7 @@ def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
     if metrics is not None and metrics.get("mIoU") is not None:
         miou = float(metrics["mIoU"])
         scoring = f" ({metrics['scoring']} scoring)" if metrics.get("scoring") else ""
-    ax.set_title(title or f"IoU distribution{scoring}: n = {values.size}, mIoU = {miou:.2f}")
+    ax.set_title(f"IoU distribution{scoring}: n = {values.size}, mIoU = {miou:.2f}")
     ax.legend(loc="upper right", fontsize=8, bbox_to_anchor=(1.0, 0.8))
     fig.tight_layout()
     path = Path(path)

@@ -261,22 +261,18 @@ def run_conversations(generate, trajectories: list[Trajectory], processor, famil
     return trajectories
 
 
-def conversation_inputs(trajectories: list[Trajectory], pad_token_id: int, with_completion: bool = True) -> dict:
+def conversation_inputs(trajectories: list[Trajectory], pad_token_id: int) -> dict:
     """Model inputs over each trajectory's prompt + completion, left-padded (the layout generation uses).
 
     Returns:
         ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` (B, L); ``pixel_values_videos`` (Σ patches, D) of
         every video of every row, row by row, in token order; ``video_grid_thw`` (V, 3) in the same order (V = all
         videos of the batch; the model's position ids consume them in that order); Qwen2.5-VL's
-        ``second_per_grid_ts`` (V,). With ``with_completion`` False, the first prompts only (their clip only).
+        ``second_per_grid_ts`` (V,).
     """
-    rows, masks, mms, videos = [], [], [], []
-    for t in trajectories:
-        ids = t.prompt_ids + (t.completion_ids if with_completion else [])
-        mm = t.prompt_mm + (t.completion_mm if with_completion else [])
-        rows.append(ids)
-        mms.append(mm)
-        videos += t.videos if with_completion else t.videos[:1]
+    rows = [t.prompt_ids + t.completion_ids for t in trajectories]
+    mms = [t.prompt_mm + t.completion_mm for t in trajectories]
+    videos = [v for t in trajectories for v in t.videos]
     width = max(len(r) for r in rows)
     input_ids = torch.tensor([[pad_token_id] * (width - len(r)) + r for r in rows], dtype=torch.long)
     masks = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
