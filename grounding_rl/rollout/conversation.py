@@ -33,7 +33,7 @@ import torch
 from grounding_rl.data.video import SampledVideo
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import GRID, PIXELS, check_prompt_length
-from grounding_rl.prompts.templates import get_template, instruction
+from grounding_rl.prompts.templates import get_template, instruction, render_prompt
 from grounding_rl.rollout import tools
 
 CONTEXT_NOTE = "The context is full."
@@ -140,8 +140,6 @@ def restart(processor, family, query: str, clip: SampledVideo, template: str,
             layout: str = DEFAULT_VIDEO_LAYOUT) -> Trajectory:
     """The zoom's second turn (module docstring): a conversation whose context is the one-pass prompt of ``query``
     over ``clip`` (the window; :func:`grounding_rl.prompts.preprocessing.build_inputs`' row, no tool offer)."""
-    from grounding_rl.prompts.templates import render_prompt
-
     features = _process(processor, family, render_prompt(processor, query, template, clip.duration), clip, layout)
     return Trajectory(query=query, clip=clip, protocol=family.tool_protocol,
                       prompt_ids=features["input_ids"][0].tolist(), prompt_mm=features["mm_token_type_ids"][0].tolist(),
