@@ -103,10 +103,10 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
     if mode.max_turns:
         return _with_spans(_conversation_rows(model, processor, batch, queries, config, max_new_tokens,
                                               mode.max_turns, engine, on_conversation), config.prompt_template)
-    sampled = None if mode.temperature is None else SamplingParams(max_new_tokens, temperature=mode.temperature)
-    first = [Answer(*row) for row in answer_batch(model, processor, batch, queries, config.prompt_template,
-                                                  max_new_tokens, mode.synced_gpus, engine, config.video_layout,
-                                                  sampled, seeds)]
+    decoding = (SamplingParams.greedy(max_new_tokens, mode.synced_gpus) if mode.temperature is None
+                else SamplingParams(max_new_tokens, temperature=mode.temperature))
+    first = [Answer(*row) for row in answer_batch(model, processor, batch, queries, config.prompt_template, decoding,
+                                                  engine, config.video_layout, seeds)]
     if mode.zoom is None:
         return _with_spans(first, config.prompt_template)
     rows = [(a, clip) for a, (_, clip, _) in zip(first, batch) if a.sampling is not None and a.error is None]
