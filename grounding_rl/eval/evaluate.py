@@ -453,8 +453,7 @@ def run(plan_: EvalPlan, state) -> RunResult:
         decoding = "greedy" if request.temperature is None else \
             f"sampled at temperature {request.temperature:g}, each query from its own seed under --seed {request.seed}"
         print(f"eval: {describe_config(plan_.config)} max_new_tokens={plan_.max_new_tokens} ({decoding})")
-    # Every rank reads the same finished set before anyone writes (barrier), so the shards are disjoint.
-    if main_process:
+        # Every rank reads the same finished set before anyone writes (barrier), so the shards are disjoint.
         outdir.mkdir(parents=True, exist_ok=True)
         if request.overwrite:
             for path in prediction_files(outdir) + [outdir / RUN_FILE, outdir / METRICS, outdir / REPORT,

@@ -184,8 +184,7 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
     if not ended:
         turn["kind"], trajectory.done, trajectory.truncated = "truncated", True, True
         return
-    duration = trajectory.clip.duration
-    request = tools.parse_tool_call(text, duration)
+    request = tools.parse_tool_call(text, trajectory.clip.duration)
     if request.kind == "answer" or last:
         turn["kind"] = "answer" if request.kind == "answer" else "final"
         trajectory.done = True
