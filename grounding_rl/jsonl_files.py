@@ -102,8 +102,8 @@ def read_jsonl_objects(path: str | os.PathLike, mode: str = REFUSE) -> tuple[lis
 
 
 def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict | str]) -> int:
-    """Write one JSON object per line (a string is written as it is, one line), atomically; the folder is created.
-    UTF-8 text is kept as is (``ensure_ascii=False``). Returns the number of lines written."""
+    """Write one JSON object per line (a string as it is, then a newline: a report's lines), atomically; the folder
+    is created. UTF-8 text is kept as is (``ensure_ascii=False``). Returns the number of lines written."""
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)

@@ -473,7 +473,7 @@ def test_each_answer_records_the_rate_and_size_of_its_clip(monkeypatch, clip):
     monkeypatch.setattr(runner, "generate_answers", lambda model, processor, queries, videos, *a, **k:
                         ["<answer>1 to 2</answer>"] * len(queries))
     batch = [(0, video, None), (1, None, "x.mp4: no such video file"), (2, video, None)]
-    rows = runner.answer_batch(None, None, batch, ["a", "b", "c"], "default", 8)
+    rows = runner.answer_batch(None, None, batch, ["a", "b", "c"], "default", runner.SamplingParams.greedy(8))
     assert [(p, e is None, s) for p, _, e, s in rows] == [(0, True, video.sampling()), (1, False, None),
                                                           (2, True, video.sampling())]
     record = prediction_record(Sample("v.mp4", "a", 1.0, 2.0, 8.0, "q", "jsonl"), rows[0][1], None, rows[0][3])

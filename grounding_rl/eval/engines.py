@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from grounding_rl.errors import UserError
 from grounding_rl.models.loading import check_weight_files, load_for_inference, load_processor
 from grounding_rl.models.tokens import completion_token_ids, saved_generation_config
 
@@ -14,8 +15,6 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")  # what --dtype takes (auto:
 
 def check_dtype(dtype: str, flag: str = "--dtype") -> None:
     """Raises UserError (one line naming ``flag``) unless ``dtype`` is one of :data:`DTYPES`."""
-    from grounding_rl.errors import UserError
-
     if dtype not in DTYPES:
         raise UserError(f"{flag} {dtype!r} is not one of {', '.join(DTYPES)}")
 
@@ -27,8 +26,6 @@ def check_device(device: str | None, flag: str = "--device") -> None:
         UserError: one line naming ``flag``: not a torch device name (``cpu``, ``cuda``, ``cuda:1``), CUDA asked for
             where ``torch.cuda.is_available()`` is false, or a CUDA index past ``torch.cuda.device_count()``.
     """
-    from grounding_rl.errors import UserError
-
     if device is None:
         return
     try:

@@ -50,19 +50,25 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from grounding_rl import __version__
+from grounding_rl.data.missing import check_fraction, missing_videos
 from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
+from grounding_rl.eval.benchmarks import anchors_table, dropped_annotations, load_benchmark
 from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOverrides, check_generation_length,
                                         describe_config, resolve_config)
 from grounding_rl.eval.lock import lock_output_dir
-from grounding_rl.eval.zoom import ZoomSettings
+from grounding_rl.eval.turns import check_turns_run, turns_summary
+from grounding_rl.eval.zoom import ZoomSettings, zoom_record, zoom_summary
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
-from grounding_rl.models.loading import check_model_folder
-from grounding_rl.reward.metrics import format_metrics_table
+from grounding_rl.models.loading import check_model_folder, load_processor
+from grounding_rl.reward.metrics import format_metrics_table, record_prediction, scoring_names
+from grounding_rl.prompts.parsing import parse_spans
 from grounding_rl.prompts.templates import is_set_template
 from grounding_rl.reward.records import metrics_from_records, standard_ious
-from grounding_rl.rollout.greedy import group_by_video, shard_by_video
-from grounding_rl.run_record import write_record
+from grounding_rl.rollout.answering import Mode, answer_batches
+from grounding_rl.rollout.greedy import group_by_video, query_seed, shard_by_video
+from grounding_rl.run_record import check_record, file_sha256, model_fingerprint, read_record, write_record
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +108,6 @@ def has_prediction(record: dict) -> bool:
     (:func:`grounding_rl.reward.metrics.record_prediction`): ``start``/``end`` when both are given, else the ``answer``
     parsed (a set-scored record: ``pred_spans``, else the answer parsed as a set). A rescored row with a fresh
     ``answer`` and a stale ``start: null`` has one."""
-    from grounding_rl.reward.metrics import record_prediction
-    from grounding_rl.prompts.parsing import parse_spans
-
     answer = record.get("answer")
     if record.get("gt_spans") is not None:
         return bool(record.get("pred_spans") or (isinstance(answer, str) and parse_spans(answer)))
@@ -247,8 +250,6 @@ class EvalRequest:
                                 "--max-turns")
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm (got {self.engine!r})")
-        from grounding_rl.reward.metrics import scoring_names
-
         try:
             scoring_names(self.scorings)
         except ValueError as err:
@@ -319,8 +320,6 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     request.check()
     bench = None
     if request.benchmark:
-        from grounding_rl.eval.benchmarks import load_benchmark
-
         bench = load_benchmark(request.benchmark, data_root_dir=request.data_root)
     samples, dropped, absent, num_videos = _read_samples(request, bench, main_process)
     check_model_folder(request.model)  # before any output: a mistyped --model, full weights beside an adapter
@@ -342,8 +341,6 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     model_id = str(Path(request.model).resolve()) if Path(request.model).exists() else request.model
     if request.zoom is not None:
         request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
-    from grounding_rl.eval.turns import check_turns_run
-
     check_turns_run(request.max_turns, request.zoom is not None, config.video.sampler, config.prompt_template)
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
@@ -361,8 +358,6 @@ def _read_samples(request: EvalRequest, bench, main_process: bool) -> tuple[list
         samples = samples[: request.limit]
     if not samples:
         raise UserError(f"{request.data}: no queries to evaluate")
-    from grounding_rl.data.missing import check_fraction, missing_videos
-
     absent, num_videos = missing_videos(s.video for s in samples)
     check_fraction(absent, num_videos, request.max_missing_fraction, f"{request.data}: missing",
                    "check --video-root" + (" (the benchmark's video_root)" if bench else ""))
@@ -378,17 +373,12 @@ def _read_samples(request: EvalRequest, bench, main_process: bool) -> tuple[list
     # an unknown expected count (expected_queries: null): the data file is taken as prepared from the benchmark's
     # file, as scripts/eval.sh prepares it
     if bench is not None and request.limit is None and expected in (None, total_in_file) and not dropped:
-        from grounding_rl.eval.benchmarks import dropped_annotations
-
         dropped = dropped_annotations(bench)  # prepared from the benchmark file, whose dropped queries standard counts
     return samples, dropped, absent, num_videos
 
 
 def _run_record(request: EvalRequest, config, max_new_tokens: int, model_id: str) -> dict:
     """``eval_config.json``: the settings a rerun must match to reuse the predictions (:data:`RUN_KEYS`)."""
-    from grounding_rl import __version__
-    from grounding_rl.run_record import file_sha256, model_fingerprint
-
     return {"model": model_id, "model_fingerprint": model_fingerprint(request.model),
               "data": str(Path(request.data).resolve()), "data_sha256": file_sha256(request.data),
               "version": __version__,
@@ -428,8 +418,6 @@ def _check_run(outdir: Path, run: dict) -> None:
     Raises:
         UserError: one line naming what changed and the two ways on (``--overwrite``, or another ``--out``).
     """
-    from grounding_rl.run_record import check_record, read_record
-
     if existing_predictions(outdir):  # no predictions (e.g. a failed load): nothing to keep, whatever the record says
         previous = read_record(outdir / RUN_FILE)
         if previous is not None and "zoom" not in previous and run.get("zoom") is not None:  # made before --zoom
@@ -465,8 +453,7 @@ def run(plan_: EvalPlan, state) -> RunResult:
         decoding = "greedy" if request.temperature is None else \
             f"sampled at temperature {request.temperature:g}, each query from its own seed under --seed {request.seed}"
         print(f"eval: {describe_config(plan_.config)} max_new_tokens={plan_.max_new_tokens} ({decoding})")
-    # Every rank reads the same finished set before anyone writes (barrier), so the shards are disjoint.
-    if main_process:
+        # Every rank reads the same finished set before anyone writes (barrier), so the shards are disjoint.
         outdir.mkdir(parents=True, exist_ok=True)
         if request.overwrite:
             for path in prediction_files(outdir) + [outdir / RUN_FILE, outdir / METRICS, outdir / REPORT,
@@ -521,10 +508,7 @@ def _answer_into(plan_: EvalPlan, state, shard: list[Sample], model, processor, 
     """Answer this process's ``shard`` in the request's mode (:func:`grounding_rl.rollout.answering.answer_batches`,
     one call) and append each record to its prediction file as it comes (pass 2's answer and ``pass1`` with the zoom,
     :func:`grounding_rl.eval.zoom.zoom_record`; the ``conversation`` with the crop tool)."""
-    from grounding_rl.eval.zoom import zoom_record
     from grounding_rl.reward.records import prediction_record
-    from grounding_rl.rollout.answering import Mode, answer_batches
-    from grounding_rl.rollout.greedy import query_seed
 
     request, config = plan_.request, plan_.config
     name = PREDICTIONS if state.num_processes == 1 else f"predictions.rank{state.process_index}.jsonl"
@@ -559,7 +543,6 @@ def _print_first_prompt(plan_: EvalPlan, sample: Sample) -> None:
     tokens collapsed to a count); pass 1's with ``zoom`` or ``max_turns``. Its clip is decoded once more for it."""
     from grounding_rl.data.video import VideoLoadError, sample_frames
     from grounding_rl.eval.infer import format_prompt
-    from grounding_rl.models.loading import load_processor
 
     config = plan_.config
     try:
@@ -584,7 +567,6 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
         UserError: more than ``max_missing_fraction`` of the videos were missing or unreadable (the files are written
             first, counting them as IoU 0).
     """
-    from grounding_rl.data.missing import check_fraction
     from grounding_rl.eval import report as files
     from grounding_rl.eval.gallery import write_report_html
 
@@ -598,12 +580,8 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     metrics["missing_videos"] = len(plan_.absent)
     metrics["missing_predictions"] = sum(1 for r in records if not has_prediction(r))
     if request.zoom is not None:
-        from grounding_rl.eval.zoom import zoom_summary
-
         metrics["zoom"] = zoom_summary(records, config.prompt_template, plan_.dropped)
     if request.max_turns:
-        from grounding_rl.eval.turns import turns_summary
-
         metrics["turns"] = turns_summary(records)
     info = _run_info(plan_, result, num_processes)
     payload = files.write_metrics_json(outdir / METRICS, metrics, info)
@@ -612,8 +590,6 @@ def report(plan_: EvalPlan, result: RunResult, num_processes: int = 1) -> dict:
     files.plot_iou_hist(hist_ious, outdir / HISTOGRAM, failures=metrics["missing_predictions"], metrics=metrics)
     anchors_md = None
     if plan_.benchmark is not None and plan_.benchmark.anchors:
-        from grounding_rl.eval.benchmarks import anchors_table
-
         anchors_md = anchors_table(plan_.benchmark.anchors, ours=metrics,
                                    ours_label=Path(plan_.model_id).name or "this run")
     files.write_report_md(outdir / REPORT, metrics, info, anchors_md=anchors_md, hist_name=HISTOGRAM,

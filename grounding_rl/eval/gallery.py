@@ -20,7 +20,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from grounding_rl.eval.report import _atomic_write_text, _pyplot, plot_path
+from grounding_rl.eval.report import _pyplot, plot_path
+from grounding_rl.jsonl_files import write_jsonl_atomic
 from grounding_rl.reward.metrics import format_metrics_table, scoring_table
 
 GALLERY = 8  # queries in each of report.html's three sections: the worst, the best, a random draw (seed 0)
@@ -167,9 +168,10 @@ def draw_timeline(frames, stamps: Sequence[float], duration: float, lanes: Seque
     return fig
 
 
-def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: Sequence[Sequence[float]] | None = None,
-                  max_frames: int = 10, title: str | None = None) -> Path:
-    """The ``grounding-rl infer --plot`` picture: :func:`draw_timeline` of one clip with a lane per query.
+def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *,
+                  gts: Sequence[Sequence[float]] | None = None) -> Path:
+    """The ``grounding-rl infer --plot`` picture: :func:`draw_timeline` of one clip with a lane per query, titled
+    with the video file name, duration, frames and rate.
 
     Args:
         video: the :class:`~grounding_rl.data.video.SampledVideo` used for generation (frames (T, H, W, 3) uint8,
@@ -178,16 +180,14 @@ def plot_timeline(video, results: Sequence[Mapping], path: str | Path, *, gts: S
             set answer; ``zoom_window`` and ``pass1`` with ``--zoom``; ``conversation`` with ``--max-turns``).
         path: output picture (:func:`grounding_rl.eval.report.plot_path`: no extension → ``.png``).
         gts: one (start, end) — or a list of them, a ground-truth set — per query in order, or None.
-        max_frames: thumbnails in the strip.
-        title: figure title (default: the video file name, duration, frames and rate).
 
     Returns:
         the picture's path.
     """
     lanes = [lane(r, gts[q] if gts is not None and q < len(gts) else None) for q, r in enumerate(results)]
-    title = title or (f"{Path(video.path).name}  ({float(video.duration):.2f} s, {video.num_frames} frames at "
-                      f"{video.sampled_fps:.2g} fps)")
-    fig = draw_timeline(video.frames, list(video.timestamps), float(video.duration), lanes, title, max_frames)
+    title = (f"{Path(video.path).name}  ({float(video.duration):.2f} s, {video.num_frames} frames at "
+             f"{video.sampled_fps:.2g} fps)")
+    fig = draw_timeline(video.frames, list(video.timestamps), float(video.duration), lanes, title)
     path = plot_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -322,8 +322,7 @@ def write_report_html(path: str | Path, metrics: Mapping, info: Mapping, records
                  f"<img src=\"{_data_uri(Path(hist_path).read_bytes(), 'image/png')}\" alt=\"IoU histogram\">"]
     for title, chosen in sections:
         body += [f"<h2>{html.escape(title)}</h2>"] + [_query_html(r, videos[str(r.get('video'))]) for r in chosen]
-    text = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Evaluation: {name}</title>"
-            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-    path = Path(path)
-    _atomic_write_text(path, text)
-    return path
+    head = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Evaluation: {name}</title>"
+            f"<style>{_STYLE}</style></head><body>")
+    write_jsonl_atomic(path, [head] + body + ["</body></html>"])
+    return Path(path)

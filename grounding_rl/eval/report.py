@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from grounding_rl.paths import follow_umask
+from grounding_rl.jsonl_files import write_jsonl_atomic
 from grounding_rl.reward.metrics import format_metrics_table, scoring_sources, scoring_table
 
 # Distributions whose versions every metrics.json records, plus a few that change results.
@@ -33,29 +31,12 @@ def package_versions(packages: Sequence[str] = VERSION_PACKAGES) -> dict[str, st
     return out
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        follow_umask(tmp)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException as err:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(err, OSError) and err.filename is None:  # a failed write names no file: name the one meant
-            raise OSError(err.errno, err.strerror, str(path)) from err
-        raise
-
-
 def write_metrics_json(path: str | Path, metrics: Mapping, info: Mapping) -> dict:
     """Write ``metrics.json``: the metric names at the top level, then ``info`` (model, data, sampling, seed, ...),
     ``versions`` (:func:`package_versions`) and ``created`` (UTC, ISO 8601). Returns the written object."""
     payload = {**metrics, **info, "versions": package_versions(),
                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    _atomic_write_text(Path(path), json.dumps(payload, indent=2) + "\n")
+    write_jsonl_atomic(path, [json.dumps(payload, indent=2)])
     return payload
 
 
@@ -145,9 +126,8 @@ def write_report_md(path: str | Path, metrics: Mapping, info: Mapping, anchors_m
                   "pixel budget) may differ from this run's.", "", anchors_md]
     if hist_name:
         lines += ["", "## IoU distribution", "", f"![IoU histogram]({hist_name})"]
-    text = "\n".join(lines) + "\n"
-    _atomic_write_text(Path(path), text)
-    return text
+    write_jsonl_atomic(path, lines)
+    return "\n".join(lines) + "\n"
 
 
 def _pyplot():
@@ -165,17 +145,16 @@ def hist_bins(n: int, most: int = 20) -> np.ndarray:
     return np.linspace(0.0, 1.0, min(most, max(1, n)) + 1)
 
 
-def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0, title: str | None = None,
+def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
                   metrics: Mapping | None = None) -> Path:
     """Histogram of per-query IoU over [0, 1] in :func:`hist_bins` bins (20, fewer for fewer queries; empty bins drawn
-    as nothing), with the R1 thresholds marked.
+    as nothing), with the R1 thresholds marked, titled with n and the mIoU.
 
     Args:
         ious: one IoU per query (failures included, as 0).
         path: output PNG.
         failures: how many of the IoU-0 queries had no usable prediction (unparsed answer or unreadable clip);
             drawn as a separate, hatched part of the first bar.
-        title: figure title (default: n and mIoU).
         metrics: the headline metrics the IoUs come from (``metrics.json``'s top level, with ``scoring``): the
             R1@m labels and the title's mIoU are then its exact figures, so the picture and the report agree;
             without it they are computed from ``ious``.
@@ -212,7 +191,7 @@ def plot_iou_hist(ious: Sequence[float], path: str | Path, *, failures: int = 0,
     if metrics is not None and metrics.get("mIoU") is not None:
         miou = float(metrics["mIoU"])
         scoring = f" ({metrics['scoring']} scoring)" if metrics.get("scoring") else ""
-    ax.set_title(title or f"IoU distribution{scoring}: n = {values.size}, mIoU = {miou:.2f}")
+    ax.set_title(f"IoU distribution{scoring}: n = {values.size}, mIoU = {miou:.2f}")
     ax.legend(loc="upper right", fontsize=8, bbox_to_anchor=(1.0, 0.8))
     fig.tight_layout()
     path = Path(path)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grounding_rl.errors import UserError, excerpt
 from grounding_rl.jsonl_files import JsonLines
-from grounding_rl.reward.metrics import metrics_by_scoring
+from grounding_rl.reward.metrics import metrics_by_scoring, scoring_names
 
 
 def _index(path: Path) -> dict[str, tuple[int, dict]]:
@@ -53,8 +53,6 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
         UserError: bad JSON, a missing or duplicate qid, or a bad field (naming file and line); a predictions file
             without any prediction, or annotations without any usable query; an unknown scoring.
     """
-    from grounding_rl.reward.metrics import scoring_names
-
     try:
         scoring_names(scorings)
     except ValueError as err:

@@ -101,10 +101,7 @@ class Qwen25VLFamily(Family):
             text_config=text,
             vision_config=vision,
             tie_word_embeddings=tie_word_embeddings,
-            **{k: v for k, v in token_ids.items() if k not in ("bos_token_id", "eos_token_id", "pad_token_id")},
-            bos_token_id=token_ids["bos_token_id"],
-            eos_token_id=token_ids["eos_token_id"],
-            pad_token_id=token_ids["pad_token_id"],
+            **token_ids,
         )
 
 

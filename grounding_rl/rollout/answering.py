@@ -14,6 +14,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
+import torch
+
+from grounding_rl.family import family_of
+from grounding_rl.prompts.parsing import parse_answer, parse_spans
+from grounding_rl.prompts.templates import is_set_template
+from grounding_rl.rollout import conversation as conv
+from grounding_rl.rollout.generation import SamplingParams
+from grounding_rl.rollout.greedy import answer_batch, clip_batches, group_by_video
+from grounding_rl.rollout.tools import CropEnvironment
+from grounding_rl.rollout.zoom import zoom_rows
+
 
 @dataclass(frozen=True)
 class Mode:
@@ -76,8 +87,6 @@ def answer_batches(model, processor, videos: Sequence[str], queries: Sequence[st
         max_new_tokens: tokens per pass or turn.
         seeds: one per query with ``mode.temperature`` (each answer sampled from its own seed).
     """
-    from grounding_rl.rollout.greedy import clip_batches, group_by_video
-
     for batch in clip_batches(group_by_video(list(videos)), config.video, max(1, batch_size), num_workers,
                               frame_cache, frame_cache_bytes):
         yield answer_rows(model, processor, batch, queries, config, max_new_tokens, mode, engine, seeds)
@@ -94,17 +103,12 @@ def answer_rows(model, processor, batch: list, queries: Sequence[str], config, m
     if mode.max_turns:
         return _with_spans(_conversation_rows(model, processor, batch, queries, config, max_new_tokens,
                                               mode.max_turns, engine, on_conversation), config.prompt_template)
-    from grounding_rl.rollout.generation import SamplingParams
-    from grounding_rl.rollout.greedy import answer_batch
-
-    sampled = None if mode.temperature is None else SamplingParams(max_new_tokens, temperature=mode.temperature)
-    first = [Answer(*row) for row in answer_batch(model, processor, batch, queries, config.prompt_template,
-                                                  max_new_tokens, mode.synced_gpus, engine, config.video_layout,
-                                                  sampled, seeds)]
+    decoding = (SamplingParams.greedy(max_new_tokens, mode.synced_gpus) if mode.temperature is None
+                else SamplingParams(max_new_tokens, temperature=mode.temperature))
+    first = [Answer(*row) for row in answer_batch(model, processor, batch, queries, config.prompt_template, decoding,
+                                                  engine, config.video_layout, seeds)]
     if mode.zoom is None:
         return _with_spans(first, config.prompt_template)
-    from grounding_rl.rollout.zoom import zoom_rows
-
     rows = [(a, clip) for a, (_, clip, _) in zip(first, batch) if a.sampling is not None and a.error is None]
     zoomed = zoom_rows(model, processor, rows, queries, config, max_new_tokens, mode.zoom, engine, on_zoom)
     by_position = {a.position: item for (a, _), item in zip(rows, zoomed)}
@@ -115,9 +119,6 @@ def _with_spans(answers: list[Answer], template: str) -> list[Answer]:
     """``answers`` with their final ``spans`` read: pass 2's interval (already in the video's seconds) when the zoom
     ran, else the text's (:func:`grounding_rl.prompts.parsing.parse_spans` for a set template, else the one
     :func:`grounding_rl.prompts.parsing.parse_answer` interval); None when there is none."""
-    from grounding_rl.prompts.parsing import parse_answer, parse_spans
-    from grounding_rl.prompts.templates import is_set_template
-
     def spans(a: Answer):
         if a.zoom is not None and a.zoom["error"] is None:
             return None if a.zoom["interval"] is None else [tuple(a.zoom["interval"])]
@@ -136,13 +137,6 @@ def _conversation_rows(model, processor, batch, queries, config, max_new_tokens:
     ``continue_turn`` (:func:`grounding_rl.rollout.conversation.turn_engine`: transformers, or the vLLM ``engine``
     built with ``max_videos`` ≥ K + 1), the windows spending each clip's budget
     (:class:`grounding_rl.rollout.tools.CropEnvironment`)."""
-    import torch
-
-    from grounding_rl.family import family_of
-    from grounding_rl.rollout import conversation as conv
-    from grounding_rl.rollout.generation import SamplingParams
-    from grounding_rl.rollout.tools import CropEnvironment
-
     ok = [(position, clip) for position, clip, error in batch if clip is not None and error is None]
     family, layout, done = family_of(processor), config.video_layout, {}
     turns, params = conv.turn_engine(model, processor, engine), SamplingParams.greedy(max_new_tokens)

@@ -33,7 +33,7 @@ import torch
 from grounding_rl.data.video import SampledVideo
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT
 from grounding_rl.prompts.preprocessing import GRID, PIXELS, check_prompt_length
-from grounding_rl.prompts.templates import get_template, instruction
+from grounding_rl.prompts.templates import get_template, instruction, render_prompt
 from grounding_rl.rollout import tools
 
 CONTEXT_NOTE = "The context is full."
@@ -140,8 +140,6 @@ def restart(processor, family, query: str, clip: SampledVideo, template: str,
             layout: str = DEFAULT_VIDEO_LAYOUT) -> Trajectory:
     """The zoom's second turn (module docstring): a conversation whose context is the one-pass prompt of ``query``
     over ``clip`` (the window; :func:`grounding_rl.prompts.preprocessing.build_inputs`' row, no tool offer)."""
-    from grounding_rl.prompts.templates import render_prompt
-
     features = _process(processor, family, render_prompt(processor, query, template, clip.duration), clip, layout)
     return Trajectory(query=query, clip=clip, protocol=family.tool_protocol,
                       prompt_ids=features["input_ids"][0].tolist(), prompt_mm=features["mm_token_type_ids"][0].tolist(),
@@ -186,8 +184,7 @@ def step(trajectory: Trajectory, new_ids: list[int], processor, family, environm
     if not ended:
         turn["kind"], trajectory.done, trajectory.truncated = "truncated", True, True
         return
-    duration = trajectory.clip.duration
-    request = tools.parse_tool_call(text, duration)
+    request = tools.parse_tool_call(text, trajectory.clip.duration)
     if request.kind == "answer" or last:
         turn["kind"] = "answer" if request.kind == "answer" else "final"
         trajectory.done = True
@@ -261,22 +258,18 @@ def run_conversations(generate, trajectories: list[Trajectory], processor, famil
     return trajectories
 
 
-def conversation_inputs(trajectories: list[Trajectory], pad_token_id: int, with_completion: bool = True) -> dict:
+def conversation_inputs(trajectories: list[Trajectory], pad_token_id: int) -> dict:
     """Model inputs over each trajectory's prompt + completion, left-padded (the layout generation uses).
 
     Returns:
         ``input_ids``, ``attention_mask``, ``mm_token_type_ids`` (B, L); ``pixel_values_videos`` (Σ patches, D) of
         every video of every row, row by row, in token order; ``video_grid_thw`` (V, 3) in the same order (V = all
         videos of the batch; the model's position ids consume them in that order); Qwen2.5-VL's
-        ``second_per_grid_ts`` (V,). With ``with_completion`` False, the first prompts only (their clip only).
+        ``second_per_grid_ts`` (V,).
     """
-    rows, masks, mms, videos = [], [], [], []
-    for t in trajectories:
-        ids = t.prompt_ids + (t.completion_ids if with_completion else [])
-        mm = t.prompt_mm + (t.completion_mm if with_completion else [])
-        rows.append(ids)
-        mms.append(mm)
-        videos += t.videos if with_completion else t.videos[:1]
+    rows = [t.prompt_ids + t.completion_ids for t in trajectories]
+    mms = [t.prompt_mm + t.completion_mm for t in trajectories]
+    videos = [v for t in trajectories for v in t.videos]
     width = max(len(r) for r in rows)
     input_ids = torch.tensor([[pad_token_id] * (width - len(r)) + r for r in rows], dtype=torch.long)
     masks = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)

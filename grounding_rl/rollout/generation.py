@@ -25,7 +25,6 @@ from grounding_rl.prompts.preprocessing import CLIPS, MODEL_INPUT_KEYS, VIDEO_IN
 from grounding_rl.rollout.shared import generate_shared
 
 
-
 @dataclass(frozen=True)
 class SamplingParams:
     """How completions are decoded (the config's TRL-named knobs).

@@ -122,23 +122,21 @@ def clip_batches(groups: list[tuple[str, list[int]]], settings: VideoSettings, b
 
 
 def answer_batch(model, processor, batch: list[tuple[int, object, str | None]], queries: Sequence[str],
-                 template: str, max_new_tokens: int, synced_gpus: bool | None = None, engine=None,
-                 video_layout: str = DEFAULT_VIDEO_LAYOUT, sampling_params: SamplingParams | None = None,
+                 template: str, decoding: SamplingParams, engine=None, video_layout: str = DEFAULT_VIDEO_LAYOUT,
                  seeds: Sequence[int] | None = None) -> list[tuple[int, str | None, str | None, dict | None]]:
-    """Greedy answers of ``model`` (eval mode, unwrapped) for one :func:`clip_batches` batch, ``queries[position]``
-    each, in batch order: ``(position, answer | None, error | None, sampling | None)``, ``sampling`` the rate and size
-    the clip was sampled at (:meth:`grounding_rl.data.video.SampledVideo.sampling`; None when it did not load).
+    """Answers of ``model`` (eval mode, unwrapped) decoded with ``decoding`` for one :func:`clip_batches` batch,
+    ``queries[position]`` each, in batch order: ``(position, answer | None, error | None, sampling | None)``,
+    ``sampling`` the rate and size the clip was sampled at (:meth:`grounding_rl.data.video.SampledVideo.sampling`;
+    None when it did not load).
 
     A row whose clip did not load keeps its load error. On out-of-memory with more than one clip the clips are retried
     one at a time; a single clip that still does not fit gets the error ``"out of memory: …"``, like a clip that does
-    not load. ``synced_gpus``: :class:`grounding_rl.rollout.generation.SamplingParams`; ``engine``: a vLLM engine for
-    ``generate_answers`` (None = transformers' ``generate``); ``sampling_params``: decode by sampling with these
-    (``difficulty --num-rollouts``; None = greedy); ``seeds``: with them, each position's seed (:func:`query_seed`):
-    every row is then generated alone after ``torch.manual_seed(seeds[position])``, so its answer depends on its seed
-    only (``generate`` draws a batch's tokens from one global generator), and a clip's rows no longer share one
-    vision encoding.
+    not load. ``engine``: a vLLM engine for ``generate_answers`` (None = transformers' ``generate``); ``seeds``: with
+    sampled ``decoding`` (``difficulty --num-rollouts``), each position's seed (:func:`query_seed`): every row is then
+    generated alone after ``torch.manual_seed(seeds[position])``, so its answer depends on its seed only
+    (``generate`` draws a batch's tokens from one global generator), and a clip's rows no longer share one vision
+    encoding.
     """
-    decoding = sampling_params or SamplingParams.greedy(max_new_tokens, synced_gpus)
     seeded = seeds is not None and decoding.do_sample
     results = {position: (position, None, error) for position, video, error in batch if video is None}
     ok = [(position, video) for position, video, _ in batch if video is not None]
