@@ -532,7 +532,8 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     ``run_fingerprint.json`` there (top level and checkpoints) matches ``fingerprint``. Every rank checks alike; then
     the ranks that save (``should_save``: the main process, or each node's with ``save_on_each_node``) remove, between
     two barriers, so no rank writes before the old files are gone. With ``save_on_each_node`` the nodes' folders must
-    be their own (:func:`_check_own_folders`).
+    be their own (:func:`_check_own_folders`). With ``resume_from_checkpoint: auto`` and only cut-short checkpoints
+    (no complete one), this run's are removed alike and it starts from step 0.
 
     Raises:
         UserError: ``output_dir`` or ``frame_cache_dir`` is a file; two nodes' saving processes share ``output_dir``
@@ -565,7 +566,13 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
                                "give a new --output_dir")
         return
     if resume is None and str(training_args.resume_from_checkpoint or "").lower() == "auto" and checkpoints:
-        _restart_cut_short(out, checkpoints, training_args, fingerprint)
+        # every checkpoint-N was cut short (a requeued job killed in its first save): this run's go, from step 0
+        for path in [out / FINGERPRINT_FILE, *(p / FINGERPRINT_FILE for p in checkpoints)]:
+            _check_fingerprint(path, fingerprint, f"output_dir: {path} was written by another run",
+                               "give a new --output_dir, or replace it with --replace_output_dir true")
+        _check_no_foreign(out, "resume_from_checkpoint: auto")
+        _remove_on_saving_ranks(checkpoints, training_args, "resume_from_checkpoint auto: no complete checkpoint in "
+                                "%s; removing %s and starting from step 0", out, ", ".join(p.name for p in checkpoints))
         return
     if not is_run:
         raise UserError(f"output_dir: {out} is not empty ({names}) and holds no training run; give an empty or new "
@@ -574,30 +581,35 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
         how = "resume it with --resume_from_checkpoint true, " if checkpoints else ""
         raise UserError(f"output_dir: {out} already holds a run ({names}); {how}replace it with "
                         "--replace_output_dir true, or give a new --output_dir")
-    _replace_run(out, entries, names, training_args)
+    _check_no_foreign(out, "replace_output_dir")
+    _remove_on_saving_ranks(entries, training_args, "replace_output_dir: removing the run in %s (%s)", out, names)
 
 
-def _replace_run(out: Path, entries: list[Path], names: str, training_args) -> None:
-    """``replace_output_dir``: remove the run in ``out`` (its ``entries``) on the saving ranks, between two barriers;
-    refused in one line, nothing deleted, when ``out`` holds anything the run did not write."""
+def _check_no_foreign(out: Path, setting: str) -> None:
+    """Refuse in one line naming ``setting``, nothing deleted, when ``out`` holds anything its run did not write
+    (:func:`grounding_rl.run_record.foreign_to_run`)."""
     from grounding_rl.run_record import foreign_to_run, read_record
 
     foreign = foreign_to_run(out, read_record(out / FINGERPRINT_FILE))
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise UserError(f"replace_output_dir: {out} holds {', '.join(foreign[:3])}{more}, which the run there did not "
-                        "write; "
+        raise UserError(f"{setting}: {out} holds {', '.join(foreign[:3])}{more}, which the run there did not write; "
                         "nothing was deleted: move it out, or give a new --output_dir")
+
+
+def _remove_on_saving_ranks(paths: list[Path], training_args, message: str, *args) -> None:
+    """Remove ``paths`` (folders and files) on the saving ranks (``should_save``), logging ``message % args``, between
+    two barriers: every rank has checked before anything is removed, and none writes before it is gone."""
     from accelerate import PartialState  # the process group TrainingArguments set up (a no-op in one process)
 
     several = training_args.world_size > 1
     if several:
-        PartialState().wait_for_everyone()  # every rank has checked before anything is removed
+        PartialState().wait_for_everyone()
     if training_args.should_save:
         import shutil
 
-        logger.info("replace_output_dir: removing the run in %s (%s)", out, names)
-        for path in entries:
+        logger.info(message, *args)
+        for path in paths:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
@@ -651,39 +663,6 @@ def _check_own_folders(training_args) -> None:
         raise UserError(f"save_on_each_node: true, but ranks {pairs[0][0]} and {pairs[0][1]} (each its node's saving "
                         f"process) share {out}: they would write the same files; drop save_on_each_node (the main "
                         "process alone writes a shared folder), or give each node an output_dir on its own disk")
-
-
-def _restart_cut_short(out: Path, checkpoints: list[Path], training_args, fingerprint: dict | None) -> None:
-    """``resume_from_checkpoint: auto`` on a folder whose every ``checkpoint-N`` was cut short (no complete one: a
-    requeued job killed in its first save): when they are this run's (their records match ``fingerprint``) and nothing
-    else is there, they are removed and the run starts from step 0.
-
-    Raises:
-        UserError: a record differs (what changed), or the folder holds something the run did not write.
-    """
-    from grounding_rl.run_record import foreign_to_run, read_record
-
-    for path in [out / FINGERPRINT_FILE, *(p / FINGERPRINT_FILE for p in checkpoints)]:
-        _check_fingerprint(path, fingerprint, f"output_dir: {path} was written by another run",
-                           "give a new --output_dir, or replace it with --replace_output_dir true")
-    foreign = foreign_to_run(out, read_record(out / FINGERPRINT_FILE))
-    if foreign:
-        raise UserError(f"resume_from_checkpoint: auto: {out} holds {', '.join(foreign[:3])}, which the run there did "
-                        "not write; move it out, or give a new --output_dir")
-    from accelerate import PartialState
-
-    several = training_args.world_size > 1
-    if several:
-        PartialState().wait_for_everyone()
-    if training_args.should_save:
-        import shutil
-
-        logger.info("resume_from_checkpoint auto: no complete checkpoint in %s; removing %s and starting from step 0",
-                    out, ", ".join(p.name for p in checkpoints))
-        for path in checkpoints:
-            shutil.rmtree(path)
-    if several:
-        PartialState().wait_for_everyone()
 
 
 def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None:
