@@ -119,18 +119,13 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
                               None)
                 where = f"{config_path}:{number}" if number else config_path
                 raise UserError(f"{where}: unknown key {key!r}{_closest(str(key), dests)}")
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
+    args = iter(argv)
+    for arg in args:
+        flag = arg.split("=", 1)[0]
         if arg == "--config":
-            skip = True
-            continue
-        if arg.startswith("--"):
-            flag = arg.split("=", 1)[0]
-            if flag not in options:
-                raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
+            next(args, None)  # its path
+        elif arg.startswith("--") and flag not in options:
+            raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
 
 
 def parse_training_args(config_class, argv: list[str] | None, prog: str):
@@ -817,7 +812,18 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
             _exit_if_peer_lost(err, trainer, prog, request.signum)
             raise
         if callback.stopped_at is None:
-            _finish(trainer, result, prog, request.signum)
+            try:
+                finish_training(trainer, result)
+            except Exception as err:  # noqa: BLE001 - a lost peer exits at once, a full disk is the user's line
+                from grounding_rl.errors import disk_error
+
+                _exit_if_peer_lost(err, trainer, prog, request.signum)
+                why = disk_error(err)
+                if why is None:
+                    raise
+                raise UserError(f"{trainer.args.output_dir}: writing the final model and run files failed ({why}); "
+                                "the checkpoints are intact: free space and run the same command with "
+                                "--resume_from_checkpoint auto") from err
             return 0
         signum = request.signum or signal.SIGTERM  # a rank the signal did not reach stops with its peers
         if trainer.is_world_process_zero():  # before any rank exits: a launcher tears the others down then
@@ -831,22 +837,6 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
     # under a launcher every rank exits 0, so it ends without a failure report; scripts/train.sh, which forwarded the
     # signal, exits with 128 + signal itself
     return 0 if several else exit_code(signum)
-
-
-def _finish(trainer, result, prog: str, signum) -> None:
-    """:func:`finish_training`, where a full disk is the user's one line and a lost peer exits at once."""
-    try:
-        finish_training(trainer, result)
-    except Exception as err:  # noqa: BLE001 - only a full disk becomes the user's line; the rest re-raise
-        from grounding_rl.errors import disk_error
-
-        _exit_if_peer_lost(err, trainer, prog, signum)
-        why = disk_error(err)
-        if why is None:
-            raise
-        raise UserError(f"{trainer.args.output_dir}: writing the final model and run files failed ({why}); "
-                        "the checkpoints are intact: free space and run the same command with "
-                        "--resume_from_checkpoint auto") from err
 
 
 # what gloo and NCCL say when a peer process died (its connections closed) or hung past the collective timeout
