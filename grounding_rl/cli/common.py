@@ -178,7 +178,12 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
         raise UserError("model_name_or_path is required (in the YAML or as --model_name_or_path)")
-    _resolve_paths(script_args, training_args, model_args)
+    # against the working directory (a distillation teacher's: its arguments' own __post_init__)
+    script_args.train_file = resolve_config_path(script_args.train_file)
+    script_args.video_root = resolve_config_path(script_args.video_root)
+    script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
+    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)  # a hub id stays
+    training_args.output_dir = resolve_config_path(training_args.output_dir)
     default_wandb_dir(training_args.report_to, training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
@@ -205,16 +210,6 @@ def _hide_refused(parser, command: str) -> None:
         action.help = argparse.SUPPRESS if action.dest in left_out else action.help
     parser.description += (f"\n{len(left_out)} settings that {command} refuses are not listed (setting one is "
                            "an error naming why; grounding_rl/update/fields.py says who honours each).")
-
-
-def _resolve_paths(script_args, training_args, model_args) -> None:
-    """The paths of a training run against the working directory, in place: train file, video root, frame cache,
-    model (a hub id stays) and the output folder (a distillation teacher's: its arguments' own ``__post_init__``)."""
-    script_args.train_file = resolve_config_path(script_args.train_file)
-    script_args.video_root = resolve_config_path(script_args.video_root)
-    script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
-    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
-    training_args.output_dir = resolve_config_path(training_args.output_dir)
 
 
 def _check_honoured(script_args, model_args, training_args, where: str, stage: str) -> None:
@@ -675,11 +670,12 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
     Raises:
         UserError: ``true`` / ``last`` with no complete checkpoint in ``output_dir``, ranks that found different
             newest complete checkpoints, a path that is not a folder, an
-            incomplete checkpoint named explicitly (what is missing or cut short), a checkpoint without optimizer
-            state, or one whose ``run_fingerprint.json`` differs from ``fingerprint`` (:func:`run_fingerprint`; the
+            incomplete checkpoint named explicitly (what is missing or cut short,
+            :func:`grounding_rl.update.checkpoints.checkpoint_problem`), a checkpoint without optimizer state
+            (``optimizer.pt``, or DeepSpeed's ``latest``: e.g. saved with ``save_only_model: true``), or one whose ``run_fingerprint.json`` differs from ``fingerprint`` (:func:`run_fingerprint`; the
             message names what changed).
     """
-    from grounding_rl.update.checkpoints import newest_complete
+    from grounding_rl.update.checkpoints import checkpoint_problem, newest_complete
 
     resume = training_args.resume_from_checkpoint
     if resume is None or (isinstance(resume, str) and resume.lower() in ("false", "none", "")):
@@ -707,7 +703,14 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
     _check_fingerprint(Path(resume) / FINGERPRINT_FILE, fingerprint,
                        f"resume_from_checkpoint: {resume} was written by another run",
                        "resume with the settings that wrote it, or start afresh with a new --output_dir")
-    return _check_resumable(resume)
+    problem = checkpoint_problem(resume)
+    if problem is not None:
+        raise UserError(f"resume_from_checkpoint: {resume} is not a complete train/sft checkpoint ({problem}); "
+                        "--resume_from_checkpoint true takes the newest complete one")
+    if not (Path(resume, "optimizer.pt").is_file() or Path(resume, "latest").is_file()):  # DeepSpeed: latest
+        raise UserError(f"resume_from_checkpoint: {resume} holds no optimizer state (saved with save_only_model: "
+                        f"true); start a new run from it with --model_name_or_path {resume} instead")
+    return resume
 
 
 def same_checkpoint_on_every_rank(names: list[str | None], output_dir: str) -> None:
@@ -723,28 +726,6 @@ def same_checkpoint_on_every_rank(names: list[str | None], output_dir: str) -> N
         raise UserError(f"resume_from_checkpoint: the ranks found different newest complete checkpoints in "
                         f"{output_dir} ({found}); where each node's output_dir is its own disk, train with "
                         "save_on_each_node: true so that every node keeps its own copy of each checkpoint")
-
-
-def _check_resumable(folder: str) -> str:
-    """``folder`` when it is a complete checkpoint (:func:`grounding_rl.update.checkpoints.checkpoint_problem`) with
-    what an exact resume needs: the optimizer state (``optimizer.pt``, or DeepSpeed's ``latest`` and
-    ``global_stepN/``).
-
-    Raises:
-        UserError: it is incomplete (a save cut short; naming what) or not a train/sft checkpoint, or it holds no
-            optimizer state (e.g. a checkpoint written with ``save_only_model: true``).
-    """
-    from grounding_rl.update.checkpoints import checkpoint_problem
-
-    path = Path(folder)
-    problem = checkpoint_problem(path)
-    if problem is not None:
-        raise UserError(f"resume_from_checkpoint: {folder} is not a complete train/sft checkpoint ({problem}); "
-                        "--resume_from_checkpoint true takes the newest complete one")
-    if not ((path / "optimizer.pt").is_file() or (path / "latest").is_file()):
-        raise UserError(f"resume_from_checkpoint: {folder} holds no optimizer state (saved with save_only_model: "
-                        f"true); start a new run from it with --model_name_or_path {folder} instead")
-    return folder
 
 
 def check_teacher(model_args, training_args) -> None:

@@ -57,14 +57,6 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
         return completion_outputs(model, outputs.logits[:, :-1, :], completion_ids, temperature, return_logits)
 
 
-def _head(model) -> torch.nn.Linear:
-    head = unwrap(model).get_output_embeddings()
-    if type(head) is not torch.nn.Linear:
-        raise ValueError(f"the LM head is a {type(head).__name__}, not a plain Linear: float32 distillation logits "
-                         "need the head's weight (leave lm_head out of the adapter's target modules)")
-    return head
-
-
 @contextmanager
 def float32_head(model):
     """Within the block, ``model``'s LM head returns float32 logits: :func:`grounding_rl.update.divergence.
@@ -78,7 +70,10 @@ def float32_head(model):
     Raises:
         ValueError: the head is not a plain ``torch.nn.Linear`` (e.g. a LoRA-wrapped head).
     """
-    head = _head(model)
+    head = unwrap(model).get_output_embeddings()
+    if type(head) is not torch.nn.Linear:
+        raise ValueError(f"the LM head is a {type(head).__name__}, not a plain Linear: float32 distillation logits "
+                         "need the head's weight (leave lm_head out of the adapter's target modules)")
 
     def forward(hidden):
         device = hidden.device.type
