@@ -793,18 +793,7 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
             _exit_if_peer_lost(err, trainer, prog, request.signum)
             raise
         if callback.stopped_at is None:
-            try:
-                finish_training(trainer, result)
-            except Exception as err:  # noqa: BLE001 - a lost peer exits at once, a full disk is the user's line
-                from grounding_rl.errors import disk_error
-
-                _exit_if_peer_lost(err, trainer, prog, request.signum)
-                why = disk_error(err)
-                if why is None:
-                    raise
-                raise UserError(f"{trainer.args.output_dir}: writing the final model and run files failed ({why}); "
-                                "the checkpoints are intact: free space and run the same command with "
-                                "--resume_from_checkpoint auto") from err
+            _finish(trainer, result, prog, request.signum)
             return 0
         signum = request.signum or signal.SIGTERM  # a rank the signal did not reach stops with its peers
         if trainer.is_world_process_zero():  # before any rank exits: a launcher tears the others down then
@@ -818,6 +807,22 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
     # under a launcher every rank exits 0, so it ends without a failure report; scripts/train.sh, which forwarded the
     # signal, exits with 128 + signal itself
     return 0 if several else exit_code(signum)
+
+
+def _finish(trainer, result, prog: str, signum) -> None:
+    """:func:`finish_training`, where a full disk is the user's one line and a lost peer exits at once."""
+    try:
+        finish_training(trainer, result)
+    except Exception as err:  # noqa: BLE001 - only a full disk becomes the user's line; the rest re-raise
+        from grounding_rl.errors import disk_error
+
+        _exit_if_peer_lost(err, trainer, prog, signum)
+        why = disk_error(err)
+        if why is None:
+            raise
+        raise UserError(f"{trainer.args.output_dir}: writing the final model and run files failed ({why}); "
+                        "the checkpoints are intact: free space and run the same command with "
+                        "--resume_from_checkpoint auto") from err
 
 
 # what gloo and NCCL say when a peer process died (its connections closed) or hung past the collective timeout
