@@ -61,15 +61,9 @@ class Check:
 
     def line(self) -> str:
         """``PASS a.prompt_ids  clip.mp4  rows=4 tokens=312 — detail``."""
-        nums = " ".join(f"{k}={_fmt(v)}" for k, v in self.numbers.items())
+        nums = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.numbers.items())
         tail = f" — {self.detail}" if self.detail else ""
         return f"{'PASS' if self.passed else 'FAIL'} {self.name:<26} {self.clip:<28} {nums}{tail}"
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 # ---------------------------------------------------------------------------------------------------------- (a) ids

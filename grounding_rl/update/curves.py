@@ -35,10 +35,7 @@ def _series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 def _keys(history: list[dict]) -> list[str]:
     """Every key logged in ``history``, in first-seen order."""
-    seen: dict[str, None] = {}
-    for entry in history:
-        seen.update(dict.fromkeys(entry))
-    return list(seen)
+    return list(dict.fromkeys(key for entry in history for key in entry))
 
 
 def _panels(keys: list[str]) -> list[tuple[str, str, list[str]]]:
