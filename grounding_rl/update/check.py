@@ -61,15 +61,9 @@ class Check:
 
     def line(self) -> str:
         """``PASS a.prompt_ids  clip.mp4  rows=4 tokens=312 — detail``."""
-        nums = " ".join(f"{k}={_fmt(v)}" for k, v in self.numbers.items())
+        nums = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.numbers.items())
         tail = f" — {self.detail}" if self.detail else ""
         return f"{'PASS' if self.passed else 'FAIL'} {self.name:<26} {self.clip:<28} {nums}{tail}"
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 # ---------------------------------------------------------------------------------------------------------- (a) ids
@@ -326,17 +320,6 @@ def peak_memory_gib(device) -> tuple[str, float]:
     return "rss_peak_gib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-class Timer:
-    """``with Timer() as t: …``; ``t.seconds`` afterwards."""
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self.start
-
-
 # ---------------------------------------------------------------------------------------------------------- d, e
 def rollout_checks(model, processor, items: list[dict], args, engine=None, reference=None,
                    thresholds: tuple[float, float, float] | None = None) -> list[Check]:
@@ -376,14 +359,15 @@ def rollout_checks(model, processor, items: list[dict], args, engine=None, refer
         grouped = [dict(item) for _ in range(G)]
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        with Timer() as rollout_time:
-            rollout = batching.config_prompt_batch(processor, grouped, args, device)
-            inputs = batching.generation_inputs(rollout, grouped)
-            if engine is None:
-                ids, sampler = sampled_logprobs(model, inputs, params)
-            else:
-                ids, sampler, prompt_check = _vllm_sample(engine, inputs, params, name, processor)
-                out.append(prompt_check)
+        start = time.perf_counter()
+        rollout = batching.config_prompt_batch(processor, grouped, args, device)
+        inputs = batching.generation_inputs(rollout, grouped)
+        if engine is None:
+            ids, sampler = sampled_logprobs(model, inputs, params)
+        else:
+            ids, sampler, prompt_check = _vllm_sample(engine, inputs, params, name, processor)
+            out.append(prompt_check)
+        rollout_s = time.perf_counter() - start
         mask, _ = completion_mask(ids, eos)
         ids, keep = cut_at_tokens(ids, placeholder_token_ids(model), pad)  # as the trainer's sanitise
         mask = mask * keep
@@ -400,12 +384,12 @@ def rollout_checks(model, processor, items: list[dict], args, engine=None, refer
             out.append(compare_logps("d.logps ref/policy", name, ref, policy, mask, (tolerance, tolerance, 0.0)))
         else:
             out.append(Check("d.logps ref/policy", name, True, {}, "not run: no reference model (beta 0)"))
-        with Timer() as step_time:
-            logps = completion_logps(model, loss, args.temperature)
-            (logps * mask).sum().backward()
+        start = time.perf_counter()
+        (completion_logps(model, loss, args.temperature) * mask).sum().backward()
+        loss_step_s = time.perf_counter() - start
         model.zero_grad(set_to_none=True)
         key, peak = peak_memory_gib(device)
-        out.append(Check("e.cost", name, True, {"rollout_s": rollout_time.seconds, "loss_step_s": step_time.seconds,
+        out.append(Check("e.cost", name, True, {"rollout_s": rollout_s, "loss_step_s": loss_step_s,
                                                  key: peak, "rows": G, "completion_tokens": int(mask.sum())}))
     return out
 

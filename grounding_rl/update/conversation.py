@@ -92,19 +92,10 @@ def distinct_videos(batch: dict) -> tuple[list[dict], list[int]]:
 
 
 def conversation_logps(model, batch: dict, temperature: float = 1.0, return_logits: bool = False):
-    """log π(o_t | everything before t) for every completion token of a conversation batch, in one forward.
-
-    Args:
-        model: a Qwen-VL model (possibly wrapped); called with ``logits_to_keep = C + 1``.
-        batch: :func:`conversation_batch` (on the model's device).
-        temperature: logits divided by it, as in sampling.
-
-    Returns:
-        (B, C) float; meaningful where ``completion_mask`` is 1 (model tokens) — tool and padding positions are
-        masked by the caller. With ``return_logits``: ``(logps, logits (B, C, V))`` as
-        :func:`grounding_rl.update.batching.completion_outputs` returns them (float32 under
-        :func:`grounding_rl.update.logprobs.float32_head`, not divided by the temperature).
-    """
+    """log π(o_t | everything before t) for every completion token of a conversation batch
+    (:func:`conversation_batch`, on the model's device), in one forward: the arguments and results of
+    :func:`grounding_rl.update.logprobs.completion_logps`, meaningful where ``completion_mask`` is 1 (model tokens;
+    tool and padding positions are masked by the caller)."""
     from grounding_rl.models.vision import encode_videos
     length = batch["completion_ids"].size(1)
     inputs = forward_inputs(batch)

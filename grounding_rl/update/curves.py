@@ -1,6 +1,6 @@
 """Training curves: one picture of a run's logged metrics against the optimizer step, from Trainer's
 ``log_history`` (``trainer_state.json``). Every ``train``, ``sft`` and ``distill`` run writes it as
-``output_dir/training_curves.png`` at each save and at the end (:class:`CurvesCallback`); ``grounding-rl plot RUN
+``output_dir/training_curves.png`` at each save and at the end (:func:`curves_callback`); ``grounding-rl plot RUN
 [RUN …]`` overlays several runs (:func:`read_log_history`, :func:`draw_curves`).
 
 Panels (a panel whose metrics a stage never logs is left out, e.g. the rewards of ``sft``): the total reward and each
@@ -35,10 +35,7 @@ def _series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 def _keys(history: list[dict]) -> list[str]:
     """Every key logged in ``history``, in first-seen order."""
-    seen: dict[str, None] = {}
-    for entry in history:
-        seen.update(dict.fromkeys(entry))
-    return list(seen)
+    return list(dict.fromkeys(key for entry in history for key in entry))
 
 
 def _panels(keys: list[str]) -> list[tuple[str, str, list[str]]]:
@@ -154,13 +151,12 @@ def read_log_history(folder: str | os.PathLike) -> list[dict]:
     return [e for e in history if isinstance(e, dict)]
 
 
-def _callback_class():
+def curves_callback():
+    """A new ``TrainerCallback`` that redraws ``output_dir/training_curves.png`` from the state's ``log_history`` at
+    each save and at the end of training (world process zero; a run that logged nothing yet draws nothing)."""
     from transformers import TrainerCallback
 
     class CurvesCallback(TrainerCallback):
-        """Redraw ``output_dir/training_curves.png`` from the state's ``log_history`` at each save and at the end
-        of training (world process zero; a run that logged nothing yet draws nothing)."""
-
         def _draw(self, args, state):
             if not state.is_world_process_zero or not _panels(_keys(state.log_history)):
                 return
@@ -173,9 +169,4 @@ def _callback_class():
         def on_train_end(self, args, state, control, **kwargs):
             self._draw(args, state)
 
-    return CurvesCallback
-
-
-def curves_callback():
-    """A new ``TrainerCallback`` that writes ``output_dir/training_curves.png`` at each save and at the end."""
-    return _callback_class()()
+    return CurvesCallback()

@@ -7,7 +7,7 @@ distinct clip and every row gets its clip's features through ``mm_encoder_output
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -40,36 +40,21 @@ def completion_logps(model, batch: dict, temperature: float = 1.0, share_prompt:
         (B, C) float tensor; values at masked positions are meaningless (the caller masks them). With
         ``return_logits``: ``(logps, logits)``.
     """
-    if return_logits:
-        with float32_head(model):
-            return _completion_logps(model, batch, temperature, share_prompt, True)
-    return _completion_logps(model, batch, temperature, share_prompt, False)
-
-
-def _completion_logps(model, batch: dict, temperature: float, share_prompt: bool, return_logits: bool):
     from grounding_rl.update.conversation import CONVERSATION, conversation_logps
 
-    if CONVERSATION in batch:  # multi-turn: every video of a row, one forward (grounding_rl.update.conversation)
-        return conversation_logps(model, batch, temperature, return_logits)
-    if share_prompt and VIDEO_INDEX in batch:
-        return packed_completion_logps(model, batch, temperature, return_logits)
-    completion_ids = batch["completion_ids"]
-    length = completion_ids.size(1)
-    inputs = forward_inputs(batch)
-    if VIDEO_INDEX in inputs:
-        video_index = inputs.pop(VIDEO_INDEX)
-        inputs["mm_encoder_outputs"] = encode_videos(model, inputs.pop(PIXELS), clip_grid(batch), video_index)
-    outputs = model(**inputs, logits_to_keep=length + 1, use_cache=False)
-    # position P−1+t predicts completion token t
-    return completion_outputs(model, outputs.logits[:, :-1, :], completion_ids, temperature, return_logits)
-
-
-def _head(model) -> torch.nn.Linear:
-    head = unwrap(model).get_output_embeddings()
-    if type(head) is not torch.nn.Linear:
-        raise ValueError(f"the LM head is a {type(head).__name__}, not a plain Linear: float32 distillation logits "
-                         "need the head's weight (leave lm_head out of the adapter's target modules)")
-    return head
+    with float32_head(model) if return_logits else nullcontext():
+        if CONVERSATION in batch:  # multi-turn: every video of a row, one forward (grounding_rl.update.conversation)
+            return conversation_logps(model, batch, temperature, return_logits)
+        if share_prompt and VIDEO_INDEX in batch:
+            return packed_completion_logps(model, batch, temperature, return_logits)
+        completion_ids = batch["completion_ids"]
+        inputs = forward_inputs(batch)
+        if VIDEO_INDEX in inputs:
+            video_index = inputs.pop(VIDEO_INDEX)
+            inputs["mm_encoder_outputs"] = encode_videos(model, inputs.pop(PIXELS), clip_grid(batch), video_index)
+        outputs = model(**inputs, logits_to_keep=completion_ids.size(1) + 1, use_cache=False)
+        # position P−1+t predicts completion token t
+        return completion_outputs(model, outputs.logits[:, :-1, :], completion_ids, temperature, return_logits)
 
 
 @contextmanager
@@ -85,7 +70,10 @@ def float32_head(model):
     Raises:
         ValueError: the head is not a plain ``torch.nn.Linear`` (e.g. a LoRA-wrapped head).
     """
-    head = _head(model)
+    head = unwrap(model).get_output_embeddings()
+    if type(head) is not torch.nn.Linear:
+        raise ValueError(f"the LM head is a {type(head).__name__}, not a plain Linear: float32 distillation logits "
+                         "need the head's weight (leave lm_head out of the adapter's target modules)")
 
     def forward(hidden):
         device = hidden.device.type
@@ -105,8 +93,7 @@ def float32_head(model):
 
 def reference_model(trainer, ref_model=None):
     """The trainer's π_ref: None when β = 0 or with PEFT (the adapter is disabled instead); else ``ref_model`` (None =
-    loaded from the policy's path) frozen, DeepSpeed-initialised (``trl.models.prepare_deepspeed``: ZeRO-3 sharded like
-    the policy, no optimizer) or accelerate-prepared."""
+    loaded from the policy's path) frozen and placed like the policy (:func:`frozen_copy`)."""
     from accelerate.utils import is_peft_model
 
     if trainer.args.kl_beta == 0.0 or is_peft_model(trainer.model):

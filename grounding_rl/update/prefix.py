@@ -85,21 +85,10 @@ def packed_layout(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, grou
 
 
 def packed_completion_logps(model, batch: dict, temperature: float = 1.0, return_logits: bool = False):
-    """log π(o_t | prompt, video, o_<t) for each completion token, with each group's prompt run once.
-
-    Args:
-        model: a Qwen-VL model (possibly DDP/DeepSpeed/PEFT-wrapped) whose attention takes a 4-D mask
-            (:func:`supports_prefix_sharing`).
-        batch: a shared-video batch (``video_index``; :mod:`grounding_rl.update.batching`) whose rows of one clip share
-            the whole prompt, with ``completion_ids`` / ``completion_mask`` (B, C).
-        temperature: logits are divided by it, as in sampling.
-        return_logits: also return the (B, C, V) logits in row order (``(logps, logits)``;
-            :func:`grounding_rl.update.batching.completion_outputs`).
-
-    Returns:
-        (B, C) float tensor in the batch's row order, equal to
-        :func:`grounding_rl.update.logprobs.completion_logps` up to summation order; values at masked positions are
-        meaningless (the caller masks them).
+    """log π(o_t | prompt, video, o_<t) for each completion token, with each group's prompt run once: the arguments
+    and results of :func:`grounding_rl.update.logprobs.completion_logps` (in the batch's row order, equal to its
+    per-row forward up to summation order), for a shared-video ``batch`` (``video_index``) whose rows of one clip
+    share the whole prompt, on a ``model`` whose attention takes a 4-D mask (:func:`supports_prefix_sharing`).
 
     Raises:
         KeyError: the batch has no ``video_index``.

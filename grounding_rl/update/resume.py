@@ -14,10 +14,13 @@ then runs one more optimizer step before it checks ``max_steps``; :meth:`ExactRe
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 
 import torch
+
+from grounding_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +130,6 @@ ROLLOUT_FORMAT = 2  # 2: micro-batches of shuffled groups; dynamic sampling choo
 
 def write_rollout_format(folder: str | os.PathLike) -> None:
     """Mark a GRPO checkpoint with the rollout format it was trained with (``rollout_format.json``)."""
-    import json
-
     with open(os.path.join(folder, ROLLOUT_FORMAT_FILE), "w", encoding="utf-8") as handle:
         json.dump({"rollout_format": ROLLOUT_FORMAT}, handle)
 
@@ -143,10 +144,6 @@ def check_rollout_format(folder: str | os.PathLike, args) -> None:
     Raises:
         UserError: one line saying which setting makes the old checkpoint continue differently.
     """
-    import json
-
-    from grounding_rl.errors import UserError
-
     path = os.path.join(folder, ROLLOUT_FORMAT_FILE)
     version = 1
     if os.path.isfile(path):

@@ -40,10 +40,6 @@ class OnlineFilter(Recipe):
     switch = "online_difficulty_range"
 
     @staticmethod
-    def enabled(args, config) -> bool:
-        return args.online_difficulty_range is not None
-
-    @staticmethod
     def problems(args, config) -> list[str]:
         return range_problem("online_difficulty_range", args.online_difficulty_range)
 
