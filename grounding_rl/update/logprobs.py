@@ -109,7 +109,7 @@ def reference_model(trainer, ref_model=None):
     the policy, no optimizer) or accelerate-prepared."""
     from accelerate.utils import is_peft_model
 
-    if trainer.args.kl_beta == 0.0 or is_peft_model(trainer.model):
+    if trainer.beta == 0.0 or is_peft_model(trainer.model):
         return None
     if ref_model is None:
         from grounding_rl.models.loading import load_reference

@@ -79,10 +79,12 @@ class Distillation(Recipe):
         return config.beta if config.stage == "distill" else args.distillation_beta
 
     @staticmethod
-    def teacher(args, config) -> tuple[str, float] | None:
-        """``(teacher_model_name_or_path, divergence β)``, or None without a teacher."""
+    def teacher(args, config) -> tuple[str, str, float] | None:
+        """``(teacher_model_name_or_path, the divergence β's field name in this command, its value)``, or None without
+        a teacher."""
         path = args.teacher_model_name_or_path
-        return (path, Distillation.divergence_beta(args, config)) if path else None
+        name = "beta" if config.stage == "distill" else "distillation_beta"
+        return (path, name, Distillation.divergence_beta(args, config)) if path else None
 
     @staticmethod
     def enabled(args, config) -> bool:
