@@ -225,4 +225,4 @@ def test_beta_keeps_trls_name_in_each_command_and_its_help_names_the_other_meani
         return {f.name: f for f in fields(cls)}["beta"].metadata["help"]
 
     assert "the KL weight; distill's beta is TRL DistillationConfig's divergence" in help_of(GroundingGRPOConfig)
-    assert "train's beta is GRPOConfig's KL weight" in help_of(DistillationConfig)
+    assert "Unlike GRPO's `beta` (a KL-penalty coefficient" in help_of(DistillationConfig)  # TRL's own text

@@ -103,10 +103,9 @@ def _workload(script_args, args, model_args, video: dict, teacher: dict):
         generation_rows=args.per_device_train_batch_size * args.steps_per_generation,
         num_generations=args.num_generations,
         video_tokens=video["video_tokens"], time_tokens=video["time_tokens"],
-        completion_tokens=args.max_completion_length,
+        completion_tokens=args.max_completion_length, beta=0.0 if args.stage == "distill" else args.beta,  # KL's
         dtype_bytes=4 if model_args.dtype in ("float32", None) and not args.bf16 else 2,
         checkpointing=bool(args.gradient_checkpointing), use_peft=bool(model_args.use_peft),
-        beta=0.0 if args.stage == "distill" else args.beta,  # the KL weight (distill's beta is the divergence's)
         freeze_vision=bool(script_args.freeze_vision_tower), share_video_encoding=bool(args.share_video_encoding),
         **teacher)
 

@@ -33,8 +33,7 @@ GRPO_ONLY = {
 class DistillationConfig(GroundingGRPOConfig):
     """Configuration of ``grounding-rl distill`` (see the module docstring)."""
 
-    beta: float = trl_field("beta", source=TRLDistillationConfig, note="Here (distill), as in TRL's "
-                            "DistillationConfig; train's beta is GRPOConfig's KL weight.")
+    beta: float = trl_field("beta", source=TRLDistillationConfig)  # its help names GRPO's other meaning
     num_generations: int = trl_field(
         "num_generations", default=1, note="Distillation: one completion per prompt, as TRL's DistillationTrainer; "
         "no other value.")

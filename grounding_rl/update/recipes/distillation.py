@@ -80,8 +80,7 @@ class Distillation(Recipe):
 
     @staticmethod
     def teacher(args, config) -> tuple[str, str, float] | None:
-        """``(teacher_model_name_or_path, the divergence β's field name in this command, its value)``, or None without
-        a teacher."""
+        """``(teacher_model_name_or_path, its β's field name in this command, value)``, or None without a teacher."""
         path = args.teacher_model_name_or_path
         name = "beta" if config.stage == "distill" else "distillation_beta"
         return (path, name, Distillation.divergence_beta(args, config)) if path else None
