@@ -81,9 +81,10 @@ class Distillation(Recipe):
     @staticmethod
     def teacher(args, config) -> tuple[str, str, float] | None:
         """``(teacher_model_name_or_path, its β's field name in this command, value)``, or None without a teacher."""
-        path = args.teacher_model_name_or_path
+        if not args.teacher_model_name_or_path:
+            return None
         name = "beta" if config.stage == "distill" else "distillation_beta"
-        return (path, name, Distillation.divergence_beta(args, config)) if path else None
+        return args.teacher_model_name_or_path, name, Distillation.divergence_beta(args, config)
 
     @staticmethod
     def enabled(args, config) -> bool:
