@@ -403,6 +403,11 @@ CASES = {
                                       ["--video-total-tokens must be > 0 (got 0)"]),
     "eval: an unknown --video-sampler": (lambda d: [*EVAL(d), "--video-sampler", "linspace"],
                                          ["argument --video-sampler: invalid choice: 'linspace'", "exact"]),
+    # ---- wtE: the crop-call limit is --max-tool-calling-iterations, --max-turns its alias (rows below this line) ----
+    "infer: --max-turns -1 (the alias)": (lambda d: [*INFER(d), "--max-turns", "-1"],
+                                          ["--max-tool-calling-iterations must be ≥ 0 (got -1)"]),
+    "eval: --max-tool-calling-iterations -1": (lambda d: [*EVAL(d), "--max-tool-calling-iterations", "-1"],
+                                               ["--max-tool-calling-iterations must be ≥ 0 (got -1)"]),
 }
 
 

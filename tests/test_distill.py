@@ -156,7 +156,7 @@ def test_fits_counts_the_teacher(capsys):
     assert rows["zero3"]["reference"] == 0
     b = rows["zero3"]
     assert b["total"] == b["model_states"] + b["teacher"] + b["activations"] + b["overhead"]
-    assert report["teacher_divergence_beta"] == 1.0 and report["workload"]["beta"] == 0.0  # the recipe's beta: 1.0
+    assert report["teacher"]["beta"] == 1.0 and report["workload"]["beta"] == 0.0  # the recipe's beta: 1.0
     assert cli(["fits", "configs/qwen2_5_vl_7b_to_3b_distill.yaml", "--gpus", "8", "--accelerate-config",
                 "configs/accelerate/zero3.yaml"]) == 0
     assert "bf16, KL beta 0.0, teacher 8.29e9 parameters (divergence beta 1.0)," in capsys.readouterr().out
@@ -176,8 +176,8 @@ def test_distill_recipes_parse(name, student, teacher, template):
 
     _, args, model_args = parse_training_args(DistillationConfig, ["--config", f"configs/{name}", "--use_cpu", "true"],
                                               "grounding-rl distill")
-    assert (model_args.model_name_or_path, recipes.teacher(args)) == (student, (teacher, 1.0))
-    assert (args.beta, args.kl_beta, args.num_generations) == (1.0, 0.0, 1)
+    assert (model_args.model_name_or_path, recipes.teacher(args)) == (student, (teacher, "beta", 1.0))
+    assert (args.beta, args.num_generations) == (1.0, 1)
     assert args.prompt_template == template and args.bf16 and args.recipe_args["distillation"].loss_top_k == 0
     assert is_thinking_free(template) == name.startswith("qwen3")
 
@@ -212,3 +212,17 @@ def test_distill_refuses_grpo_only_settings_in_one_line(tmp_path, extra, message
     assert cli(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_beta_keeps_trls_name_in_each_command_and_its_help_names_the_other_meaning():
+    """train's beta is GRPOConfig's KL weight, distill's DistillationConfig's divergence: each help says so."""
+    from dataclasses import fields
+
+    from grounding_rl.update.config import GroundingGRPOConfig
+    from grounding_rl.update.distill_config import DistillationConfig
+
+    def help_of(cls):
+        return {f.name: f for f in fields(cls)}["beta"].metadata["help"]
+
+    assert "the KL weight; distill's beta is TRL DistillationConfig's divergence" in help_of(GroundingGRPOConfig)
+    assert "Unlike GRPO's `beta` (a KL-penalty coefficient" in help_of(DistillationConfig)  # TRL's own text

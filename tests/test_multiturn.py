@@ -395,8 +395,8 @@ def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_
 
     monkeypatch.setattr(conv.HFTurns, "continue_turn", first_turn_scripted)
     rc = infer_cli.main(["--model", str(tiny_model_dir), "--video", str(videos_dir / "charades_OHOFG.mp4"),
-                         "--query", "person sitting down in a chair.", "--max-turns", "2", "--print-prompt",
-                         "--json", *INFER_FAST])
+                         "--query", "person sitting down in a chair.", "--max-tool-calling-iterations", "2",
+                         "--print-prompt", "--json", *INFER_FAST])
     assert rc == 0
     captured = capsys.readouterr()
     (result,) = json.loads(captured.out)
@@ -409,7 +409,7 @@ def test_infer_max_turns_runs_the_conversation_and_prints_every_turn(tiny_model_
 
     from grounding_rl.eval.turns import check_turns_run
 
-    with pytest.raises(UserError, match="--max-turns and --zoom"):  # one line, exit 2 at the command line
+    with pytest.raises(UserError, match="--max-tool-calling-iterations and --zoom"):  # one line, exit 2 at the CLI
         check_turns_run(1, True, "exact", "default")
     with pytest.raises(UserError, match="exact sampler"):
         check_turns_run(1, False, "qwen_vl_utils", "default")
@@ -442,7 +442,7 @@ def test_eval_max_turns_keeps_the_conversations_and_refuses_a_single_turn_resume
     out = tmp_path / "turns"
     command = ["eval", "--model", str(tiny_model_dir), "--data", str(videos_dir / "annotations.jsonl"), "--out",
                str(out), *INFER_FAST, "--num-workers", "0", "--limit", "3"]
-    assert cli(command + ["--max-turns", "2"]) == 0
+    assert cli(command + ["--max-tool-calling-iterations", "2"]) == 0  # --max-turns (its alias) below
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == 3
     for r in records:

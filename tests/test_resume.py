@@ -382,3 +382,27 @@ def test_online_difficulty_filter_resumes_bit_identical(tmp_path, tiny_model_dir
 
     with pytest.raises(UserError, match="no online_filter.json"):
         run(tmp_path / "again").train(resume_from_checkpoint=str(checkpoint))
+
+
+def test_a_fingerprint_written_before_issue_46_still_resumes(tmp_path):
+    """The teacher's β is recorded under its field's name (train: distillation_beta, distill: beta); a checkpoint's
+    run_fingerprint.json written before records it as teacher_divergence_beta: the same value resumes, another is
+    refused in one line."""
+    from types import SimpleNamespace
+
+    from grounding_rl.cli.common import _check_fingerprint
+    from grounding_rl.errors import UserError
+    from grounding_rl.update.recipes.distillation import Distillation
+
+    args = SimpleNamespace(teacher_model_name_or_path="teacher", distillation_beta=0.5)
+    train = SimpleNamespace(stage="train", beta=0.04)  # beta: GRPO's KL weight, not the teacher's
+    assert Distillation.teacher(args, train) == ("teacher", "distillation_beta", 0.5)
+    assert Distillation.teacher(args, SimpleNamespace(stage="distill", beta=1.0)) == ("teacher", "beta", 1.0)
+    old = tmp_path / "run_fingerprint.json"
+    for name, value in (("distillation_beta", 0.5), ("beta", 1.0)):
+        new = {"teacher": "teacher", name: value, "seed": 7}
+        old.write_text(json.dumps({"teacher": "teacher", "teacher_divergence_beta": value, "seed": 7}))
+        _check_fingerprint(old, new, "another run", "advice")  # accepted
+        old.write_text(json.dumps({"teacher": "teacher", "teacher_divergence_beta": 0.25, "seed": 7}))
+        with pytest.raises(UserError, match=f"teacher_divergence_beta: 0.25 → {value}"):
+            _check_fingerprint(old, new, "another run", "advice")

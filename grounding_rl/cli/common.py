@@ -480,8 +480,8 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
 
     pair = teacher(training_args) if hasattr(training_args, "recipe_args") else None  # distillation's, and its β
     return {
-        **({"teacher": pair[0], "teacher_fingerprint": model_fingerprint(pair[0], None),
-            "teacher_divergence_beta": pair[1]} if pair else {}),
+        **({"teacher": pair[0], "teacher_fingerprint": model_fingerprint(pair[0], None), pair[1]: pair[2]}
+           if pair else {}),
         "train_file": script_args.train_file, "train_sha256": file_sha256(script_args.train_file),
         "max_train_samples": script_args.max_train_samples, "min_video_duration": script_args.min_video_duration,
         "max_video_duration": script_args.max_video_duration, "model": model_args.model_name_or_path,
@@ -503,6 +503,9 @@ def _check_fingerprint(path: Path, fingerprint: dict | None, what: str, advice: 
     from grounding_rl.run_record import check_record
 
     if fingerprint is not None:
+        if "teacher" in fingerprint:  # before issue 46 the teacher's β was recorded as teacher_divergence_beta
+            beta = fingerprint.get("beta", fingerprint.get("distillation_beta"))
+            fingerprint = {**fingerprint, "teacher_divergence_beta": beta}
         check_record(path, fingerprint, [k for k in fingerprint if k not in ("train_file", "model", "outputs")], what,
                      advice)
 

@@ -5,7 +5,7 @@
                       [--total-pixels P] [--max-new-tokens N] [--seed S] [--engine hf|vllm] [--overwrite]
                       [--scoring NAME|all ...]
                       [--zoom [--zoom-margin M] [--zoom-spend fps|resolution] [--zoom-time video|window]]
-                      [--max-turns K] [--device cpu|cuda[:N]] [--print-prompt]
+                      [--max-tool-calling-iterations K] [--device cpu|cuda[:N]] [--print-prompt]
 
 Over a finished OUTDIR the run only scores: every query is already in ``predictions.jsonl`` (nothing pending, no model
 loads), so ``--scoring all`` rescores existing predictions under every published evaluator's rule.
@@ -152,9 +152,9 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
     if zoom:
         add_zoom_flags(parser)
-        parser.add_argument("--max-turns", type=int, default=0,
-                            help="run the policy with the crop tool: at most K crop requests per query, then the "
-                                 "answer (predictions.jsonl keeps each conversation; 0: one turn)")
+        parser.add_argument("--max-tool-calling-iterations", "--max-turns", type=int, default=0, metavar="K",
+                            help="the crop tool: at most K crop requests per query, then the answer (0: one turn; "
+                                 "predictions.jsonl keeps each conversation); train's max_tool_calling_iterations")
     return parser
 
 
@@ -173,7 +173,8 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
                        max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring),
                        zoom=zoom_from_args(args) if hasattr(args, "zoom") else None,
-                       max_turns=getattr(args, "max_turns", 0), device=args.device, print_prompt=args.print_prompt)
+                       max_turns=getattr(args, "max_tool_calling_iterations", 0), device=args.device,
+                       print_prompt=args.print_prompt)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,9 +103,9 @@ def _workload(script_args, args, model_args, video: dict, teacher: dict):
         generation_rows=args.per_device_train_batch_size * args.steps_per_generation,
         num_generations=args.num_generations,
         video_tokens=video["video_tokens"], time_tokens=video["time_tokens"],
-        completion_tokens=args.max_completion_length,
+        completion_tokens=args.max_completion_length, beta=0.0 if args.stage == "distill" else args.beta,  # KL's
         dtype_bytes=4 if model_args.dtype in ("float32", None) and not args.bf16 else 2,
-        checkpointing=bool(args.gradient_checkpointing), beta=args.kl_beta, use_peft=bool(model_args.use_peft),
+        checkpointing=bool(args.gradient_checkpointing), use_peft=bool(model_args.use_peft),
         freeze_vision=bool(script_args.freeze_vision_tower), share_video_encoding=bool(args.share_video_encoding),
         **teacher)
 
@@ -167,7 +167,7 @@ def estimate_recipe(config: str, gpus: int, accelerate_configs: list[Path], mode
     return {"recipe": config, "model": name, "gpus": gpus, "nodes": nodes, "shape": asdict(shape),
             "workload": {**asdict(work), "prompt_tokens": work.prompt_tokens, "sequence_tokens": work.sequence_tokens},
             "video": video, "max_prompt_length": args.max_prompt_length,
-            "teacher_divergence_beta": pair[1] if pair else None,
+            "teacher": {"model": pair[0], pair[1]: pair[2]} if pair else None,  # its β under its field's name
             "prompt_refused": bool(args.max_prompt_length) and work.prompt_tokens > args.max_prompt_length,
             "strategies": rows}
 
@@ -219,8 +219,8 @@ def _print_report(report: dict, args: argparse.Namespace) -> None:
     """The table ``fits`` prints without ``--json``: the recipe's shape and workload, the sequence, then per strategy
     the per-GPU memory in GiB and whether it fits, and DeepSpeed's own tables."""
     shape, work = report["shape"], report["workload"]
-    teacher_note = (f", teacher {work['teacher_params'] / 1e9:.2f}e9 parameters (divergence beta "
-                    f"{report['teacher_divergence_beta']})" if work["teacher_params"] else "")
+    teacher_note = (f", teacher {work['teacher_params'] / 1e9:.2f}e9 parameters (divergence "
+                    "{} {})".format(*list(report["teacher"].items())[1]) if work["teacher_params"] else "")
     print(f"{report['recipe']}: {report['model']}, {shape['total_params'] / 1e9:.2f}e9 parameters "
           f"({shape['vision_params'] / 1e9:.2f}e9 vision), {shape['trainable_params'] / 1e9:.3f}e9 trainable; "
           f"{'bf16' if work['dtype_bytes'] == 2 else 'fp32'}, KL beta {work['beta']}"

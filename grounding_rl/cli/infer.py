@@ -2,7 +2,7 @@
 
     grounding-rl infer --model DIR --video FILE --query TEXT [--query TEXT ...] [--gt S E ...] [--plot OUT.png] [--json]
                        [--print-prompt] [--zoom [--zoom-margin M] [--zoom-spend fps|resolution]
-                       [--zoom-time video|window]] [--max-turns K]
+                       [--zoom-time video|window]] [--max-tool-calling-iterations K]
 
 For each query it prints the start and end in seconds (clamped to the video), the answer text and the reasoning. With
 ``--json`` stdout is exactly one JSON list with an object per query, ``{"query", "start", "end", "answer",
@@ -19,9 +19,9 @@ and ``zoom_fallback``. With ``--print-prompt`` each query's pass-1 prompt, a lin
 ---`` and its pass-2 prompt are printed once pass 1 has answered (the window is the model's: the model is loaded for
 the prompt anyway).
 
-``--max-turns K`` runs the policy with the crop tool (:func:`grounding_rl.eval.infer.clip_answers`): the model may
-request ``crop(start, end)`` up to K times before it answers, as in multi-turn training
-(``max_tool_calling_iterations``); each result keeps its ``conversation`` (turns, requested windows); with
+``--max-tool-calling-iterations K`` (alias ``--max-turns``; training's ``max_tool_calling_iterations``) runs the
+policy with the crop tool (:func:`grounding_rl.eval.infer.clip_answers`): the model may request ``crop(start, end)``
+up to K times before it answers; each result keeps its ``conversation`` (turns, requested windows); with
 ``--print-prompt`` every turn of each conversation is printed. With ``--engine vllm`` each turn's prompt holds
 every video so far (the clip, then each window). Not with ``--zoom``.
 
@@ -77,11 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
     add_preprocessing_overrides(parser)
     add_zoom_flags(parser)
-    parser.add_argument("--max-turns", type=int, default=0,
-                        help="run the policy with the crop tool: at most K crop requests per query, then the answer "
-                             "(0: one turn)")
+    parser.add_argument("--max-tool-calling-iterations", "--max-turns", type=int, default=0, metavar="K",
+                        help="the crop tool: at most K crop requests per query, then the answer (0: one turn); "
+                             "train's max_tool_calling_iterations (TRL's name); alias --max-turns, the same K")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
-                        help="generation budget (of each model turn with --max-turns)")
+                        help="generation budget (of each model turn with --max-tool-calling-iterations)")
     add_run_flags(parser)
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                         help="hf: transformers generate (default); vllm: vLLM with the same frames, clip metadata and "
@@ -134,10 +134,10 @@ def _answer(args, config, video, zoom, log) -> list[dict]:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine,
-                                                     max_videos=args.max_turns + 1)
+                                                     max_videos=args.max_tool_calling_iterations + 1)
     printer = (lambda text: print(text, file=log)) if args.print_prompt else None
     return clip_answers(model, processor, video, args.query, config, args.max_new_tokens, args.batch_size,
-                        Mode(zoom, args.max_turns), engine, printer)
+                        Mode(zoom, args.max_tool_calling_iterations), engine, printer)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         zoom.check_run(args.model, args.engine, config.video.sampler, config.prompt_template)
     from grounding_rl.eval.turns import check_turns_run
 
-    check_turns_run(args.max_turns, zoom is not None, config.video.sampler, config.prompt_template)
+    check_turns_run(args.max_tool_calling_iterations, zoom is not None, config.video.sampler, config.prompt_template)
     video = _load_video(args.video, config.video)
     if video is None:
         return EXIT_VIDEO

@@ -247,7 +247,7 @@ class EvalRequest:
             check_number("--temperature", self.temperature, above=0)
             if self.zoom is not None or self.engine != "hf" or self.max_turns:
                 raise UserError("sampled answers (--temperature) run with --engine hf, without --zoom and without "
-                                "--max-turns")
+                                "--max-tool-calling-iterations")
         if self.engine not in ("hf", "vllm"):
             raise UserError(f"--engine must be hf or vllm (got {self.engine!r})")
         try:
@@ -257,7 +257,7 @@ class EvalRequest:
         self.overrides.check()
         if self.zoom is not None:
             self.zoom.check()
-        check_number("--max-turns", self.max_turns, minimum=0)
+        check_number("--max-tool-calling-iterations", self.max_turns, minimum=0)
         from grounding_rl.eval.engines import check_device, check_dtype
 
         check_dtype(self.dtype)

@@ -1,6 +1,6 @@
-"""Evaluating the policy with the crop tool (``eval --max-turns K``, ``infer --max-turns K``): what may run
-(:func:`check_turns_run`) and what it did (:func:`turns_summary`). The conversations themselves are answered by
-:mod:`grounding_rl.rollout.answering` with the multi-turn loop of training
+"""Evaluating the policy with the crop tool (``eval`` / ``infer --max-tool-calling-iterations K``, alias
+``--max-turns``): what may run (:func:`check_turns_run`) and what it did (:func:`turns_summary`). The conversations
+themselves are answered by :mod:`grounding_rl.rollout.answering` with the multi-turn loop of training
 (:func:`grounding_rl.rollout.conversation.run_conversations`), greedy, each model turn up to ``max_new_tokens``
 tokens, at most K crop requests per query; the final turn is the prediction (absolute seconds), and each record keeps
 its conversation (``turns``, the requested ``windows``, ``calls``, ``failures``).
@@ -11,15 +11,15 @@ from grounding_rl.errors import UserError
 
 
 def check_turns_run(max_turns: int, zoom: bool, sampler: str, prompt_template: str) -> None:
-    """Raises UserError (one line) when ``--max-turns`` cannot run: below 0, with ``--zoom``, a sampler other than
-    ``exact`` (windows are sampled exactly) or a template asking for a set of intervals. Both engines run it."""
+    """Raises UserError (one line) when ``--max-tool-calling-iterations`` cannot run: below 0, with ``--zoom``, a
+    sampler other than ``exact`` (windows sampled exactly) or a template asking for a set of intervals; both engines."""
     from grounding_rl.rollout.zoom import window_problems
 
     if max_turns < 0:
-        raise UserError(f"--max-turns must be ≥ 0 (got {max_turns})")
+        raise UserError(f"--max-tool-calling-iterations must be ≥ 0 (got {max_turns})")
     if max_turns and zoom:
-        raise UserError("--max-turns and --zoom are two ways to look again; give one")
-    problems = window_problems("--max-turns", sampler, prompt_template, "the crop tool is for one")
+        raise UserError("--max-tool-calling-iterations and --zoom are two ways to look again; give one")
+    problems = window_problems("--max-tool-calling-iterations", sampler, prompt_template, "the crop tool is for one")
     if max_turns and problems:
         raise UserError(problems[0])
 

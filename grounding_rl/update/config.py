@@ -51,7 +51,8 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
     repetition_penalty: float = trl_field("repetition_penalty")
 
     # --- training
-    beta: float = trl_field("beta")
+    beta: float = trl_field("beta", note="Here (train), as in TRL's GRPOConfig: the KL weight; distill's beta is "
+                            "TRL DistillationConfig's divergence interpolation (train's is distillation_beta).")
     num_iterations: int = trl_field("num_iterations")
     epsilon: float = trl_field("epsilon")
     epsilon_high: float | None = trl_field("epsilon_high")
@@ -256,11 +257,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
                 "so that a resumed run trains on the same completions")
 
     min_generations = 2  # a group needs two rewards to compare (distillation: 1)
-
-    @property
-    def kl_beta(self) -> float:
-        """The weight of the KL to the reference model in the loss (GRPO's ``beta``)."""
-        return self.beta
 
     @property
     def generation_window(self) -> int:

@@ -33,7 +33,7 @@ GRPO_ONLY = {
 class DistillationConfig(GroundingGRPOConfig):
     """Configuration of ``grounding-rl distill`` (see the module docstring)."""
 
-    beta: float = trl_field("beta", source=TRLDistillationConfig)
+    beta: float = trl_field("beta", source=TRLDistillationConfig)  # its help names GRPO's other meaning
     num_generations: int = trl_field(
         "num_generations", default=1, note="Distillation: one completion per prompt, as TRL's DistillationTrainer; "
         "no other value.")
@@ -59,8 +59,3 @@ class DistillationConfig(GroundingGRPOConfig):
         if problems:
             raise ValueError("invalid DistillationConfig: " + "; ".join(problems))
         super().__post_init__()
-
-    @property
-    def kl_beta(self) -> float:
-        """No KL to a reference model in distillation (``beta`` is the divergence's)."""
-        return 0.0

@@ -96,7 +96,7 @@ def reference_model(trainer, ref_model=None):
     loaded from the policy's path) frozen and placed like the policy (:func:`frozen_copy`)."""
     from accelerate.utils import is_peft_model
 
-    if trainer.args.kl_beta == 0.0 or is_peft_model(trainer.model):
+    if trainer.beta == 0.0 or is_peft_model(trainer.model):
         return None
     if ref_model is None:
         from grounding_rl.models.loading import load_reference

@@ -66,7 +66,7 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
     max_tool_calling_iterations: int | None = field(
         default=None,
         metadata={"help": "K of the crop trajectories' first prompt ('at most K times'): give the K that multi-turn "
-                  "GRPO (max_tool_calling_iterations) and eval --max-turns will use. Only with "
+                  "GRPO and eval --max-tool-calling-iterations will use. Only with "
                   "crop_trajectory_fraction > 0."})
     # --- TrainingArguments defaults changed for this task (their help texts read from TrainingArguments)
     learning_rate: float = trl_field("learning_rate", default=1e-5, source=TrainingArguments)
@@ -99,7 +99,7 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
         out = []
         if k is None or k < 1:
             out.append(f"crop_trajectory_fraction {f} needs max_tool_calling_iterations ≥ 1 (got {k}): the K that "
-                       "GRPO and eval --max-turns will offer")
+                       "GRPO and eval --max-tool-calling-iterations will offer")
         out += window_problems("crop_trajectory_fraction > 0", self.video_sampler, self.prompt_template,
                                "the crop tool is for one")
         return out

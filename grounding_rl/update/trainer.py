@@ -120,6 +120,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         # Trainer seeded every rank alike; sampling must differ between ranks, or the rows of a group that sit on
         # different ranks would draw identical completions (TRL does the same)
         set_seed(args.seed, device_specific=True)
+        self.beta = 0.0 if args.stage == "distill" else args.beta  # the KL weight, TRL GRPOTrainer's (distill: none)
         self.ref_model = reference_model(self, ref_model)
         self.share_prompt = prefix_sharing(self.model, args)
         self.rollout_engine = rollout_engine or make_rollout_engine(args, self.accelerator, self.model,
@@ -261,7 +262,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
             with timed(self, "old_logps"):
                 batch["old_logps"] = self._micro_batched(
                     lambda b: completion_logps(self.model, b, args.temperature, self.share_prompt), batch)
-        if args.kl_beta != 0.0:
+        if self.beta != 0.0:
             with timed(self, "ref"):
                 batch["ref_logps"] = self._micro_batched(self._ref_logps, batch)
         self.call_recipes("loss_inputs", rollout, batch)
@@ -298,7 +299,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
                                              accumulation, args.steps_per_generation)
         out = grpo.grpo_loss(
             logps, logps.detach() if old_logps is None else old_logps, inputs["advantages"], mask,
-            ref_logps=inputs.get("ref_logps"), beta=args.kl_beta, use_bias_correction_kl=args.use_bias_correction_kl,
+            ref_logps=inputs.get("ref_logps"), beta=self.beta, use_bias_correction_kl=args.use_bias_correction_kl,
             epsilon_low=args.epsilon, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
             max_completion_length=args.max_completion_length, num_items=num_items,
             importance_weights=inputs.get("importance_weights"))

@@ -75,9 +75,9 @@ def recipe_problems(config) -> list[str]:
     return problems
 
 
-def teacher(config) -> tuple[str, float] | None:
-    """``(path, divergence β)`` of the distillation teacher ``config`` names, or None (also when the distillation
-    recipe is not registered)."""
+def teacher(config) -> tuple[str, str, float] | None:
+    """``(path, divergence β's field name, its value)`` of the distillation teacher ``config`` names, or None (also
+    when the distillation recipe is not registered)."""
     return RECIPES["distillation"].teacher(own_args(config, "distillation"), config) if "distillation" in RECIPES \
         else None
 

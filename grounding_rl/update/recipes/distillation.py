@@ -79,10 +79,12 @@ class Distillation(Recipe):
         return config.beta if config.stage == "distill" else args.distillation_beta
 
     @staticmethod
-    def teacher(args, config) -> tuple[str, float] | None:
-        """``(teacher_model_name_or_path, divergence β)``, or None without a teacher."""
-        path = args.teacher_model_name_or_path
-        return (path, Distillation.divergence_beta(args, config)) if path else None
+    def teacher(args, config) -> tuple[str, str, float] | None:
+        """``(teacher_model_name_or_path, its β's field name in this command, value)``, or None without a teacher."""
+        if not args.teacher_model_name_or_path:
+            return None
+        name = "beta" if config.stage == "distill" else "distillation_beta"
+        return args.teacher_model_name_or_path, name, Distillation.divergence_beta(args, config)
 
     @staticmethod
     def enabled(args, config) -> bool:
