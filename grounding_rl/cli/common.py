@@ -773,13 +773,12 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
     from grounding_rl.stopping import exit_code, stop_signals
     from grounding_rl.update.preemption import PreemptionCallback, any_rank
 
-    if getattr(trainer.args, "check_first_batch", False):  # grounding-rl check's a, b, c on the first batch
+    if hasattr(trainer, "num_generations"):  # train, distill: grounding-rl check's a, b, c on the first batch
         from grounding_rl.update.check import first_batch_checks
 
         failed = [c for c in first_batch_checks(trainer) if not c.passed]
         if failed:
-            print(f"{prog}: check_first_batch: {failed[0].line()} (check_first_batch: false skips the check)",
-                  file=sys.stderr)
+            print(f"{prog}: the first batch's check: {failed[0].line()}", file=sys.stderr)
             return 1
     with stop_signals(prog, graceful=True) as request:
         callback = PreemptionCallback(request, getattr(trainer.args, "generation_window", 1),
