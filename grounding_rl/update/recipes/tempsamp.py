@@ -41,12 +41,11 @@ class TempSampShaping(Recipe):
         return problems
 
     def shape(self, context, rewards_per_func):
-        """(N, F) rewards with the ``iou`` column shaped (a copy) with TempSamp-R1's τ and α (TEMPSAMP_THRESHOLD,
-        TEMPSAMP_ALPHA of :mod:`grounding_rl.reward.shaping`)."""
+        """(N, F) rewards with the ``iou`` column shaped with TempSamp-R1's τ and α (a copy)."""
         from grounding_rl.reward.shaping import tempsamp_shaping
 
         rewards_per_func = rewards_per_func.clone()
         for j, name in enumerate(context.reward_func_names):
             if name == "iou":
-                rewards_per_func[:, j] = tempsamp_shaping(rewards_per_func[:, j])  # TempSamp-R1's τ and α
+                rewards_per_func[:, j] = tempsamp_shaping(rewards_per_func[:, j])
         return rewards_per_func
