@@ -159,4 +159,4 @@ def test_train_first_batch_check_draws_no_rng_and_stops_a_mismatch(tiny_model_di
     broken = check.Check("a.prompt_ids vllm", POOL, False, {}, "7 vs 5 tokens")
     monkeypatch.setattr(check, "first_batch_checks", lambda trainer: [broken])
     assert train_and_finish(trainer, None, "grounding-rl train") == 1
-    assert "check_first_batch: FAIL a.prompt_ids vllm" in capsys.readouterr().err
+    assert "grounding-rl train: the first batch's check: FAIL a.prompt_ids vllm" in capsys.readouterr().err

@@ -408,6 +408,29 @@ CASES = {
                                           ["--max-tool-calling-iterations must be ≥ 0 (got -1)"]),
     "eval: --max-tool-calling-iterations -1": (lambda d: [*EVAL(d), "--max-tool-calling-iterations", "-1"],
                                                ["--max-tool-calling-iterations must be ≥ 0 (got -1)"]),
+    # ---- wtP: the one-experiment options became presets or went (rows below this line) ----
+    "train: an unknown difficulty_sampling preset": (
+        lambda d: [*TRAIN, "--difficulty_sampling", "gaussian"],
+        ["invalid GroundingGRPOConfig", "difficulty_sampling 'gaussian' is not one of ('none', 'timelens', "
+                                        "'dispersion')"]),
+    "train: an unknown reward_shaping preset": (
+        lambda d: [*TRAIN, "--reward_shaping", "exp"],
+        ["invalid GroundingGRPOConfig", "reward_shaping 'exp' is not one of ('none', 'tempsamp')"]),
+    "train: a key difficulty_sampling fixes": (
+        lambda d: ["train", "--config", _file(d / "gauss.yaml",
+                                              "learning_rate: 1.0e-6\ndifficulty_gaussian_mean: 0.1\n")],
+        ["gauss.yaml:2: difficulty_gaussian_mean is fixed by difficulty_sampling: timelens (TimeLens's 0.05); "
+         "drop it"]),
+    "train: a flag reward_shaping fixes": (
+        lambda d: [*TRAIN, "--reward_shaping_alpha", "2"],
+        ["command line: --reward_shaping_alpha is fixed by reward_shaping: tempsamp (TempSamp-R1's α 1.0); drop it"]),
+    "distill: a removed key": (
+        lambda d: ["distill", "--config", _file(d / "dz.yaml", "learning_rate: 1.0e-6\ndrop_zero_std_groups: true\n")],
+        ["dz.yaml:2: drop_zero_std_groups was removed: groups with equal rewards have advantage 0; dynamic_sampling "
+         "resamples them"]),
+    "sft: a removed flag": (lambda d: [*SFT, "--check_first_batch", "false"],
+                            ["command line: --check_first_batch was removed: the cheap check always runs before the "
+                             "first step; drop it"]),
 }
 
 

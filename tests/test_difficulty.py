@@ -226,11 +226,11 @@ def test_trainer_trains_on_the_offline_selection(tiny_model_dir, videos_dir, tmp
                for i, (name, iou) in enumerate([(POOL, 0.0), (MAKEUP, 0.4), (OHOFG, 0.95), (POOL, 0.1)])]
     args = GroundingGRPOConfig.build(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4,
                                      report_to=[], difficulty_range=[0.0, 0.7], difficulty_sampling="timelens",
-                                     difficulty_subset_size=1, difficulty_num_bins=0, difficulty_gaussian_std=0.05,
-                                     difficulty_duration_edges=None)
+                                     difficulty_subset_size=9)
     trainer = GroundingGRPOTrainer(load_policy(str(tiny_model_dir)), args, GroundingDataset(samples),
                                    load_processor(str(tiny_model_dir)), reward_funcs=[varied_reward])
-    # the range keeps qids 1 and 3 (IoU 0.4, 0.1); a Gaussian at 0.05 of width 0.05 then all but certainly draws 3
+    # the range keeps qids 1 and 3 (IoU 0.4, 0.1), both in the first of the 9 duration buckets, whose share is
+    # int(9 / 9) = 1; TimeLens's Gaussian (0.05, 0.2) weighs 3 at 0.82: seed 42 draws it
     assert [s["qid"] for s in trainer.train_dataset.samples] == ["3"]
     assert trainer.recipes[0].counts == {"samples": 4, "kept": 1, "range_dropped_low": 1, "range_dropped_high": 1,
                                       "out_of_video_dropped": 0, "reweighted": 2, "drawn": 1}

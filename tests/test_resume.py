@@ -406,3 +406,25 @@ def test_a_fingerprint_written_before_issue_46_still_resumes(tmp_path):
         old.write_text(json.dumps({"teacher": "teacher", "teacher_divergence_beta": 0.25, "seed": 7}))
         with pytest.raises(UserError, match=f"teacher_divergence_beta: 0.25 → {value}"):
             _check_fingerprint(old, new, "another run", "advice")
+
+
+def test_a_fingerprint_holding_timelens_numbers_as_options_still_resumes(tmp_path):
+    """Before issue 46 (point 4) the data selection recorded TimeLens's numbers as options; an old fingerprint holding
+    the values difficulty_sampling: timelens fixes resumes, one holding another is refused in one line."""
+    from grounding_rl.cli.common import _check_fingerprint, timelens_fixed
+    from grounding_rl.errors import UserError
+
+    new = {"data_selection": {"difficulty_sampling": "timelens", "difficulty_subset_size": 9}, "seed": 7}
+    old = tmp_path / "run_fingerprint.json"
+    fixed = {"difficulty_gaussian_mean": 0.05, "difficulty_gaussian_std": 0.2, "difficulty_num_bins": 20,
+             "difficulty_duration_edges": [30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 210.0, 240.0]}
+    assert timelens_fixed() == fixed
+    old.write_text(json.dumps({"data_selection": {**new["data_selection"], **fixed}, "seed": 7}))
+    _check_fingerprint(old, new, "another run", "advice")  # accepted
+    fresh = tmp_path / "fresh.json"
+    fresh.write_text(json.dumps(new))
+    _check_fingerprint(fresh, new, "another run", "advice")  # a record written now compares as it is
+    old.write_text(json.dumps({"data_selection": {**new["data_selection"], **fixed, "difficulty_num_bins": 0},
+                               "seed": 7}))
+    with pytest.raises(UserError, match="another run .*data_selection"):
+        _check_fingerprint(old, new, "another run", "advice")

@@ -231,12 +231,12 @@ def test_num_iterations_two_moves_the_ratio_and_logs_clipping(tmp_path, tiny_mod
     assert 0 < first["completions/mean_length"] <= 8
 
 
-def test_zero_variance_groups_are_counted_and_dropped(tmp_path, tiny_model_dir, videos_dir):
+def test_zero_variance_groups_are_counted_and_have_advantage_zero(tmp_path, tiny_model_dir, videos_dir):
     trainer = make_trainer(tmp_path, tiny_model_dir, make_dataset(videos_dir), reward_funcs=["iou", "format"],
-                           drop_zero_std_groups=True, beta=0.04)
+                           beta=0.04)
     items = trainer.data_collator([trainer.train_dataset[0]] * 4)
     batch = trainer.generate_and_score(items)
-    assert batch["completion_mask"].sum() == 0 and batch["num_items_in_batch"] == 0  # loss and KL see nothing
+    assert batch["advantages"].tolist() == [0.0] * 4 and batch["completion_mask"].sum() > 0  # kept, no advantage
     assert trainer._metrics["frac_reward_zero_std"] == [1.0]
 
 
@@ -433,14 +433,12 @@ def test_trl_named_fields_keep_trl_defaults():
 
     assert sorted(n for n in ours if n not in trl_fields and n not in base_fields
                   and n not in ACTIVATION_CHECKPOINTING_NAMES) == [
-        "check_first_batch", "crop_spend", "difficulty_duration_edges", "difficulty_gaussian_mean",
-        "difficulty_gaussian_std",
-        "difficulty_mean_reward",
-        "difficulty_num_bins", "difficulty_p_mean", "difficulty_p_std", "difficulty_range", "difficulty_sampling",
+        "crop_spend", "difficulty_mean_reward", "difficulty_p_mean", "difficulty_p_std", "difficulty_range",
+        "difficulty_sampling",
         "difficulty_subset_size", "distillation_beta", "distillation_weight",
-        "drop_zero_std_groups", "dynamic_sampling", "eval_file", "eval_max_samples", "loss_top_k", "max_num_gen_batches",
+        "dynamic_sampling", "eval_file", "eval_max_samples", "loss_top_k", "max_num_gen_batches",
         "max_prompt_length", "online_difficulty_range", "prompt_template",
-        "reward_funcs", "reward_shaping", "reward_shaping_alpha", "reward_shaping_threshold", "share_prompt_prefix",
+        "reward_funcs", "reward_shaping", "share_prompt_prefix",
         "share_video_encoding", "teacher_model_init_kwargs", "teacher_model_name_or_path", "two_pass_zoom",
         "use_gt_injection", "video_budget_lowers_fps", "video_cover_tail", "video_fps", "video_layout",
         "video_max_frames", "video_max_pixels", "video_min_frames", "video_min_pixels", "video_min_tokens",

@@ -96,6 +96,28 @@ def _closest(name: str, known) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+def timelens_fixed() -> dict:
+    """TimeLens's numbers, fixed by ``difficulty_sampling: timelens``, by their option names until issue 46 (as an
+    older ``run_fingerprint.json`` records them in ``data_selection``)."""
+    from grounding_rl.data.selection import TIMELENS_DURATION_EDGES, TIMELENS_MEAN, TIMELENS_NUM_BINS, TIMELENS_STD
+
+    return {"difficulty_gaussian_mean": TIMELENS_MEAN, "difficulty_gaussian_std": TIMELENS_STD,
+            "difficulty_num_bins": TIMELENS_NUM_BINS, "difficulty_duration_edges": list(TIMELENS_DURATION_EDGES)}
+
+
+def removed_keys() -> dict[str, str]:
+    """The options removed by issue 46 → what replaced them: the one line a YAML key or a flag naming one gets
+    (:func:`_check_keys`)."""
+    from grounding_rl.reward.shaping import TEMPSAMP_ALPHA, TEMPSAMP_THRESHOLD
+
+    preset = "is fixed by reward_shaping: tempsamp (TempSamp-R1's"
+    return {**{k: f"is fixed by difficulty_sampling: timelens (TimeLens's {v})" for k, v in timelens_fixed().items()},
+            "reward_shaping_threshold": f"{preset} τ {TEMPSAMP_THRESHOLD})", "reward_shaping_alpha":
+            f"{preset} α {TEMPSAMP_ALPHA})", "drop_zero_std_groups": "was removed: groups with equal rewards have "
+            "advantage 0; dynamic_sampling resamples them", "check_first_batch": "was removed: the cheap check "
+            "always runs before the first step"}
+
+
 def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
     """Every key of the YAML and every ``--key`` of ``argv`` is a field of the parser's dataclasses.
 
@@ -106,6 +128,7 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
     """
     from grounding_rl.yaml_files import load_yaml
 
+    removed = removed_keys()
     dests = {action.dest for action in parser._actions if action.dest != "help"}
     options = {opt for action in parser._actions for opt in action.option_strings}
     if config_path is not None:
@@ -118,14 +141,17 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
                 number = next((i for i, line in enumerate(lines, 1) if line.split(":", 1)[0].strip() == str(key)),
                               None)
                 where = f"{config_path}:{number}" if number else config_path
-                raise UserError(f"{where}: unknown key {key!r}{_closest(str(key), dests)}")
+                raise UserError(f"{where}: {key} {removed[key]}; drop it" if key in removed else
+                                f"{where}: unknown key {key!r}{_closest(str(key), dests)}")
     args = iter(argv)
     for arg in args:
         flag = arg.split("=", 1)[0]
         if arg == "--config":
             next(args, None)  # its path
         elif arg.startswith("--") and flag not in options:
-            raise UserError(f"command line: unknown option {flag}{_closest(flag, options)}")
+            key = flag[2:].replace("-", "_")
+            raise UserError(f"command line: {flag} {removed[key]}; drop it" if key in removed else
+                            f"command line: unknown option {flag}{_closest(flag, options)}")
 
 
 def parse_training_args(config_class, argv: list[str] | None, prog: str):
@@ -500,12 +526,15 @@ def run_fingerprint(script_args, training_args, model_args) -> dict:
 def _check_fingerprint(path: Path, fingerprint: dict | None, what: str, advice: str) -> None:
     """Refuse (UserError, :func:`grounding_rl.run_record.check_record`) when the ``run_fingerprint.json`` at ``path``
     differs from ``fingerprint``; where the train file and the model are may change, what they are may not."""
-    from grounding_rl.run_record import check_record
+    from grounding_rl.run_record import check_record, read_record
 
     if fingerprint is not None:
         if "teacher" in fingerprint:  # before issue 46 the teacher's β was recorded as teacher_divergence_beta
             beta = fingerprint.get("beta", fingerprint.get("distillation_beta"))
             fingerprint = {**fingerprint, "teacher_divergence_beta": beta}
+        fixed, old = timelens_fixed(), (read_record(path) or {}).get("data_selection") or {}
+        if "data_selection" in fingerprint and fixed.keys() & old.keys():  # recorded while they were options
+            fingerprint = {**fingerprint, "data_selection": {**fingerprint["data_selection"], **fixed}}
         check_record(path, fingerprint, [k for k in fingerprint if k not in ("train_file", "model", "outputs")], what,
                      advice)
 
@@ -773,13 +802,12 @@ def train_and_finish(trainer, resume: str | None, prog: str) -> int:
     from grounding_rl.stopping import exit_code, stop_signals
     from grounding_rl.update.preemption import PreemptionCallback, any_rank
 
-    if getattr(trainer.args, "check_first_batch", False):  # grounding-rl check's a, b, c on the first batch
+    if hasattr(trainer, "num_generations"):  # train, distill: grounding-rl check's a, b, c on the first batch
         from grounding_rl.update.check import first_batch_checks
 
         failed = [c for c in first_batch_checks(trainer) if not c.passed]
         if failed:
-            print(f"{prog}: check_first_batch: {failed[0].line()} (check_first_batch: false skips the check)",
-                  file=sys.stderr)
+            print(f"{prog}: the first batch's check: {failed[0].line()}", file=sys.stderr)
             return 1
     with stop_signals(prog, graceful=True) as request:
         callback = PreemptionCallback(request, getattr(trainer.args, "generation_window", 1),

@@ -37,7 +37,7 @@ def tempsamp_shaping(rewards: torch.Tensor, threshold: float = TEMPSAMP_THRESHOL
         ValueError: ``alpha`` ≤ 0 (the ramp's denominator e^α − 1 would be ≤ 0).
     """
     if not alpha > 0:
-        raise ValueError(f"reward_shaping_alpha must be > 0, got {alpha}")
+        raise ValueError(f"alpha must be > 0, got {alpha}")
     r = rewards.float()
     above = threshold + 0.01 * torch.log(torch.clamp(r - threshold, min=0.0) + 1.0)
     below = threshold - (torch.exp(alpha * torch.clamp(threshold - r, min=0.0)) - 1.0) / math.expm1(alpha)

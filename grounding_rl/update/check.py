@@ -422,8 +422,8 @@ def _vllm_sample(engine, inputs: dict, params, clip_name: str, processor):
 
 
 def first_batch_checks(trainer) -> list[Check]:
-    """(a), (b), (c) on the distinct clips of the trainer's first generation batch, as ``train`` runs them before the
-    first step (``check_first_batch``): the first ``generation_batch_size`` indices of the default sampler (TRL's
+    """(a), (b), (c) on the distinct clips of the trainer's first generation batch, as ``train`` and ``distill``
+    run them before the first step: the first ``generation_batch_size`` indices of the default sampler (TRL's
     order, :func:`grounding_rl.data.dataset.resumable_repeat_sampler` with the run's data seed; a recipe's own sampler,
     difficulty or online filter, is not asked, as iterating it may log), decoded by the trainer's collator. Draws
     nothing from the global RNGs (the sampler has its own generator; the states of Python's, NumPy's and torch's are

@@ -2,7 +2,7 @@
 
 A dataclass on ``transformers.TrainingArguments``. The GRPO knobs keep TRL 1.16's ``GRPOConfig`` names, defaults and
 help texts (``trl/trainer/grpo_config.py``) so a TRL config reads the same here, except ``num_generations`` (4, the
-design's G). Ours: ``max_prompt_length`` (an error, never a truncation), ``drop_zero_std_groups``, ``reward_funcs`` by
+design's G). Ours: ``max_prompt_length`` (an error, never a truncation), ``reward_funcs`` by
 registry name, ``prompt_template`` by name and the frame-sampling settings (``video_*``), which are saved with every
 checkpoint as ``grounding_config.json`` (see :meth:`GroundingGRPOConfig.grounding_config`).
 """
@@ -85,14 +85,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
     vllm_max_model_length: int | None = trl_field(
         "vllm_max_model_length", note="If omitted here: max_prompt_length + max_completion_length.")
     # --- ours
-    drop_zero_std_groups: bool = field(
-        default=False,
-        metadata={
-            "help": "Drop groups whose G rewards are all equal from the loss, KL included (they carry no advantage). "
-            "The rule is per group whatever `scale_rewards` is; `frac_reward_zero_std` follows TRL (under "
-            "`scale_rewards: batch` it tells whether the batch std is 0), so it need not equal the dropped fraction."
-        },
-    )
     share_video_encoding: bool = field(
         default=True,
         metadata={
@@ -112,12 +104,6 @@ class GroundingGRPOConfig(BaseTrainingArguments, PreprocessingArguments):
             "`share_video_encoding` and an attention implementation that takes a 4-D mask (sdpa, eager); elsewhere "
             "the trainer warns once and uses the per-row forward. False: the per-row forward (for comparison)."
         },
-    )
-    check_first_batch: bool = field(
-        default=True,
-        metadata={"help": "Before the first step, run grounding-rl check's cheap checks (prompt ids, frame times and "
-                  "timestamps, 3-D positions; no forward, no sampling, no RNG) on the first samples of the training "
-                  "set; a mismatch stops the run with exit 1 and the check's line. False skips them."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["iou", "format"],

@@ -25,7 +25,6 @@ from grounding_rl.update.config import GroundingGRPOConfig
 GRPO_ONLY = {
     "epsilon": "no surrogate to clip (every advantage is 0)", "epsilon_high": "no surrogate to clip",
     "use_bias_correction_kl": "no KL to a reference model", "num_iterations": "fully on-policy (TRL's stable trainer)",
-    "drop_zero_std_groups": "a group of one completion always has zero std",
 }
 
 

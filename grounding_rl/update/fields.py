@@ -165,7 +165,7 @@ FIELDS: dict[str, Honour] = {
         "num_iterations", "epsilon", "epsilon_high", "use_bias_correction_kl", "reward_weights", "scale_rewards",
         "loss_type", "mask_truncated_completions", "log_completions", "num_completions_to_print", "use_vllm",
         "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_enable_sleep_mode", "vllm_max_model_length",
-        "drop_zero_std_groups", "share_video_encoding", "share_prompt_prefix", "check_first_batch", "reward_funcs")},
+        "share_video_encoding", "share_prompt_prefix", "reward_funcs")},
     **{name: _grpo(OURS) for name in recipe_fields() if name not in _SFT},  # the recipes' (update/recipes)
     "vllm_mode": _grpo(REFUSED, "only 'colocate' is supported here (vLLM inside the training processes); TRL's "
                                 "'server' mode is not implemented"),

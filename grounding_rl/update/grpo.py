@@ -43,7 +43,7 @@ class Advantages:
         zero_std: bool, True where ``std`` is 0 (``torch.isclose``): TRL 1.16's ``frac_reward_zero_std`` is its mean,
             so under ``"batch"`` it is all True or all False (the batch std), else per group.
         group_zero_std: bool, True for completions whose group's G rewards all agree, whatever ``scale_rewards``:
-            the rule of our ``drop_zero_std_groups`` (such a group has advantage 0 under ``"group"`` and ``"none"``;
+            the groups ``dynamic_sampling`` drops (such a group has advantage 0 under ``"group"`` and ``"none"``;
             under ``"batch"`` too, since its rewards equal its mean).
     """
 

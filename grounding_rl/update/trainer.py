@@ -247,12 +247,12 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         return batch
 
     def loss_inputs(self, rollout) -> dict:
-        """The loss batch of a rollout: zero-std groups masked (``drop_zero_std_groups`` or a recipe that asks),
+        """The loss batch of a rollout: zero-std groups masked (when a recipe asks, ``dynamic_sampling``),
         ``num_items_in_batch`` (active tokens, all processes), π_old log-probs when TRL's rule needs them
         (:func:`grpo.needs_old_logps`), π_ref's when β ≠ 0, then the recipes' additions (:meth:`Recipe.loss_inputs`)."""
         args = self.args
         batch, mask = dict(rollout.batch), rollout.completion_mask
-        if args.drop_zero_std_groups or any(recipe.drops_zero_std_groups for recipe in self.recipes):
+        if any(recipe.drops_zero_std_groups for recipe in self.recipes):
             mask = mask * (~rollout.zero_std).unsqueeze(1).int()
         batch.update(completion_ids=rollout.completion_ids, completion_mask=mask, advantages=rollout.advantages,
                      group_ids=rollout.group_ids)

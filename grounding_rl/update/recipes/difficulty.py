@@ -25,10 +25,10 @@ class DifficultyArguments:
         default="none",
         metadata={"help": "'timelens': train on TimeLens's difficulty-weighted subset (TencentARC/TimeLens "
                           "@5d90c06 training/data/grounding.py): samples annotated outside their video dropped, then "
-                          "difficulty_subset_size samples split over the duration buckets, drawn once, without "
-                          "replacement, seeded by `seed`, with weight exp(-0.5((iou - mean)/std)^2) / (count of its "
-                          "IoU bin + 1e-6), iou being TimeLens's own parse of the raw answer "
-                          "(difficulty.timelens_iou). "
+                          "difficulty_subset_size samples split over its 9 duration buckets, drawn once, without "
+                          "replacement, seeded by `seed`, with weight exp(-0.5((iou - 0.05)/0.2)^2) / (count of its "
+                          "IoU bin of 20 + 1e-6) (TimeLens's numbers, fixed), iou being TimeLens's own parse of the "
+                          "raw answer (difficulty.timelens_iou). "
                           "'dispersion': every sample, each epoch a permutation weighted by TimeLens2's "
                           "(std + 1e-8)^difficulty_p_std * (1 - mean + 1e-8)^difficulty_p_mean of its rollouts' "
                           "rewards (MCG-NJU/TimeLens2 grpo/timelens/rewards/sampling.py; difficulty.rollout_intervals "
@@ -46,23 +46,9 @@ class DifficultyArguments:
         metadata={"help": "dispersion: the reward (a registry name) whose mean over the rollouts the weight reads "
                           "(TimeLens2's sample_weight_mean_spec tiou, our set_iou); the std reads the training "
                           "rewards (reward_funcs with reward_weights, format left out as TimeLens2 does)."})
-    difficulty_gaussian_mean: float = field(
-        default=0.05, metadata={"help": "Centre of TimeLens's IoU Gaussian (its train_scripts/run_grpo_qwen3_8b.sh: "
-                                        "--gaussian_filter_mean 0.05, favouring hard samples)."})
-    difficulty_gaussian_std: float = field(
-        default=0.2, metadata={"help": "Width of TimeLens's IoU Gaussian (its script: --gaussian_filter_std 0.2)."})
-    difficulty_num_bins: int = field(
-        default=20, metadata={"help": "Inverse-density IoU bins on [0, 1] (TimeLens's fixed_gaussian_sampling: 20, "
-                                      "set by its script); 0 = the Gaussian weight alone."})
     difficulty_subset_size: int = field(
         default=2500, metadata={"help": "Samples TimeLens's draw keeps (its script: --target_size 2500); at least "
                                         "the training set's size keeps every sample (a warning says so)."})
-    difficulty_duration_edges: list[float] | None = field(
-        default_factory=lambda: list(TIMELENS_DURATION_EDGES),
-        metadata={"help": "Duration strata of the draw in seconds, the subset split evenly over [0, e1], [e1, e2], "
-                          "..., [ek, inf) (default TimeLens's 9 buckets, training/data/hybrid.py: 30 60 90 120 150 "
-                          "180 210 240). null or [] = one stratum."},
-    )
     difficulty_range: list[float] | None = field(
         default=None,
         metadata={"help": "Offline range filter [low, high]: train only on samples whose scored IoU is in (low, high] "
@@ -96,13 +82,8 @@ class DifficultySelection(Recipe):
         problems = []
         if args.difficulty_sampling not in DIFFICULTY_SAMPLING:
             problems.append(f"difficulty_sampling {args.difficulty_sampling!r} is not one of {DIFFICULTY_SAMPLING}")
-        if args.difficulty_gaussian_std <= 0 or args.difficulty_num_bins < 0 or args.difficulty_subset_size < 1:
-            problems.append(f"difficulty_gaussian_std > 0, difficulty_num_bins ≥ 0 and difficulty_subset_size ≥ 1 "
-                            f"required (got {args.difficulty_gaussian_std}, {args.difficulty_num_bins}, "
-                            f"{args.difficulty_subset_size})")
-        edges = args.difficulty_duration_edges
-        if edges and (any(e <= 0 for e in edges) or list(edges) != sorted(set(edges))):
-            problems.append(f"difficulty_duration_edges must be increasing seconds > 0 (got {edges})")
+        if args.difficulty_subset_size < 1:
+            problems.append(f"difficulty_subset_size must be ≥ 1 (got {args.difficulty_subset_size})")
         dispersion_set = (args.difficulty_p_std, args.difficulty_p_mean, args.difficulty_mean_reward) != (
             TIMELENS2_P_STD, TIMELENS2_P_MEAN, TIMELENS2_MEAN_REWARD)
         if dispersion_set and args.difficulty_sampling != "dispersion":
@@ -124,8 +105,7 @@ class DifficultySelection(Recipe):
         args = self.args
         indices, counts = select_samples(
             dataset.samples, sampling=args.difficulty_sampling, score_range=args.difficulty_range,
-            mean=args.difficulty_gaussian_mean, std=args.difficulty_gaussian_std, num_bins=args.difficulty_num_bins,
-            subset_size=args.difficulty_subset_size, duration_edges=args.difficulty_duration_edges, seed=self.config.seed)
+            subset_size=args.difficulty_subset_size, duration_edges=TIMELENS_DURATION_EDGES, seed=self.config.seed)
         self.counts = counts
         if args.difficulty_sampling == "dispersion":
             kept = dataset if len(indices) == len(dataset) else GroundingDataset([dataset.samples[i] for i in indices])

@@ -13,14 +13,9 @@ class RewardShapingArguments:
         default="none",
         metadata={
             "help": "`tempsamp`: TempSamp-R1's non-linear shaping of the `iou` reward of every completion (before the "
-            "weighted sum; grounding_rl.reward.shaping.tempsamp_shaping), meant for `use_gt_injection`; `none`."
+            "weighted sum; grounding_rl.reward.shaping.tempsamp_shaping with its τ 0.8 and α 1.0, fixed), meant for "
+            "`use_gt_injection`; `none`."
         },
-    )
-    reward_shaping_threshold: float = field(
-        default=0.8, metadata={"help": "τ of `reward_shaping: tempsamp` (TempSamp-R1's default 0.8)."}
-    )
-    reward_shaping_alpha: float = field(
-        default=1.0, metadata={"help": "α of `reward_shaping: tempsamp` (TempSamp-R1's default 1.0)."}
     )
 
 
@@ -43,17 +38,14 @@ class TempSampShaping(Recipe):
         elif args.reward_shaping != "none" and "iou" not in config.reward_funcs:
             problems.append(f"reward_shaping {args.reward_shaping!r} shapes the 'iou' reward, which reward_funcs "
                             f"{config.reward_funcs} lacks")
-        if args.reward_shaping_alpha <= 0:
-            problems.append(f"reward_shaping_alpha must be > 0 (got {args.reward_shaping_alpha})")
         return problems
 
     def shape(self, context, rewards_per_func):
-        """(N, F) rewards with the ``iou`` column shaped (a copy)."""
+        """(N, F) rewards with the ``iou`` column shaped with TempSamp-R1's τ and α (a copy)."""
         from grounding_rl.reward.shaping import tempsamp_shaping
 
         rewards_per_func = rewards_per_func.clone()
         for j, name in enumerate(context.reward_func_names):
             if name == "iou":
-                rewards_per_func[:, j] = tempsamp_shaping(rewards_per_func[:, j], self.args.reward_shaping_threshold,
-                                                          self.args.reward_shaping_alpha)
+                rewards_per_func[:, j] = tempsamp_shaping(rewards_per_func[:, j])
         return rewards_per_func
