@@ -117,6 +117,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         # different ranks would draw identical completions (TRL does the same)
         set_seed(args.seed, device_specific=True)
         self.beta = 0.0 if args.stage == "distill" else args.beta  # the KL weight, TRL GRPOTrainer's (distill: none)
+        self.stage = "distillation" if args.stage == "distill" else self.stage  # named in the model card
         self.ref_model = reference_model(self, ref_model)
         self.share_prompt = prefix_sharing(self.model, args)
         self.rollout_engine = rollout_engine or make_rollout_engine(args, self.accelerator, self.model,
