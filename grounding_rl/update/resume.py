@@ -56,12 +56,10 @@ def load_full_weights(model: torch.nn.Module, folder: str | os.PathLike) -> None
                             [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", ())])
     if problem:
         raise CheckpointLoadError(problem)
-    state = loaded.state_dict()
-    result = model.load_state_dict(state, strict=False)
+    result = model.load_state_dict(loaded.state_dict(), strict=False)
     problem = _keys_problem(folder, result.missing_keys, result.unexpected_keys)
     if problem:
         raise CheckpointLoadError(problem)
-    del loaded, state
 
 
 def load_adapter_weights(model, folder: str | os.PathLike) -> None:
