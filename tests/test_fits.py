@@ -152,6 +152,23 @@ def test_fits_command_user_errors(shared, capsys):
     assert "no such accelerate config" in capsys.readouterr().err
 
 
+def test_a_recipe_is_read_as_train_else_as_distill(shared, tmp_path):
+    """parse_recipe: the config train accepts, else distill's. The 7B → 3B recipe (a teacher, no distillation_weight)
+    is distill's; with distillation_weight 0.5 it is GRPO plus the teacher term; one both refuse gets train's message."""
+    from grounding_rl.cli.fits import parse_recipe
+    from grounding_rl.errors import UserError
+    from grounding_rl.update.recipes import teacher
+
+    distill = REPO_ROOT / "configs" / "qwen2_5_vl_7b_to_3b_distill.yaml"
+    (tmp_path / "grpo.yaml").write_text(distill.read_text() + "distillation_weight: 0.5\n")
+    (tmp_path / "bad.yaml").write_text(distill.read_text().replace("beta: 1.0", "beta: 2.0"))
+    parsed = [parse_recipe(str(path))[1] for path in (distill, tmp_path / "grpo.yaml")]
+    assert [(args.stage, teacher(args)[1:]) for args in parsed] == [("distill", ("beta", 1.0)),
+                                                                   ("train", ("distillation_beta", 1.0))]
+    with pytest.raises(UserError, match="teacher_model_name_or_path is set but distillation_weight is 0"):
+        parse_recipe(str(tmp_path / "bad.yaml"))
+
+
 def test_qwen3_vl_4b_timelens2_recipe_fits_8_gpus_of_80_gb():
     """TimeLens2's 4B recipe on Qwen3-VL-4B-Instruct's config (tests/fixtures/qwen3_vl_4b_instruct/config.json: the
     hub file's dimensions, from two public copies that agree; ../shared has no 4B). Text: tied embedding 151,936 ·

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     if "distillation" not in RECIPES:
         raise UserError("the distillation recipe (grounding_rl/update/recipes/distillation.py) is not registered")
 
-    return run_trainer(DistillationConfig, argv, "grounding-rl distill", stage="distillation")
+    return run_trainer(DistillationConfig, argv, "grounding-rl distill")
 
 
 if __name__ == "__main__":

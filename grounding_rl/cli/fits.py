@@ -59,18 +59,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_recipe(config: str):
-    """``(script_args, training_args, model_args)`` of a recipe as ``grounding-rl train`` parses it (with
-    ``use_cpu`` so a bf16 recipe parses on a machine without a GPU; nothing here runs on a device)."""
+    """``(script_args, training_args, model_args)`` of a recipe as ``grounding-rl train`` parses it, else as
+    ``grounding-rl distill`` does (UserError with train's message when both refuse it); with ``use_cpu`` so a bf16
+    recipe parses on a machine without a GPU (nothing here runs on a device)."""
     from grounding_rl.cli.common import parse_training_args
     from grounding_rl.update.config import GroundingGRPOConfig
     from grounding_rl.update.distill_config import DistillationConfig
-    from grounding_rl.yaml_files import load_yaml
 
-    keys = load_yaml(config) if Path(config).is_file() else {}
-    distill = isinstance(keys, dict) and keys.get("teacher_model_name_or_path") and "distillation_weight" not in keys
-    return parse_training_args(DistillationConfig if distill else GroundingGRPOConfig,
-                               ["--config", config, "--use_cpu", "true", "--report_to", "none"],
-                               f"grounding-rl {'distill' if distill else 'fits'}")
+    argv = ["--config", config, "--use_cpu", "true", "--report_to", "none"]
+    try:
+        return parse_training_args(GroundingGRPOConfig, argv, "grounding-rl fits")
+    except UserError as refused:
+        try:
+            return parse_training_args(DistillationConfig, argv, "grounding-rl distill")
+        except UserError:
+            raise refused from None
 
 
 def video_prompt(settings, seconds: float, frame_size: tuple[int, int], token_pixels: int, family=None) -> dict:

@@ -19,10 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     return run_trainer(GroundingGRPOConfig, argv, "grounding-rl train")
 
 
-def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | None = None) -> int:
+def run_trainer(config_class, argv: list[str] | None, prog: str) -> int:
     """Parse ``config_class``'s arguments (GRPO's, or distillation's), check the run before any weights load, then
-    build :class:`grounding_rl.update.trainer.GroundingGRPOTrainer` and train it; ``stage`` names the run in its
-    files (None: the trainer's own). Shared by ``train`` and ``distill``."""
+    build :class:`grounding_rl.update.trainer.GroundingGRPOTrainer` and train it. Shared by ``train`` and
+    ``distill``."""
     script_args, training_args, model_args = common.parse_training_args(config_class, argv, prog)
     common.setup_logging(training_args)
     fingerprint = common.run_fingerprint(script_args, training_args, model_args)
@@ -40,8 +40,6 @@ def run_trainer(config_class, argv: list[str] | None, prog: str, stage: str | No
                                    frame_cache=common.frame_cache(script_args),
                                    max_missing_fraction=script_args.max_missing_fraction,
                                    **ChainMap(*each(training_args, "trainer_inputs", training_args, script_args)))
-    if stage is not None:
-        trainer.stage = stage
     trainer.fingerprint = fingerprint
     trainer.duration_filter = dataset.duration_filter  # saved in grounding_config.json
     return common.train_and_finish(trainer, resume, prog)

@@ -24,7 +24,6 @@ from grounding_rl.prompts.preprocessing import (CLIPS, GRID, MODEL_INPUT_KEYS, P
                                              build_inputs, split_patches)
 
 
-
 def prompt_batch(processor, items: list[dict], template: str, share_videos: bool = False,
                  video_layout: str = DEFAULT_VIDEO_LAYOUT) -> dict:
     """Prompt tensors for items carrying a decoded ``"clip"``; each distinct clip (:func:`clip_key`: ``index`` and

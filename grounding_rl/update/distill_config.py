@@ -13,7 +13,7 @@ logs only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from trl import DistillationConfig as TRLDistillationConfig
 
@@ -43,8 +43,6 @@ class DistillationConfig(GroundingGRPOConfig):
     stage = "distill"
 
     def __post_init__(self):
-        from dataclasses import fields
-
         defaults = {f.name: f.default for f in fields(GroundingGRPOConfig)}
         problems = [f"{name} {getattr(self, name)!r} is refused by distill: {why}" for name, why in GRPO_ONLY.items()
                     if getattr(self, name) != defaults[name]]

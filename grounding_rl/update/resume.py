@@ -56,12 +56,10 @@ def load_full_weights(model: torch.nn.Module, folder: str | os.PathLike) -> None
                             [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", ())])
     if problem:
         raise CheckpointLoadError(problem)
-    state = loaded.state_dict()
-    result = model.load_state_dict(state, strict=False)
+    result = model.load_state_dict(loaded.state_dict(), strict=False)
     problem = _keys_problem(folder, result.missing_keys, result.unexpected_keys)
     if problem:
         raise CheckpointLoadError(problem)
-    del loaded, state
 
 
 def load_adapter_weights(model, folder: str | os.PathLike) -> None:
@@ -82,14 +80,6 @@ def load_adapter_weights(model, folder: str | os.PathLike) -> None:
         problem = f"{folder}: the adapter checkpoint holds no weights"
     if problem:
         raise CheckpointLoadError(problem)
-
-
-def checkpoint_global_step(folder: str | os.PathLike) -> int | None:
-    """The ``global_step`` of a checkpoint's ``trainer_state.json``, or None when it has none."""
-    from transformers.trainer_callback import TrainerState
-
-    path = os.path.join(folder, "trainer_state.json")
-    return TrainerState.load_from_json(path).global_step if os.path.isfile(path) else None
 
 
 class ExactResumeMixin:
@@ -134,16 +124,26 @@ def write_rollout_format(folder: str | os.PathLike) -> None:
         json.dump({"rollout_format": ROLLOUT_FORMAT}, handle)
 
 
-def check_rollout_format(folder: str | os.PathLike, args) -> None:
+def check_resume(folder: str | os.PathLike, args) -> None:
     """Refuse a checkpoint that this version would not continue as the run that wrote it.
 
-    A checkpoint without ``rollout_format.json`` was written before the micro-batches were shuffled by group and
-    before dynamic sampling chose its groups over all processes: it resumes bit-exactly where neither applies
-    (``steps_per_generation`` 1, and no dynamic sampling on several processes), and is refused otherwise.
+    A checkpoint inside a generation window (:attr:`GroundingGRPOConfig.generation_window`) is refused, except one at
+    ``max_steps`` (nothing left to train). A checkpoint without ``rollout_format.json`` was written before the
+    micro-batches were shuffled by group and before dynamic sampling chose its groups over all processes: it resumes
+    bit-exactly where neither applies (``steps_per_generation`` 1, and no dynamic sampling on several processes), and
+    is refused otherwise.
 
     Raises:
-        UserError: one line saying which setting makes the old checkpoint continue differently.
+        UserError: one line saying which setting makes the checkpoint continue differently.
     """
+    from transformers.trainer_callback import TrainerState
+
+    path, window = os.path.join(folder, "trainer_state.json"), args.generation_window
+    step = TrainerState.load_from_json(path).global_step if os.path.isfile(path) else None
+    if step is not None and step % window and not 0 < args.max_steps <= step:
+        raise UserError(f"{folder}: step {step} is inside a generation window of {window} optimizer steps "
+                        "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a "
+                        f"checkpoint at a multiple of {window}, or with the settings that wrote it")
     path = os.path.join(folder, ROLLOUT_FORMAT_FILE)
     version = 1
     if os.path.isfile(path):

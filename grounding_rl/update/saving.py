@@ -210,16 +210,13 @@ class GroundingSaveMixin:
     optimizer, scheduler and RNG states of a ``checkpoint-N`` after ``save_model`` with ``torch.save``, which follows
     the umask already.
 
-    ``grounding_config()`` defaults to the ``args``' own; ``stage`` names the training stage in the card.
+    ``stage`` names the training stage in the card; a trainer's ``reward_func_names`` (what it scores with) replace
+    the config's ``reward_funcs`` in ``grounding_config.json``.
     """
 
     stage = "GRPO"
     command: str | None = None
     fingerprint: dict | None = None  # written as run_fingerprint.json when set (grounding_rl.cli.common)
-
-    def grounding_config(self):
-        """What evaluation and inference must reuse."""
-        return self.args.grounding_config()
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
         """Trainer's repository creation (``push_to_hub``), its failure one line
@@ -243,8 +240,9 @@ class GroundingSaveMixin:
             unwrapped = self.accelerator.unwrap_model(self.model)
             base = getattr(unwrapped, "name_or_path", None)
             folder = output_dir or self.args.output_dir
-            config = self.grounding_config()  # the video settings as sampled: with the model family's pixel factor
+            config = self.args.grounding_config()  # the video settings as sampled: the model family's pixel factor
             config = dataclasses.replace(config, video=family_of(unwrapped).video_settings(config.video),
+                                         reward_funcs=getattr(self, "reward_func_names", config.reward_funcs),
                                          data_mix=getattr(self, "data_mix", None) or config.data_mix,
                                          duration_filter=getattr(self, "duration_filter", None))
             write_grounding_files(folder, config, base, self.stage, self.command or training_command(),

@@ -29,6 +29,7 @@ import random
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import Trainer, TrainingArguments
 
 from grounding_rl.data.dataset import VideoCollator
@@ -264,17 +265,11 @@ class SFTCollator:
                                      torch.where(trained, completion, IGNORE_INDEX)]),
                           [{key: v[key] for key in VIDEO_KEYS if key in v} for v in t.videos])
         ids, mm, labels, videos = zip(*(per_row[i] for i in range(len(rows))))
-        length = max(len(x) for x in ids)
-        pad_id = tokenizer.pad_token_id
-
-        def left_pad(seqs, value):
-            return torch.stack([torch.cat([torch.full((length - len(s),), value, dtype=s.dtype), s]) for s in seqs])
-
-        batch = {
-            "input_ids": left_pad(ids, pad_id),
-            "attention_mask": left_pad([torch.ones_like(x) for x in ids], 0),
-            "mm_token_type_ids": left_pad(mm, 0),
-            "labels": left_pad(labels, IGNORE_INDEX),
+        batch = {  # left-padded
+            "input_ids": pad_sequence(ids, batch_first=True, padding_value=tokenizer.pad_token_id, padding_side="left"),
+            "attention_mask": pad_sequence([torch.ones_like(x) for x in ids], batch_first=True, padding_side="left"),
+            "mm_token_type_ids": pad_sequence(mm, batch_first=True, padding_side="left"),
+            "labels": pad_sequence(labels, batch_first=True, padding_value=IGNORE_INDEX, padding_side="left"),
         }
         videos = [v for row in videos for v in row]
         for key in VIDEO_KEYS:

@@ -23,8 +23,6 @@ generation included) and ``timing/update`` (their forward and backward alone).
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import time
 from collections import defaultdict
 from dataclasses import fields
@@ -46,14 +44,12 @@ from grounding_rl.update.engines import make_rollout_engine
 from grounding_rl.update.logprobs import completion_logps, prefix_sharing, reference_model
 from grounding_rl.update.recipes import active_recipes
 from grounding_rl.update.recipes.base import StepContext
-from grounding_rl.update.resume import ExactResumeMixin, check_rollout_format, write_rollout_format
+from grounding_rl.update.resume import ExactResumeMixin, check_resume, write_rollout_format
 from grounding_rl.update.rollout import build_rollout, group_permutation, timed
 from grounding_rl.update.rollout_metrics import log_rollout, write_completions
 from grounding_rl.update.checkpoints import CompleteCheckpointMixin, newest_complete
 from grounding_rl.update.saving import GroundingSaveMixin
 from grounding_rl.update.sources import row_settings
-
-logger = logging.getLogger(__name__)
 
 
 class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingSaveMixin, Trainer):
@@ -121,6 +117,7 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         # different ranks would draw identical completions (TRL does the same)
         set_seed(args.seed, device_specific=True)
         self.beta = 0.0 if args.stage == "distill" else args.beta  # the KL weight, TRL GRPOTrainer's (distill: none)
+        self.stage = "distillation" if args.stage == "distill" else self.stage  # named in the model card
         self.ref_model = reference_model(self, ref_model)
         self.share_prompt = prefix_sharing(self.model, args)
         self.rollout_engine = rollout_engine or make_rollout_engine(args, self.accelerator, self.model,
@@ -189,23 +186,13 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         """``Trainer.train``; the recipes restore their state from ``resume_from_checkpoint``.
 
         Raises:
-            UserError: the checkpoint is inside a generation window (:attr:`GroundingGRPOConfig.generation_window`;
-                only one at ``max_steps``, with nothing left to train, may be), or this version cannot continue it
-                exactly (:func:`grounding_rl.update.resume.check_rollout_format`).
+            UserError: this version cannot continue the checkpoint exactly (inside a generation window, or an older
+                rollout format: :func:`grounding_rl.update.resume.check_resume`).
         """
         if resume_from_checkpoint is True:  # Trainer's "the last checkpoint of output_dir": the newest complete one
             resume_from_checkpoint = newest_complete(self.args.output_dir)[0] or True
         if isinstance(resume_from_checkpoint, str):
-            from grounding_rl.errors import UserError
-            from grounding_rl.update.resume import checkpoint_global_step
-
-            step, window = checkpoint_global_step(resume_from_checkpoint), self.args.generation_window
-            if step is not None and step % window and not 0 < self.args.max_steps <= step:
-                raise UserError(
-                    f"{resume_from_checkpoint}: step {step} is inside a generation window of {window} optimizer steps "
-                    "(steps_per_generation × num_iterations / gradient_accumulation_steps); resume from a checkpoint "
-                    f"at a multiple of {window}, or with the settings that wrote it")
-            check_rollout_format(resume_from_checkpoint, self.args)
+            check_resume(resume_from_checkpoint, self.args)
             self.call_recipes("load", resume_from_checkpoint)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
@@ -286,10 +273,9 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         if return_outputs:
             raise ValueError("GroundingGRPOTrainer does not return outputs")
         args = self.args
-        if any(recipe.needs_logits for recipe in self.recipes):
-            logps, logits = completion_logps(model, inputs, args.temperature, self.share_prompt, return_logits=True)
-        else:
-            logps, logits = completion_logps(model, inputs, args.temperature, self.share_prompt), None
+        needs_logits = any(recipe.needs_logits for recipe in self.recipes)
+        forward = completion_logps(model, inputs, args.temperature, self.share_prompt, return_logits=needs_logits)
+        logps, logits = forward if needs_logits else (forward, None)
         old_logps = inputs.get("old_logps")
         mask = inputs["completion_mask"]
         accumulation = getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
@@ -361,9 +347,3 @@ class GroundingGRPOTrainer(CompleteCheckpointMixin, ExactResumeMixin, GroundingS
         (:class:`grounding_rl.update.checkpoints.CompleteCheckpointMixin`)."""
         write_rollout_format(folder)
         self.call_recipes("save", folder)
-
-    def grounding_config(self):
-        """The config's settings, with the reward functions this trainer actually scores with (by logged name)."""
-        import dataclasses
-
-        return dataclasses.replace(self.args.grounding_config(), reward_funcs=list(self.reward_func_names))

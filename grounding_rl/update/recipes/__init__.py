@@ -11,6 +11,8 @@ step order, are :class:`grounding_rl.update.recipes.base.Recipe`'s; each receive
 """
 from __future__ import annotations
 
+from dataclasses import fields
+
 from grounding_rl.update.recipes.base import Recipe
 from grounding_rl.update.recipes.crop_tool import CropTool
 from grounding_rl.update.recipes.difficulty import DifficultySelection
@@ -40,16 +42,12 @@ def own_args(config, name: str):
 
 def recipe_fields() -> list[str]:
     """The names of every registered recipe's config fields (:attr:`Recipe.arguments`)."""
-    from dataclasses import fields
-
     return [f.name for cls in recipe_arguments() for f in fields(cls)]
 
 
 def split_settings(settings: dict) -> tuple[dict, dict]:
     """``(config's, {recipe name: its arguments})`` of keyword settings that mix the training config's fields and
     the recipes' (the latter built as their dataclasses, defaults for the rest)."""
-    from dataclasses import fields
-
     own = {name: {f.name for f in fields(recipe.arguments)} for name, recipe in RECIPES.items()}
     return ({key: value for key, value in settings.items() if not any(key in names for names in own.values())},
             {name: RECIPES[name].arguments(**{k: v for k, v in settings.items() if k in names})
@@ -60,8 +58,6 @@ def recipe_problems(config) -> list[str]:
     """Every registered recipe's messages for ``config`` (its own arguments from ``config.recipe_args``): its
     :meth:`Recipe.problems`, its fields that ``config.stage`` refuses set (:attr:`Recipe.refused`, by the field's
     default) and, once per pair, an enabled recipe's :attr:`Recipe.conflicts` with another enabled one."""
-    from dataclasses import fields
-
     problems, enabled = [], [name for name, recipe in RECIPES.items() if recipe.enabled(own_args(config, name), config)]
     for name, recipe in RECIPES.items():
         args = own_args(config, name)

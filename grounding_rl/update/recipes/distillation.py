@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from grounding_rl.paths import resolve_model_path
-from grounding_rl.update import divergence, grpo
+from grounding_rl.update import batching, divergence, grpo
 from grounding_rl.update.arguments import trl_field
 from grounding_rl.update.recipes.base import Recipe
 
@@ -160,8 +160,6 @@ class Distillation(Recipe):
     def loss_inputs(self, context, rollout, batch) -> None:
         """The teacher's prompt tensors for the rollout's rows, built once per distinct clip (its processor, its
         frame size); each loss row names its teacher row (``teacher_row``), so micro-batches select theirs."""
-        from grounding_rl.update import batching
-
         clips = {}
         for item in rollout.items:
             if item["index"] not in clips:
@@ -181,7 +179,6 @@ class Distillation(Recipe):
                 (:func:`grounding_rl.update.logprobs.completion_logps` with ``return_logits``).
             num_items: the ``dapo`` normaliser (:func:`grpo.dapo_normaliser`) or None.
         """
-        from grounding_rl.update import batching
         from grounding_rl.update.logprobs import completion_logps
 
         args = self.config

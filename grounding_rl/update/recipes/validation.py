@@ -87,23 +87,20 @@ class Validation(Recipe, TrainerCallback):
             return {"eval_dataset": samples[: args.eval_max_samples], "eval_dropped": 0}
         return {"eval_dataset": samples, "eval_dropped": counts.get("dropped", 0)}
 
-
     def on_evaluate(self, args, state, control, metrics=None, context=None, eval_dataset=None, dropped: int = 0,
                     metric_key_prefix: str = "eval", **kwargs):
         """Add :func:`greedy_evaluation`'s metrics of ``eval_dataset`` to ``metrics``; ``context``: the hooks'
         :class:`grounding_rl.update.recipes.base.StepContext`."""
-        metrics.update(greedy_evaluation(eval_dataset, context.model, context.model_wrapped, context.accelerator,
-                                         context.processing_class, context.data_collator, args, dropped,
-                                         metric_key_prefix))
+        metrics.update(greedy_evaluation(eval_dataset, context, args, dropped, metric_key_prefix))
 
 
-def greedy_evaluation(samples, model, model_wrapped, acc, processing_class, collator, args, dropped: int,
-                      prefix: str = "eval") -> dict[str, float]:
+def greedy_evaluation(samples, context, args, dropped: int, prefix: str = "eval") -> dict[str, float]:
     """Greedy evaluation of the policy on ``samples`` (:class:`grounding_rl.data.samples.Sample`, from ``eval_file``),
     with the code of ``grounding-rl eval`` (one call of :func:`grounding_rl.rollout.answering.answer_batches`, records
     and both scorings from :mod:`grounding_rl.reward.records`); each rank answers a shard of whole videos. From the hooks'
-    context (``model``, ``model_wrapped``, its accelerator ``acc``, ``processing_class``, its collator's frame
-    settings and cache), the training ``args``; ``dropped``: lines of the eval file the validation policy dropped.
+    ``context`` (:class:`grounding_rl.update.recipes.base.StepContext`: the policy, its accelerator and processor, the
+    collator's frame settings and cache), the training ``args``; ``dropped``: lines of the eval file the validation
+    policy dropped.
 
     Each rank decodes its shard alone (``synced_gpus=False``: under ZeRO-3 the parameters are gathered for it,
     ``ds3_gather_for_generation``), however many batches the other ranks have. The random states (torch, numpy,
@@ -118,6 +115,7 @@ def greedy_evaluation(samples, model, model_wrapped, acc, processing_class, coll
         ValueError: no evaluation samples, or ZeRO-3 without ``ds3_gather_for_generation`` (shards of different
             sizes would leave ranks waiting on each other's parameter gathers).
     """
+    model, acc, collator = context.model, context.accelerator, context.data_collator
     samples = list(samples or [])
     if not samples:
         raise ValueError("evaluate: no evaluation samples (eval_file)")
@@ -148,9 +146,9 @@ def greedy_evaluation(samples, model, model_wrapped, acc, processing_class, coll
         with torch.random.fork_rng(devices=devices):
             model.eval()
             with unwrap_model_for_generation(
-                    model_wrapped, acc, gather_deepspeed3_params=args.ds3_gather_for_generation,
+                    context.model_wrapped, acc, gather_deepspeed3_params=args.ds3_gather_for_generation,
                     gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as unwrapped:
-                for batch in answer_batches(unwrapped, processing_class, [samples[p].video for p in mine],
+                for batch in answer_batches(unwrapped, context.processing_class, [samples[p].video for p in mine],
                                             [samples[p].query for p in mine], config, args.max_completion_length,
                                             args.per_device_eval_batch_size, Mode(synced_gpus=False),
                                             args.dataloader_num_workers, cache_root, getattr(cache, "max_bytes", 0)):
