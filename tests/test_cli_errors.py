@@ -408,6 +408,11 @@ CASES = {
                                           ["--max-tool-calling-iterations must be ≥ 0 (got -1)"]),
     "eval: --max-tool-calling-iterations -1": (lambda d: [*EVAL(d), "--max-tool-calling-iterations", "-1"],
                                                ["--max-tool-calling-iterations must be ≥ 0 (got -1)"]),
+    # ---- wtC: the answering-mode settings declared once, their check written once (rows below this line) ----
+    "train: zoom_margin -1": (lambda d: [*TRAIN, "--zoom_margin", "-1"],
+                              ["demo_grpo.yaml: invalid", "zoom_margin must be ≥ 0 (got -1.0)"]),
+    "infer: --zoom-time without --zoom": (lambda d: [*INFER(d), "--zoom-time", "video"],
+                                          ["--zoom-time given without --zoom"]),
 }
 
 
