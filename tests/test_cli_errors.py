@@ -431,6 +431,11 @@ CASES = {
     "sft: a removed flag": (lambda d: [*SFT, "--check_first_batch", "false"],
                             ["command line: --check_first_batch was removed: the cheap check always runs before the "
                              "first step; drop it"]),
+    # ---- wtC: the answering-mode settings declared once, their check written once (rows below this line) ----
+    "train: zoom_margin -1": (lambda d: [*TRAIN, "--zoom_margin", "-1"],
+                              ["demo_grpo.yaml: invalid", "zoom_margin must be ≥ 0 (got -1.0)"]),
+    "infer: --zoom-time without --zoom": (lambda d: [*INFER(d), "--zoom-time", "video"],
+                                          ["--zoom-time given without --zoom"]),
 }
 
 

@@ -477,7 +477,8 @@ def test_crop_tool_settings_are_checked(tmp_path):
 
     config = grpo_config(tmp_path)  # 1 process refuses tensor parallelism itself, so the recipe sees it set after
     config.use_vllm, config.vllm_tensor_parallel_size = True, 2
-    assert "runs with vllm_tensor_parallel_size 1" in CropTool.problems(CropToolArguments(1), config)[0]
+    args = CropToolArguments(max_tool_calling_iterations=1)
+    assert "runs with vllm_tensor_parallel_size 1" in CropTool.problems(args, config)[0]
 
 
 def test_crop_tool_under_zero3_needs_the_parameters_gathered_for_generation(tmp_path):

@@ -153,3 +153,64 @@ def test_each_saved_setting_is_declared_once_and_reaches_every_command(tmp_path)
     args = eval_cli.build_parser().parse_args(parsers[next(iter(parsers))] + older)
     assert {k: v for k, v in PreprocessingOverrides.from_args(args).video().items() if v is not None} == {
         "fps": 1.0, "min_pixels": 2, "max_pixels": 3, "total_pixels": 4, "max_frames": 5, "cover_tail": False}
+
+
+def test_each_answering_mode_setting_is_declared_once_and_reaches_every_command():
+    """The zoom's knobs (ZoomSettings) and the crop-call limit (ToolSettings) are each one field: the flag of eval and
+    infer (--max-turns an alias; none on difficulty) with its help, default and choices, train's key (zoom_margin,
+    zoom_spend, max_tool_calling_iterations) and sft's (max_tool_calling_iterations) with its help and default, and
+    one check that each command reports under its own name."""
+    import dataclasses
+    import re
+
+    from grounding_rl.cli import difficulty, eval as eval_cli, infer
+    from grounding_rl.errors import UserError
+    from grounding_rl.eval.turns import check_turns_run
+    from grounding_rl.paths import REPO_ROOT
+    from grounding_rl.prompts.preprocessing import settings_of
+    from grounding_rl.rollout.tools import ToolSettings
+    from grounding_rl.rollout.zoom import ZoomSettings
+    from grounding_rl.update.recipes.crop_tool import CropTool, CropToolArguments
+    from grounding_rl.update.recipes.two_pass_zoom import TwoPassZoom, TwoPassZoomArguments
+    from grounding_rl.update.sft import GroundingSFTConfig
+
+    train = {f.name: f for cls in (TwoPassZoomArguments, CropToolArguments) for f in dataclasses.fields(cls)}
+    sft = {f.name: f for f in dataclasses.fields(GroundingSFTConfig)}
+    takes = {"zoom_margin": (train,), "zoom_spend": (train,), "zoom_time": (),
+             "max_tool_calling_iterations": (train, sft)}
+    settings = settings_of(ZoomSettings, "zoom_") + settings_of(ToolSettings)
+    assert [s.key for s in settings] == list(takes)
+    parsers = {eval_cli.build_parser(): ["--model", "m", "--data", "d", "--out", "o"],
+               infer.build_parser(): ["--model", "m", "--video", "v", "--query", "q"]}
+    for setting in settings:
+        declared = (setting.field.default, setting.field.metadata["help"])
+        assert all((fields[setting.key].default, fields[setting.key].metadata["help"]) == declared
+                   for fields in takes[setting.key]), setting.key
+        for parser in parsers:
+            action = next(a for a in parser._actions if a.dest == setting.key)
+            assert (action.default, action.help, action.choices) == (*declared, setting.field.metadata.get("choices"))
+    assert not {a.dest for a in difficulty.build_parser()._actions} & set(takes)
+    given = ["--zoom", "--zoom-margin", "0.5", "--zoom-spend", "resolution", "--zoom-time", "video", "--max-turns", "3"]
+    for parser, required in parsers.items():
+        args = parser.parse_args(required + given)
+        assert eval_cli.zoom_from_args(args) == ZoomSettings(0.5, "resolution", "video")
+        assert args.max_tool_calling_iterations == 3
+    for extra, turns in (([], 0), (["--max-tool-calling-iterations", "2"], 2)):
+        request = eval_cli.request_from_args(eval_cli.build_parser().parse_args(list(parsers.values())[0] + extra))
+        assert (request.max_turns, request.zoom) == (turns, None)
+    # one declaration in the package; the checks written once, each command naming the setting its own way
+    sources = "".join(p.read_text() for p in (REPO_ROOT / "grounding_rl").rglob("*.py"))
+    for name in ("margin", "spend", "time", "max_tool_calling_iterations", "zoom_margin", "zoom_spend"):
+        assert len(re.findall(rf"^\s+{name}: [\w |]+ = ", sources, re.M)) == (name in ("margin", "spend", "time",
+                                                                                       "max_tool_calling_iterations"))
+    assert not re.search(r'add_argument\("--(zoom-|max-t)', sources)
+    for kwargs, message in (({"margin": -1}, "--zoom-margin must be ≥ 0 (got -1)"),
+                            ({"spend": "x"}, "--zoom-spend must be one of fps, resolution (got 'x')")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            ZoomSettings(**kwargs)
+    with pytest.raises(UserError, match=re.escape("--max-tool-calling-iterations must be ≥ 0 (got -1)")):
+        check_turns_run(-1, False, "exact", "default")
+    assert TwoPassZoom.problems(TwoPassZoomArguments(zoom_margin=-1, zoom_spend="x"), None) == [
+        "zoom_margin must be ≥ 0 (got -1)", "zoom_spend must be one of fps, resolution (got 'x')"]
+    assert CropTool.problems(CropToolArguments(max_tool_calling_iterations=-1), None) == [
+        "max_tool_calling_iterations must be ≥ 0 (got -1)"]

@@ -1,5 +1,6 @@
 """Zoom (eval / infer --zoom): the window, the pass-2 settings, absolute time, the record; a tiny-model two-pass run;
 the long demo clips."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,10 +127,10 @@ def test_zoom_settings_and_flags_are_checked():
     zm.ZoomSettings(time="window").check_family(family_of("qwen2_5_vl"), "vllm")
     zm.ZoomSettings().check_family(family_of("qwen3_vl"))  # the family's default
     with pytest.raises(UserError, match="exact sampler"):
-        zm.ZoomSettings().check_run("no-such-dir", "hf", "qwen_vl_utils", "default")
+        zm.check_run(zm.ZoomSettings(), "no-such-dir", "hf", "qwen_vl_utils", "default")
     with pytest.raises(UserError, match="--zoom: prompt_template 'timelens2' asks for a set"):
-        zm.ZoomSettings().check_run("no-such-dir", "hf", "exact", "timelens2")
-    zm.ZoomSettings().check_run("no-such-dir", "hf", "exact", "default")
+        zm.check_run(zm.ZoomSettings(), "no-such-dir", "hf", "exact", "timelens2")
+    zm.check_run(zm.ZoomSettings(), "no-such-dir", "hf", "exact", "default")
     assert family_of("qwen2_5_vl").zoom_time() == "window" and family_of("qwen3_vl").zoom_time() == "video"
     assert family_of("qwen2_5_vl").zoom_time("video") == "video"
     from grounding_rl.cli.eval import build_parser, zoom_from_args
@@ -187,7 +188,8 @@ def test_eval_zoom_two_passes_resume_and_decodes(tiny_model_dir, videos_dir, tmp
             assert record["zoom_fallback"] is True
             assert record["zoom_window"][1] - record["zoom_window"][0] == pytest.approx(
                 record["zoom_window"][1] / 3 * 2, rel=0.01)  # the centre half [d/4, 3d/4]
-    assert json.loads((tmp_path / "once" / "eval_config.json").read_text())["zoom"] == zm.ZoomSettings().to_dict()
+    saved = json.loads((tmp_path / "once" / "eval_config.json").read_text())["zoom"]
+    assert saved == dataclasses.asdict(zm.ZoomSettings()) == {"margin": 1.0, "spend": "fps", "time": None}
     metrics = json.loads((tmp_path / "once" / "metrics.json").read_text())
     assert metrics["sampling"]["zoom"]["spend"] == "fps"
     assert metrics["zoom"]["queries"] == 6

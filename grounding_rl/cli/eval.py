@@ -27,27 +27,35 @@ DESCRIPTION = "R1@{0.3,0.5,0.7} and mIoU of a checkpoint on a canonical JSONL." 
 
 
 SHORT_FORMS = ("fps", "min_pixels", "max_pixels", "total_pixels", "max_frames")  # older spellings, kept as aliases
+ALIASES = {**{"video_" + name: "--" + name.replace("_", "-") for name in SHORT_FORMS},
+           "max_tool_calling_iterations": "--max-turns"}
+
+
+def add_setting_flags(parser, settings, keep: bool = False) -> None:
+    """A flag ``--<key>`` per declared setting (:class:`grounding_rl.prompts.preprocessing.Setting`) with its help and
+    choices (a boolean one with its ``--no-`` form; :data:`ALIASES`' older spelling too): dest ``name``, default None
+    (keep the checkpoint's) with ``keep``, else dest ``key`` with the declared default."""
+    for setting in settings:
+        kind = {"action": argparse.BooleanOptionalAction} if setting.type is bool else \
+            {"type": setting.type, "choices": setting.field.metadata.get("choices"),
+             "metavar": setting.field.metadata.get("metavar")}
+        parser.add_argument("--" + setting.key.replace("_", "-"), *filter(None, [ALIASES.get(setting.key)]),
+                            dest=setting.name if keep else setting.key, default=None if keep else setting.field.default,
+                            help=setting.field.metadata["help"], **kind)
 
 
 def add_preprocessing_overrides(parser: argparse.ArgumentParser) -> None:
     """The flags of :class:`grounding_rl.eval.settings.PreprocessingOverrides` (None = keep the checkpoint's), shared
     by ``eval``, ``difficulty`` and ``infer``, made from the settings ``grounding_config.json`` records
-    (:func:`grounding_rl.prompts.preprocessing.saved_settings`) with their help and choices. One name per setting:
-    the flag ``--video-fps`` is the YAML key ``video_fps`` and ``video.fps`` in ``grounding_config.json`` (likewise
-    every video setting, and ``--prompt-template``, ``--video-layout``); a boolean one has its ``--no-`` form; the
-    short forms :data:`SHORT_FORMS` (``--fps``, ``--min-pixels``, ``--max-pixels``, ``--total-pixels``,
-    ``--max-frames``) are aliases."""
+    (:func:`grounding_rl.prompts.preprocessing.saved_settings`; :func:`add_setting_flags`). One name per setting: the
+    flag ``--video-fps`` is the YAML key ``video_fps`` and ``video.fps`` in ``grounding_config.json`` (likewise every
+    video setting, and ``--prompt-template``, ``--video-layout``); the short forms :data:`SHORT_FORMS` are aliases."""
     from grounding_rl.prompts.preprocessing import saved_settings
 
     group = parser.add_argument_group("preprocessing overrides", "Each replaces the checkpoint's value (its "
                                       "grounding_config.json; the YAML key video_fps is --video-fps here); a budget "
                                       "or floor in tokens replaces a saved one in pixels, and the other way round.")
-    for setting in saved_settings():
-        flags = ["--" + setting.key.replace("_", "-")] + \
-            (["--" + setting.name.replace("_", "-")] if setting.name in SHORT_FORMS else [])
-        kind = {"action": argparse.BooleanOptionalAction} if setting.type is bool else \
-            {"type": setting.type, "choices": setting.field.metadata.get("choices")}
-        group.add_argument(*flags, dest=setting.name, default=None, help=setting.field.metadata["help"], **kind)
+    add_setting_flags(group, saved_settings(), keep=True)
 
 
 def add_scoring_flag(parser: argparse.ArgumentParser) -> None:
@@ -76,47 +84,38 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_zoom_flags(parser: argparse.ArgumentParser) -> None:
-    """``--zoom`` and its knobs (:class:`grounding_rl.eval.zoom.ZoomSettings`), shared by ``eval`` and ``infer``."""
-    from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME
+    """``--zoom``, its knobs (:class:`grounding_rl.rollout.zoom.ZoomSettings`' fields) and the crop tool's limit
+    (:class:`grounding_rl.rollout.tools.ToolSettings`'), shared by ``eval`` and ``infer``."""
+    from grounding_rl.prompts.preprocessing import settings_of
+    from grounding_rl.rollout.tools import ToolSettings
+    from grounding_rl.rollout.zoom import ZoomSettings
 
     parser.add_argument("--zoom", action="store_true",
                         help="answer twice: over the whole video, then on the window of the first answer widened by "
                              "--zoom-margin (the centre half when it does not parse), under the same budget")
-    parser.add_argument("--zoom-margin", type=float, default=DEFAULT_MARGIN,
-                        help="widen the first answer on each side by this fraction of its length, and at least by "
-                             "two frames of the first pass (default %(default)s)")
-    parser.add_argument("--zoom-spend", choices=ZOOM_SPEND, default="fps",
-                        help="spend the first pass's budget on frame rate (default: as many frames as pass 1, over "
-                             "the window) or on resolution (pass 1's rate, larger frames)")
-    parser.add_argument("--zoom-time", choices=ZOOM_TIME, default=None,
-                        help="Qwen2.5-VL: the window's time positions start at 0 and the answer is shifted by the "
-                             "window's start (window, its default) or at the window's true time in the video (video); "
-                             "Qwen3-VL always shows the true timestamps (video)")
+    add_setting_flags(parser, settings_of(ZoomSettings, "zoom_") + settings_of(ToolSettings))
 
 
 def zoom_from_args(args: argparse.Namespace):
-    """:class:`grounding_rl.eval.zoom.ZoomSettings` of parsed :func:`add_zoom_flags` arguments, None without
-    ``--zoom``. Raises UserError for a knob given without ``--zoom`` (it would change nothing)."""
-    from grounding_rl.eval.zoom import ZoomSettings
-    from grounding_rl.rollout.zoom import DEFAULT_MARGIN
+    """:class:`grounding_rl.rollout.zoom.ZoomSettings` of parsed :func:`add_zoom_flags` arguments, None without
+    ``--zoom``. Raises UserError for a knob given without ``--zoom`` (it would change nothing) or out of range."""
+    from grounding_rl.prompts.preprocessing import settings_of
+    from grounding_rl.rollout.zoom import ZoomSettings
 
+    settings = settings_of(ZoomSettings, "zoom_")
     if not args.zoom:
-        given = [flag for flag, value, default in (("--zoom-margin", args.zoom_margin, DEFAULT_MARGIN),
-                                                   ("--zoom-spend", args.zoom_spend, "fps"),
-                                                   ("--zoom-time", args.zoom_time, None)) if value != default]
+        given = ["--" + s.key.replace("_", "-") for s in settings if getattr(args, s.key) != s.field.default]
         if given:
             raise UserError(f"{', '.join(given)} given without --zoom; add --zoom or drop them")
         return None
-    zoom = ZoomSettings(margin=args.zoom_margin, spend=args.zoom_spend, time=args.zoom_time)
-    zoom.check()
-    return zoom
+    return ZoomSettings(**{s.name: getattr(args, s.key) for s in settings})
 
 
 def build_parser(prog: str = "grounding-rl eval", description: str | None = None,
                  out_help: str = "output folder (predictions, metrics, report)", zoom: bool = True
                  ) -> argparse.ArgumentParser:
     """The options of ``eval``; ``grounding-rl difficulty`` reuses them with its own name, description and
-    ``--out``, without the zoom flags (``zoom=False``)."""
+    ``--out``, without the zoom and crop tool flags (``zoom=False``)."""
     from grounding_rl.eval.settings import DEFAULT_MAX_NEW_TOKENS
 
     parser = argparse.ArgumentParser(prog=prog, description=description or DESCRIPTION,
@@ -152,9 +151,6 @@ def build_parser(prog: str = "grounding-rl eval", description: str | None = None
                              "model loads) or unreadable (after the run; metrics are written); 1.0 = never")
     if zoom:
         add_zoom_flags(parser)
-        parser.add_argument("--max-tool-calling-iterations", "--max-turns", type=int, default=0, metavar="K",
-                            help="the crop tool: at most K crop requests per query, then the answer (0: one turn; "
-                                 "predictions.jsonl keeps each conversation); train's max_tool_calling_iterations")
     return parser
 
 
@@ -173,7 +169,7 @@ def request_from_args(args: argparse.Namespace, out: str | None = None):
                        frame_cache_gb=args.frame_cache_gb, overwrite=args.overwrite,
                        max_missing_fraction=args.max_missing_fraction, scorings=tuple(args.scoring),
                        zoom=zoom_from_args(args) if hasattr(args, "zoom") else None,
-                       max_turns=getattr(args, "max_tool_calling_iterations", 0), device=args.device,
+                       max_turns=getattr(args, "max_tool_calling_iterations", 0) or 0, device=args.device,
                        print_prompt=args.print_prompt)
 
 

@@ -77,9 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=4, help="queries per generate call")
     add_preprocessing_overrides(parser)
     add_zoom_flags(parser)
-    parser.add_argument("--max-tool-calling-iterations", "--max-turns", type=int, default=0, metavar="K",
-                        help="the crop tool: at most K crop requests per query, then the answer (0: one turn); "
-                             "train's max_tool_calling_iterations (TRL's name); alias --max-turns, the same K")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
                         help="generation budget (of each model turn with --max-tool-calling-iterations)")
     add_run_flags(parser)
@@ -134,7 +131,7 @@ def _answer(args, config, video, zoom, log) -> list[dict]:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, processor, engine = load_inference_engine(args.model, device, args.dtype, engine=args.engine,
-                                                     max_videos=args.max_tool_calling_iterations + 1)
+                                                     max_videos=(args.max_tool_calling_iterations or 0) + 1)
     printer = (lambda text: print(text, file=log)) if args.print_prompt else None
     return clip_answers(model, processor, video, args.query, config, args.max_new_tokens, args.batch_size,
                         Mode(zoom, args.max_tool_calling_iterations), engine, printer)
@@ -172,10 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grounding-rl infer: error: {err}", file=sys.stderr)
         return EXIT_VIDEO
     check_generation_length("--max-new-tokens", args.max_new_tokens, args.model)
-    if zoom is not None:
-        zoom.check_run(args.model, args.engine, config.video.sampler, config.prompt_template)
     from grounding_rl.eval.turns import check_turns_run
+    from grounding_rl.eval.zoom import check_run
 
+    if zoom is not None:
+        check_run(zoom, args.model, args.engine, config.video.sampler, config.prompt_template)
     check_turns_run(args.max_tool_calling_iterations, zoom is not None, config.video.sampler, config.prompt_template)
     video = _load_video(args.video, config.video)
     if video is None:

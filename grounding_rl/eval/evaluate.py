@@ -44,7 +44,7 @@ import datetime
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -59,7 +59,8 @@ from grounding_rl.eval.settings import (DEFAULT_MAX_NEW_TOKENS, PreprocessingOve
                                         describe_config, resolve_config)
 from grounding_rl.eval.lock import lock_output_dir
 from grounding_rl.eval.turns import check_turns_run, turns_summary
-from grounding_rl.eval.zoom import ZoomSettings, zoom_record, zoom_summary
+from grounding_rl.eval.zoom import ZoomSettings, check_run, zoom_record, zoom_summary
+from grounding_rl.rollout.tools import ToolSettings
 from grounding_rl.jsonl_files import COUNT, JsonlAppender, JsonLines, write_jsonl_atomic
 from grounding_rl.models.loading import check_model_folder, load_processor
 from grounding_rl.reward.metrics import format_metrics_table, record_prediction, scoring_names
@@ -191,7 +192,7 @@ class EvalRequest:
             :mod:`grounding_rl.reward.scorings`, or ``all``); they change no prediction, so a finished ``out`` is
             rescored without running the model. ``qvhighlights`` is added by itself when every query comes from
             the qvhighlights reader, and a benchmark's own ``scorings`` (its YAML) always.
-        zoom: a second pass on the window of each first answer (:class:`grounding_rl.eval.zoom.ZoomSettings`);
+        zoom: a second pass on the window of each first answer (:class:`grounding_rl.rollout.zoom.ZoomSettings`);
             None = one pass.
         temperature: None = greedy decoding; a temperature > 0 samples instead (top_p 1, top_k off) — the K rollouts
             of ``grounding-rl difficulty --num-rollouts`` (recorded; not with ``zoom``). Each query is sampled alone
@@ -255,9 +256,7 @@ class EvalRequest:
         except ValueError as err:
             raise UserError(f"--scoring: {err}") from None
         self.overrides.check()
-        if self.zoom is not None:
-            self.zoom.check()
-        check_number("--max-tool-calling-iterations", self.max_turns, minimum=0)
+        ToolSettings(self.max_turns)  # refuses K < 0
         from grounding_rl.eval.engines import check_device, check_dtype
 
         check_dtype(self.dtype)
@@ -340,7 +339,7 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     check_generation_length(flag, max_new_tokens, request.model)
     model_id = str(Path(request.model).resolve()) if Path(request.model).exists() else request.model
     if request.zoom is not None:
-        request.zoom.check_run(request.model, request.engine, config.video.sampler, config.prompt_template)
+        check_run(request.zoom, request.model, request.engine, config.video.sampler, config.prompt_template)
     check_turns_run(request.max_turns, request.zoom is not None, config.video.sampler, config.prompt_template)
     return EvalPlan(request=request, samples=samples, dropped=dropped, absent=absent, num_videos=num_videos,
                     benchmark=bench, config=config, source=source, max_new_tokens=max_new_tokens, model_id=model_id,
@@ -390,7 +389,7 @@ def _run_record(request: EvalRequest, config, max_new_tokens: int, model_id: str
               # sampled answers depend on the seed (per query, query_seed); greedy ones do not, so it is not recorded
               **({"temperature": request.temperature, "seed": request.seed, "seeding": "per query"}
                  if request.temperature is not None else {}),
-              "zoom": request.zoom.to_dict() if request.zoom is not None else None, "max_turns": request.max_turns}
+              "zoom": asdict(request.zoom) if request.zoom is not None else None, "max_turns": request.max_turns}
 
 
 def _check_foreign(outdir: Path) -> None:
@@ -615,7 +614,7 @@ def _run_info(plan_: EvalPlan, result: RunResult, num_processes: int) -> dict:
                          **({"temperature": request.temperature} if request.temperature is not None else {}),
                          "repetition_penalty": 1.0,
                          "batch_size": request.batch_size, "dtype": request.dtype,
-                         **({"zoom": request.zoom.to_dict()} if request.zoom is not None else {}),
+                         **({"zoom": asdict(request.zoom)} if request.zoom is not None else {}),
                          **({"max_turns": request.max_turns} if request.max_turns else {})},
             "seed": request.seed, "num_processes": num_processes,
             "run": {"queries_run": result.queries_run, "videos_run": result.videos_run, "wall_time_s": wall,

@@ -13,10 +13,10 @@ from grounding_rl.errors import UserError
 def check_turns_run(max_turns: int, zoom: bool, sampler: str, prompt_template: str) -> None:
     """Raises UserError (one line) when ``--max-tool-calling-iterations`` cannot run: below 0, with ``--zoom``, a
     sampler other than ``exact`` (windows sampled exactly) or a template asking for a set of intervals; both engines."""
+    from grounding_rl.rollout.tools import ToolSettings
     from grounding_rl.rollout.zoom import window_problems
 
-    if max_turns < 0:
-        raise UserError(f"--max-tool-calling-iterations must be ≥ 0 (got {max_turns})")
+    ToolSettings(max_turns)  # refuses K < 0
     if max_turns and zoom:
         raise UserError("--max-tool-calling-iterations and --zoom are two ways to look again; give one")
     problems = window_problems("--max-tool-calling-iterations", sampler, prompt_template, "the crop tool is for one")

@@ -37,63 +37,21 @@ The window, its time and pass 2 are :mod:`grounding_rl.rollout.zoom`'s (shared w
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-
-from grounding_rl.errors import UserError, check_number
-from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND, ZOOM_TIME, window_problems
+from grounding_rl.errors import UserError
+from grounding_rl.rollout.zoom import ZoomSettings, window_problems
 
 
-@dataclass(frozen=True)
-class ZoomSettings:
-    """How the zoom pass looks (``--zoom-margin``, ``--zoom-spend``, ``--zoom-time``).
+def check_run(zoom: ZoomSettings, model: str, engine: str, sampler: str, prompt_template: str) -> None:
+    """Raises UserError (one line) when ``zoom`` cannot run with the checkpoint ``model`` (its family, see
+    :meth:`ZoomSettings.check_family`), the ``engine``, the video ``sampler`` (windows are sampled exactly) or a
+    ``prompt_template`` that asks for a set of intervals (the window is one answer's)."""
+    from grounding_rl.eval.settings import checkpoint_family
 
-    Attributes:
-        margin: the window is pass 1's answer widened on each side by ``margin`` × its length (≥ 0), and at least
-            by one temporal patch of pass 1 (:func:`zoom_window`).
-        spend: ``fps`` (default) or ``resolution``: what pass 2 spends pass 1's budget on (:func:`window_settings`).
-        time: ``video`` or ``window``: where Qwen2.5-VL's pass-2 time positions start (module docstring); None =
-            the family's default (:meth:`grounding_rl.family.Family.zoom_time`: ``window`` for Qwen2.5-VL,
-            ``video`` for Qwen3-VL, which takes only ``video``: its timestamps are the true ones).
-    """
-
-    margin: float = DEFAULT_MARGIN
-    spend: str = "fps"
-    time: str | None = None
-
-    def check(self) -> None:
-        """Raises UserError (one line naming the flag) for a negative margin or an unknown choice."""
-        check_number("--zoom-margin", self.margin, minimum=0.0)
-        if self.spend not in ZOOM_SPEND:
-            raise UserError(f"--zoom-spend must be one of {', '.join(ZOOM_SPEND)} (got {self.spend!r})")
-        if self.time is not None and self.time not in ZOOM_TIME:
-            raise UserError(f"--zoom-time must be one of {', '.join(ZOOM_TIME)} (got {self.time!r})")
-
-    def check_family(self, family, engine: str = "hf") -> None:
-        """Raises UserError for a ``time`` the :class:`grounding_rl.family.Family` does not take (``window`` on
-        Qwen3-VL: its pass-2 timestamps are always the window's true ones) and for a position shift (``video`` with
-        Qwen2.5-VL) on the vLLM engine (the shift is applied to transformers' ``get_rope_index``)."""
-        if self.time == "window" and not family.positional_time:
-            raise UserError(f"--zoom-time {self.time} is for Qwen2.5-VL; {family.display_name}'s pass-2 prompt shows "
-                            "the window's true timestamps (use --zoom-time video)")
-        if family.window_position_shift(self.time) and engine != "hf":
-            raise UserError("--zoom-time video shifts transformers' position ids; with --engine vllm use "
-                            "--zoom-time window")
-
-    def check_run(self, model: str, engine: str, sampler: str, prompt_template: str) -> None:
-        """Raises UserError (one line) when this zoom cannot run with the checkpoint ``model`` (its family, see
-        :meth:`check_family`), the ``engine``, the video ``sampler`` (windows are sampled exactly) or a
-        ``prompt_template`` that asks for a set of intervals (the window is one answer's)."""
-        from grounding_rl.eval.settings import checkpoint_family
-
-        family = checkpoint_family(model)
-        if family is not None:
-            self.check_family(family, engine)
-        for problem in window_problems("--zoom", sampler, prompt_template, "the zoom looks again at one"):
-            raise UserError(problem)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    family = checkpoint_family(model)
+    if family is not None:
+        zoom.check_family(family, engine)
+    for problem in window_problems("--zoom", sampler, prompt_template, "the zoom looks again at one"):
+        raise UserError(problem)
 
 
 def zoom_record(record: dict, zoom: dict | None, sample) -> dict:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 
 from grounding_rl.data.video import VIDEO_SAMPLERS, SampledVideo, VideoSettings, setting_fields
+from grounding_rl.errors import UserError
 from grounding_rl.family import (DEFAULT_VIDEO_LAYOUT, VIDEO_LAYOUTS, Family, checked_video_layout, families,
                                  family_of)
 from grounding_rl.prompts.templates import TEMPLATES, render_prompt
@@ -134,34 +135,62 @@ class Setting(NamedTuple):
         """The setting's value in ``config`` (its ``video`` for a video setting)."""
         return getattr(config.video if self.name in VideoSettings.__dataclass_fields__ else config, self.name)
 
+    def problem(self, value, name: str | None = None) -> str | None:
+        """Why ``value`` (None passes) is refused under ``name`` (default ``key``): not one of the field's
+        ``choices``, or below its ``minimum``; None when it is fine."""
+        metadata, name = self.field.metadata, name or self.key
+        if value is not None and metadata.get("choices") and value not in metadata["choices"]:
+            return f"{name} must be one of {', '.join(metadata['choices'])} (got {value!r})"
+        if value is not None and metadata.get("minimum") is not None and not value >= metadata["minimum"]:
+            return f"{name} must be ≥ {metadata['minimum']} (got {value})"
+        return None
+
+
+def settings_of(owner, prefix: str = "", chosen=None) -> list[Setting]:
+    """A :class:`Setting` per field of the dataclass ``owner`` (those of ``chosen``, default all), keyed
+    ``prefix + name``."""
+    hints = typing.get_type_hints(owner)
+    return [Setting(f.name, prefix + f.name, next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],)
+                                                  if t is not type(None)), f) for f in chosen or fields(owner)]
+
 
 def saved_settings() -> list[Setting]:
     """Every setting ``grounding_config.json`` records that a user gives, declared once: the fields of
     :class:`GroundingConfig` with a ``help`` (``prompt_template``, ``video_layout``), then ``video``'s
     (:func:`grounding_rl.data.video.setting_fields`, ``video_<name>``). :class:`PreprocessingArguments` and ``eval``'s
     overrides (:class:`grounding_rl.eval.settings.PreprocessingOverrides`) are made from them."""
-    out = []
-    for owner, prefix, chosen in ((GroundingConfig, "", [f for f in fields(GroundingConfig) if "help" in f.metadata]),
-                                  (VideoSettings, "video_", setting_fields())):
-        hints = typing.get_type_hints(owner)
-        for f in chosen:
-            kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
-            out.append(Setting(f.name, prefix + f.name, kind, f))
-    return out
+    return settings_of(GroundingConfig, "", [f for f in fields(GroundingConfig) if "help" in f.metadata]) + \
+        settings_of(VideoSettings, "video_", setting_fields())
 
 
-def with_saved_settings(cls):
-    """Class decorator (under ``@dataclass``): a field ``key`` per :func:`saved_settings` entry, with its default and
-    help (no ``choices``: training reports a bad value in its own words, :meth:`preprocessing_problems`)."""
-    for setting in saved_settings():
-        cls.__annotations__[setting.key] = setting.field.type
-        setattr(cls, setting.key, field(default=setting.field.default,
-                                        metadata={"help": setting.field.metadata["help"]}))
-    return cls
+class CheckedSettings:
+    """Base of a dataclass of settings declared once (each field's help, default, ``choices``, ``minimum``): building
+    one raises :class:`grounding_rl.errors.UserError` (one line naming the flag, :attr:`flag` + the field's name with
+    ``-`` for ``_``) for the first value :meth:`Setting.problem` refuses."""
+
+    flag = "--"
+
+    def __post_init__(self):
+        for setting in settings_of(type(self), self.flag):
+            problem = setting.problem(getattr(self, setting.name), setting.key.replace("_", "-"))
+            if problem:
+                raise UserError(problem)
+
+
+def with_settings(settings: list[Setting]):
+    """Class decorator (under ``@dataclass``): a field ``key`` per setting, with its default and help (no ``choices``:
+    training reports a bad value in its own words, :meth:`Setting.problem`)."""
+    def add(cls):
+        for setting in settings:
+            cls.__annotations__[setting.key] = setting.field.type
+            setattr(cls, setting.key, field(default=setting.field.default,
+                                            metadata={"help": setting.field.metadata["help"]}))
+        return cls
+    return add
 
 
 @dataclass
-@with_saved_settings
+@with_settings(saved_settings())
 class PreprocessingArguments:
     """Prompt and frame-sampling settings of a training entry point (``train`` and ``sft`` share them, under the same
     names, so one YAML block serves both stages). Mixed into their ``TrainingArguments`` dataclasses; saved with every

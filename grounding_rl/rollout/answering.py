@@ -31,7 +31,7 @@ class Mode:
     """How each query is answered.
 
     Attributes:
-        zoom: a second pass on the window of the first answer (:class:`grounding_rl.eval.zoom.ZoomSettings`);
+        zoom: a second pass on the window of the first answer (:class:`grounding_rl.rollout.zoom.ZoomSettings`);
             None = no zoom.
         max_turns: crop requests allowed before the answer (the crop tool); 0 = one turn.
         temperature: None = greedy; > 0 samples one pass (``seeds`` of :func:`answer_batches` give each query's).

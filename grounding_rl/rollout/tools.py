@@ -30,9 +30,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.prompts.preprocessing import CheckedSettings
 
 CROP = "crop"
 NATIVE, TEXT = "native", "text"
@@ -40,6 +41,19 @@ PROTOCOLS = (NATIVE, TEXT)
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 BOUND_TOLERANCE = 0.01  # seconds a request may pass the video's ends (its two-decimal rounding) before it is refused
+
+
+@dataclass(frozen=True)
+class ToolSettings(CheckedSettings):
+    """The crop-call limit K, declared here once: ``max_tool_calling_iterations`` (TRL 1.16's name) in ``train``'s and
+    ``sft``'s YAML, ``--max-tool-calling-iterations`` (alias ``--max-turns``, below 0 refused) on ``eval``, ``infer``."""
+
+    max_tool_calling_iterations: int | None = field(default=None, metadata={
+        "minimum": 0, "metavar": "K", "help": "the crop tool (TRL's cap on tool-calling turns): at most K "
+        "crop(start, end) requests per query, then an answer is required; none or 0 = one turn, no tool. train: "
+        "multi-turn GRPO, each model turn up to max_completion_length tokens; sft: the K that crop trajectories "
+        "offer (only with crop_trajectory_fraction > 0); eval, infer: each prediction keeps its conversation"})
+
 
 # The crop tool as a JSON function schema (the ``tools`` argument of a chat template, OpenAI / Qwen format).
 CROP_TOOL = {

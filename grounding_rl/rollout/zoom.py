@@ -6,13 +6,44 @@ positions moved by :func:`video_time_offsets`).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 
 from grounding_rl.data.video import SampledVideo, VideoSettings
+from grounding_rl.errors import UserError
+from grounding_rl.prompts.preprocessing import CheckedSettings
 
-ZOOM_SPEND = ("fps", "resolution")
-ZOOM_TIME = ("video", "window")
-DEFAULT_MARGIN = 1.0
 FALLBACK_WINDOW = "the centre half [d/4, 3d/4]"
+
+
+@dataclass(frozen=True)
+class ZoomSettings(CheckedSettings):
+    """How the zoom's pass 2 looks (:mod:`grounding_rl.eval.zoom` explains the choices), each setting declared here
+    once (a bad value raises UserError naming the flag): ``--zoom-<name>`` on ``eval`` and ``infer``; ``zoom_margin``,
+    ``zoom_spend`` in a training YAML (time: the family's, :meth:`grounding_rl.family.Family.zoom_time`, as None's)."""
+
+    flag = "--zoom-"
+
+    margin: float = field(default=1.0, metadata={
+        "minimum": 0, "help": "the zoom's window is the first answer widened on each side by this fraction of its "
+        "length (≥ 0), and at least by two frames of the first pass"})
+    spend: str = field(default="fps", metadata={
+        "choices": ("fps", "resolution"), "help": "what the zoom's pass 2 spends pass 1's frame budget on: fps "
+        "(default: as many frames as pass 1, over the window) or resolution (pass 1's rate, larger frames)"})
+    time: str | None = field(default=None, metadata={
+        "choices": ("video", "window"), "help": "Qwen2.5-VL: the window's time positions start at 0 and the answer "
+        "is shifted by the window's start (window, its default) or at the window's true time in the video (video); "
+        "Qwen3-VL always shows the true timestamps (video)"})
+
+    def check_family(self, family, engine: str = "hf") -> None:
+        """Raises UserError for a ``time`` the :class:`grounding_rl.family.Family` does not take (``window`` on
+        Qwen3-VL: its pass-2 timestamps are always the window's true ones) and for a position shift (``video`` with
+        Qwen2.5-VL) on the vLLM engine (the shift is applied to transformers' ``get_rope_index``)."""
+        if self.time == "window" and not family.positional_time:
+            raise UserError(f"--zoom-time {self.time} is for Qwen2.5-VL; {family.display_name}'s pass-2 prompt shows "
+                            "the window's true timestamps (use --zoom-time video)")
+        if family.window_position_shift(self.time) and engine != "hf":
+            raise UserError("--zoom-time video shifts transformers' position ids; with --engine vllm use "
+                            "--zoom-time window")
 
 
 def zoom_window(answer: tuple[float, float] | None, duration: float, margin: float, pass1_fps: float
@@ -145,7 +176,7 @@ def video_time_offsets(model, offsets: list[int] | None):
 def zoom_rows(model, processor, rows: list, queries, config, max_new_tokens: int, zoom, engine=None,
               on_prompt=None) -> list[dict]:
     """Pass 2 for pass-1 ``rows`` ``(Answer, clip)`` whose clip loaded (:mod:`grounding_rl.rollout.answering`),
-    ``zoom`` a :class:`grounding_rl.eval.zoom.ZoomSettings`, ``config`` the preprocessing: the windows of a
+    ``zoom`` a :class:`ZoomSettings`, ``config`` the preprocessing: the windows of a
     :class:`ZoomEnvironment` answered greedily by one ``continue_turn`` of the engine (turn 2,
     :func:`grounding_rl.rollout.conversation.restart`). Returns one dict per row, in order (the ``zoom`` of
     :func:`grounding_rl.eval.zoom.zoom_record`): ``{"window", "fallback", "answer", "interval" (the video's seconds),

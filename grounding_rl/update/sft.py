@@ -36,8 +36,9 @@ from grounding_rl.data.dataset import VideoCollator
 from grounding_rl.data.video import VideoSettings
 from grounding_rl.family import DEFAULT_VIDEO_LAYOUT, family_of
 from grounding_rl.prompts.preprocessing import (VIDEO_KEYS, GroundingConfig, PreprocessingArguments, build_inputs,
-                                             check_prompt_length)
+                                             check_prompt_length, settings_of, with_settings)
 from grounding_rl.prompts.templates import DEFAULT_THINK, answer_set_text, answer_text
+from grounding_rl.rollout.tools import ToolSettings
 from grounding_rl.update.arguments import BaseTrainingArguments, count_problems, trl_field
 from grounding_rl.update.resume import ExactResumeMixin
 from grounding_rl.update.checkpoints import CompleteCheckpointMixin
@@ -49,6 +50,7 @@ IGNORE_INDEX = -100
 
 
 @dataclass
+@with_settings(settings_of(ToolSettings))
 class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
     """Configuration of ``grounding-rl sft``: ``transformers.TrainingArguments`` plus the prompt and video settings
     (the field names of :class:`grounding_rl.update.config.GroundingGRPOConfig`, so one YAML block serves both stages)
@@ -64,11 +66,6 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
                   "the tool offered, a crop request for a window containing the ground truth, the environment's tool "
                   "turn, then the answer (loss on the two model turns only). 0 = single-turn SFT. Needs "
                   "max_tool_calling_iterations."})
-    max_tool_calling_iterations: int | None = field(
-        default=None,
-        metadata={"help": "K of the crop trajectories' first prompt ('at most K times'): give the K that multi-turn "
-                  "GRPO and eval --max-tool-calling-iterations will use. Only with "
-                  "crop_trajectory_fraction > 0."})
     # --- TrainingArguments defaults changed for this task (their help texts read from TrainingArguments)
     learning_rate: float = trl_field("learning_rate", default=1e-5, source=TrainingArguments)
     logging_steps: float = trl_field("logging_steps", default=10, source=TrainingArguments)

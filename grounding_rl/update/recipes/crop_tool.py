@@ -22,19 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grounding_rl.update.arguments import trl_field
+from grounding_rl.prompts.preprocessing import settings_of, with_settings
+from grounding_rl.rollout.tools import ToolSettings
 from grounding_rl.update.recipes.base import Recipe
 
 CROP_SPEND = ("fps", "resolution")
 
 
 @dataclass
+@with_settings(settings_of(ToolSettings))
 class CropToolArguments:
-    max_tool_calling_iterations: int | None = trl_field(
-        "max_tool_calling_iterations",
-        note="Here it offers the crop tool: ≥ 1 = at most this many crop(start, end) requests per completion, then an "
-        "answer is required (TRL's None = no limit would let a completion crop until its length runs out); each model "
-        "turn may use max_completion_length tokens. None or 0 = single-turn GRPO, as TRL without tools.")
     crop_spend: str = field(
         default="fps",
         metadata={"help": "What a requested window spends the whole clip's frame budget on: 'fps' (the same frames "
@@ -57,9 +54,7 @@ class CropTool(Recipe):
     def problems(args, config) -> list[str]:
         from grounding_rl.rollout.zoom import window_problems
 
-        out = []
-        if (args.max_tool_calling_iterations or 0) < 0:
-            out.append(f"max_tool_calling_iterations must be ≥ 0 (got {args.max_tool_calling_iterations})")
+        out = [p for p in (s.problem(getattr(args, s.key)) for s in settings_of(ToolSettings)) if p]
         if args.crop_spend not in CROP_SPEND:
             out.append(f"crop_spend must be one of {', '.join(CROP_SPEND)} (got {args.crop_spend!r})")
         if (args.max_tool_calling_iterations or 0) > 0:

@@ -30,25 +30,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grounding_rl.rollout.zoom import DEFAULT_MARGIN, ZOOM_SPEND
+from grounding_rl.prompts.preprocessing import settings_of, with_settings
+from grounding_rl.rollout.zoom import ZoomSettings
 from grounding_rl.update.recipes.base import Recipe
+
+ZOOM_KEYS = [s for s in settings_of(ZoomSettings, "zoom_") if s.name != "time"]  # eval's --zoom-margin, --zoom-spend
 
 
 @dataclass
+@with_settings(ZOOM_KEYS)
 class TwoPassZoomArguments:
     two_pass_zoom: bool = field(
         default=False,
         metadata={"help": "Fixed two-pass zoom training: each query also trains a pass-2 group on the window of its "
                   "group's first sampled answer (eval --zoom's window and sampling), each group normalised on its "
                   "own."})
-    zoom_margin: float = field(
-        default=DEFAULT_MARGIN,
-        metadata={"help": "two_pass_zoom: the window is the answer widened on each side by this fraction of its "
-                  "length, at least one temporal patch of pass 1 (eval --zoom-margin)."})
-    zoom_spend: str = field(
-        default="fps",
-        metadata={"help": "two_pass_zoom: what pass 2 spends pass 1's frame budget on, 'fps' or 'resolution' (eval "
-                  "--zoom-spend)."})
 
 
 class TwoPassZoom(Recipe):
@@ -62,11 +58,7 @@ class TwoPassZoom(Recipe):
     def problems(args, config) -> list[str]:
         from grounding_rl.rollout.zoom import window_problems
 
-        out = []
-        if not args.zoom_margin >= 0:
-            out.append(f"zoom_margin must be ≥ 0 (got {args.zoom_margin})")
-        if args.zoom_spend not in ZOOM_SPEND:
-            out.append(f"zoom_spend must be one of {', '.join(ZOOM_SPEND)} (got {args.zoom_spend!r})")
+        out = [p for p in (s.problem(getattr(args, s.key)) for s in ZOOM_KEYS) if p]
         if args.two_pass_zoom:
             if config.use_vllm:
                 out.append("two_pass_zoom does not run with use_vllm")
