@@ -97,8 +97,8 @@ def _closest(name: str, known) -> str:
 
 
 def timelens_fixed() -> dict:
-    """TimeLens's numbers, fixed by ``difficulty_sampling: timelens``, by their option names until issue 46 (as an
-    older ``run_fingerprint.json`` records them in ``data_selection``)."""
+    """TimeLens's numbers, fixed by ``difficulty_sampling: timelens``, under the option names they had while they were
+    settable (as an older ``run_fingerprint.json`` records them in ``data_selection``)."""
     from grounding_rl.data.selection import TIMELENS_DURATION_EDGES, TIMELENS_MEAN, TIMELENS_NUM_BINS, TIMELENS_STD
 
     return {"difficulty_gaussian_mean": TIMELENS_MEAN, "difficulty_gaussian_std": TIMELENS_STD,
@@ -106,8 +106,8 @@ def timelens_fixed() -> dict:
 
 
 def removed_keys() -> dict[str, str]:
-    """The options removed by issue 46 → what replaced them: the one line a YAML key or a flag naming one gets
-    (:func:`_check_keys`)."""
+    """Removed options → what replaced them (a preset's fixed number, or why the option went): the one line a YAML
+    key or a flag naming one gets (:func:`_check_keys`)."""
     from grounding_rl.reward.shaping import TEMPSAMP_ALPHA, TEMPSAMP_THRESHOLD
 
     preset = "is fixed by reward_shaping: tempsamp (TempSamp-R1's"
@@ -529,7 +529,7 @@ def _check_fingerprint(path: Path, fingerprint: dict | None, what: str, advice: 
     from grounding_rl.run_record import check_record, read_record
 
     if fingerprint is not None:
-        if "teacher" in fingerprint:  # before issue 46 the teacher's β was recorded as teacher_divergence_beta
+        if "teacher" in fingerprint:  # older fingerprints recorded the teacher's β as teacher_divergence_beta
             beta = fingerprint.get("beta", fingerprint.get("distillation_beta"))
             fingerprint = {**fingerprint, "teacher_divergence_beta": beta}
         fixed, old = timelens_fixed(), (read_record(path) or {}).get("data_selection") or {}
