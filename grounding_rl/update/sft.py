@@ -89,12 +89,14 @@ class GroundingSFTConfig(BaseTrainingArguments, PreprocessingArguments):
         from grounding_rl.rollout.zoom import window_problems
 
         f, k = self.crop_trajectory_fraction, self.max_tool_calling_iterations
+        out = [p for p in (s.problem(getattr(self, s.key)) for s in settings_of(ToolSettings)) if p]
         if not 0.0 <= f <= 1.0:
-            return [f"crop_trajectory_fraction must be in [0, 1] (got {f})"]
+            out.append(f"crop_trajectory_fraction must be in [0, 1] (got {f})")
+        if out:
+            return out
         if f == 0.0:
             return [] if k is None else [f"max_tool_calling_iterations {k} is only used with crop_trajectory_fraction "
                                          "> 0 (the trajectories' offer of the tool)"]
-        out = []
         if k is None or k < 1:
             out.append(f"crop_trajectory_fraction {f} needs max_tool_calling_iterations ≥ 1 (got {k}): the K that "
                        "GRPO and eval --max-tool-calling-iterations will offer")
