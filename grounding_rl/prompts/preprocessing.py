@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from grounding_rl.data.video import VIDEO_SAMPLERS, SampledVideo, VideoSettings, setting_fields
+from grounding_rl.data.video import SampledVideo, VideoSettings, setting_fields
 from grounding_rl.errors import UserError
 from grounding_rl.family import (DEFAULT_VIDEO_LAYOUT, VIDEO_LAYOUTS, Family, checked_video_layout, families,
                                  family_of)
@@ -221,23 +221,14 @@ class PreprocessingArguments:
             problems.append(f"prompt_template {self.prompt_template!r} is not one of {sorted(TEMPLATES)}")
         if self.video_layout not in VIDEO_LAYOUTS:
             problems.append(f"video_layout {self.video_layout!r} is not one of {list(VIDEO_LAYOUTS)}")
-        if not self.video_fps > 0:
-            problems.append(f"video_fps must be > 0 (got {self.video_fps})")
-        for name in ("video_min_frames", "video_min_pixels", "video_total_pixels", "max_prompt_length"):
-            value = getattr(self, name)  # the last two may be null (no budget, no check)
-            if value is not None and value < 1:
-                problems.append(f"{name} must be ≥ 1 (got {value})")
-        if self.video_sampler not in VIDEO_SAMPLERS:
-            problems.append(f"video_sampler {self.video_sampler!r} is not one of {VIDEO_SAMPLERS}")
-        if self.video_min_pixels > self.video_max_pixels or self.video_min_frames > self.video_max_frames:
-            problems.append("video_min_pixels/min_frames must not exceed video_max_pixels/max_frames")
-        if not problems:  # the rest of VideoSettings' rules (tokens against pixels, the budget rule, cover_tail)
-            try:
-                self.video_settings
-            except ValueError as err:
-                names = "|".join(f.name for f in setting_fields() if "_" in f.name)  # 'fps', 'sampler': words too
-                problems.append(re.sub(rf"\b({names})\b", r"video_\1",
-                                       str(err).removeprefix("invalid VideoSettings: ")))
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:  # null: no check
+            problems.append(f"max_prompt_length must be ≥ 1 (got {self.max_prompt_length})")
+        try:  # VideoSettings' rules, its messages in this dataclass's names (fps → video_fps)
+            self.video_settings
+        except ValueError as err:
+            names = "|".join(f.name for f in setting_fields() if "_" in f.name)  # 'fps', 'sampler': words too
+            text = re.sub(rf"\b({names})\b", r"video_\1", str(err).removeprefix("invalid VideoSettings: "))
+            problems.append(re.sub(r"\b(fps|sampler) must\b", r"video_\1 must", text))
         return problems
 
 
