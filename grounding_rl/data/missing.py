@@ -34,7 +34,7 @@ def check_fraction(bad: list[str] | int, total: int, max_fraction: float, what: 
 
     Raises:
         UserError: ``count / total > max_fraction``: ``"WHAT 11 of 12 videos (92 %, more than
-        max_missing_fraction 0.05), e.g. a.mp4, b.mp4, c.mp4; HINT"``.
+        max_missing_fraction 0.05), e.g. a.mp4, b.mp4, c.mp4 in /data/videos; HINT"``.
         ValueError: ``max_fraction`` outside [0, 1].
     """
     if not 0.0 <= max_fraction <= 1.0:
@@ -42,7 +42,19 @@ def check_fraction(bad: list[str] | int, total: int, max_fraction: float, what: 
     count = bad if isinstance(bad, int) else len(bad)
     if total <= 0 or count / total <= max_fraction:
         return
-    shown = "" if isinstance(bad, int) else ", e.g. " + ", ".join(bad[:SHOWN])
+    shown = "" if isinstance(bad, int) else ", e.g. " + _quoted(bad[:SHOWN])
     raise UserError(f"{what} {count} of {total} videos ({100 * count / total:.0f} %, more than max_missing_fraction "
                     f"{max_fraction}){shown}" + (f"; {hint}" if hint else "")
                     + "; max_missing_fraction 1.0 goes on anyway")
+
+
+def _quoted(paths: list[str]) -> str:
+    """``paths`` joined by commas, their common folder written once (``a.mp4, b.mp4 in /data/videos``) so that a
+    long video root does not push the names past the one error line's width."""
+    try:
+        folder = os.path.commonpath([os.path.dirname(path) for path in paths]) if len(paths) > 1 else ""
+    except ValueError:  # absolute and relative paths mixed
+        folder = ""
+    if not folder:
+        return ", ".join(paths)
+    return ", ".join(os.path.relpath(path, folder) for path in paths) + f" in {folder}"
