@@ -102,11 +102,11 @@ CASES = {
     "train: config not UTF-8": (lambda d: ["train", "--config", str(d / "latin1.yaml")],
                                 ["latin1.yaml: not UTF-8 text (byte 15"]),
     "train: invalid value": (lambda d: ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"),
-                                        "--loss_type", "ppo"], ["demo_grpo.yaml: invalid GroundingGRPOConfig",
+                                        "--loss_type", "ppo"], ["command line: invalid GroundingGRPOConfig",
                                                                 "loss_type 'ppo'"]),
     "sft: typo'd config key": (lambda d: ["sft", "--config", str(d / "typo.yaml")], ["unknown key 'learnig_rate'"]),
     "sft: invalid value": (lambda d: ["sft", "--config", str(REPO_ROOT / "configs" / "demo_sft.yaml"),
-                                      "--prompt_template", "nope"], ["demo_sft.yaml: invalid", "'nope'"]),
+                                      "--prompt_template", "nope"], ["command line: invalid", "'nope'"]),
     "prepare: missing --durations file": (
         lambda d: ["prepare", "--format", "charades_sta", "--annotations", str(d / "ann.txt"), "--durations",
                    str(d / "nope.json"), "--out", str(d / "o.jsonl")], ["nope.json: No such file"]),
@@ -188,16 +188,17 @@ CASES = {
                                        ["max_completion_length must be ≥ 1 (got 0)"]),
     "train: max_completion_length past the model's context": (
         lambda d: [*TRAIN, "--model_name_or_path", str(d / "tiny"), "--max_completion_length", "1000000000"],
-        ["demo_grpo.yaml: max_completion_length must be ≤ 31744", "32768 tokens", "max_prompt_length 1024"]),
+        ["command line: max_completion_length must be ≤ 31744", "32768 tokens", "max_prompt_length 1024"]),
     "train: video_fps 0": (lambda d: [*TRAIN, "--video_fps", "0"], ["video_fps must be > 0"]),
     "train: max_missing_fraction 2": (lambda d: [*TRAIN, "--max_missing_fraction", "2"],
-                                      ["demo_grpo.yaml: max_missing_fraction must be ≤ 1.0"]),
+                                      ["command line: max_missing_fraction must be ≤ 1.0"]),
     "train: min_video_duration above max_video_duration": (
         lambda d: [*TRAIN, "--min_video_duration", "3600", "--max_video_duration", "3"],
-        ["demo_grpo.yaml: min_video_duration 3600.0 is above max_video_duration 3.0"]),
+        ["command line: min_video_duration 3600.0 is above max_video_duration 3.0"]),
     "sft: max_video_duration -1": (lambda d: [*SFT, "--max_video_duration", "-1"],
                                    ["max_video_duration must be ≥ 0.0 (got -1.0)"]),
-    "sft: video_min_pixels 0": (lambda d: [*SFT, "--video_min_pixels", "0"], ["video_min_pixels must be ≥ 1"]),
+    "sft: video_min_pixels 0": (lambda d: [*SFT, "--video_min_pixels", "0"],
+                                ["need 0 < video_min_pixels ≤ video_max_pixels (got 0,"]),
     "sft: gradient_accumulation_steps 0": (lambda d: [*SFT, "--gradient_accumulation_steps", "0"],
                                            ["gradient_accumulation_steps must be ≥ 1"]),
     "sft: seed -1": (lambda d: [*SFT, "--seed", "-1"], ["seed must be in [0, 2**32 - 1]"]),
@@ -358,7 +359,7 @@ CASES = {
     # ---- trackers, curves and quiet output (rows below this line) ----
     "train: report_to a tracker not installed": (
         lambda d: ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--report_to", "swanlab",
-                   "--output_dir", str(d / "no_run")], ["demo_grpo.yaml: report_to 'swanlab'", "pip install swanlab"]),
+                   "--output_dir", str(d / "no_run")], ["command line: report_to 'swanlab'", "pip install swanlab"]),
     "train: report_to a misspelt tracker": (
         lambda d: ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--report_to", "tensorbord",
                    "--output_dir", str(d / "no_run")], ["report_to 'tensorbord' is not a tracker", "tensorboard"]),
@@ -370,10 +371,10 @@ CASES = {
 
     # ---- hub push and model card (rows below this line) ----
     "train: push_to_hub offline": (lambda d: [*TRAIN, "--push_to_hub", "true", "--hub_model_id", "me/run"],
-                                   ["demo_grpo.yaml: push_to_hub: true needs the Hub, but HF_HUB_OFFLINE is set"]),
+                                   ["command line: push_to_hub: true needs the Hub, but HF_HUB_OFFLINE is set"]),
     "sft: hub_model_id without push_to_hub": (
         lambda d: [*SFT, "--hub_model_id", "me/run"],
-        ["demo_sft.yaml: hub_model_id 'me/run' is set without push_to_hub: true"]),
+        ["command line: hub_model_id 'me/run' is set without push_to_hub: true"]),
     "sft: hub_always_push": (lambda d: [*SFT, "--push_to_hub", "true", "--hub_always_push", "true"],
                              ["hub_always_push True is refused: every push here waits for the one before"]),
     # ---- check (rows below this line) ----
@@ -394,10 +395,10 @@ CASES = {
     "train: typo'd recipe flag": (lambda d: [*TRAIN, "--dynamic_sampleing", "true"],
                                   ["unknown option --dynamic_sampleing", "'--dynamic_sampling'"]),
     "train: invalid recipe value": (lambda d: [*TRAIN, "--max_num_gen_batches", "0"],
-                                    ["demo_grpo.yaml: invalid GroundingGRPOConfig",
+                                    ["command line: invalid GroundingGRPOConfig",
                                      "max_num_gen_batches must be ≥ 1 (got 0)"]),
     "train: recipes that conflict": (lambda d: [*TRAIN, "--two_pass_zoom", "true", "--use_gt_injection", "true"],
-                                     ["demo_grpo.yaml: invalid", "two_pass_zoom does not run with use_gt_injection"]),
+                                     ["command line: invalid", "two_pass_zoom does not run with use_gt_injection"]),
     # ---- wtC: the preprocessing overrides made from the declared settings (rows below this line) ----
     "infer: --video-total-tokens 0": (lambda d: [*INFER(d), "--video-total-tokens", "0"],
                                       ["--video-total-tokens must be > 0 (got 0)"]),
@@ -433,9 +434,19 @@ CASES = {
                              "first step; drop it"]),
     # ---- wtC: the answering-mode settings declared once, their check written once (rows below this line) ----
     "train: zoom_margin -1": (lambda d: [*TRAIN, "--zoom_margin", "-1"],
-                              ["demo_grpo.yaml: invalid", "zoom_margin must be ≥ 0 (got -1.0)"]),
+                              ["command line: invalid", "zoom_margin must be ≥ 0 (got -1.0)"]),
     "infer: --zoom-time without --zoom": (lambda d: [*INFER(d), "--zoom-time", "video"],
                                           ["--zoom-time given without --zoom"]),
+    # ---- a bad value is placed where it was given: the YAML's line, or the command line (rows below this line) ----
+    "train: a bad value in the YAML names its line": (
+        lambda d: ["train", "--config", _file(d / "ppo.yaml", "learning_rate: 1.0e-6\nloss_type: ppo\n"),
+                   "--output_dir", str(d / "no_run")], ["ppo.yaml:2: invalid GroundingGRPOConfig", "loss_type 'ppo'"]),
+    "sft: a bad number in the YAML names its line": (
+        lambda d: ["sft", "--config", _file(d / "miss.yaml", "# a comment\ntrain_file: t.jsonl\n"
+                                                         "max_missing_fraction: 2\nmodel_name_or_path: m\n"), "--learning_rate", "1e-5"],
+        ["miss.yaml:3: max_missing_fraction must be ≤ 1.0"]),
+    "sft: a negative crop-call limit": (lambda d: [*SFT, "--max_tool_calling_iterations", "-2"],
+                                        ["command line: invalid", "max_tool_calling_iterations must be ≥ 0 (got -2)"]),
 }
 
 

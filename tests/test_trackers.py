@@ -119,8 +119,8 @@ def test_a_tracker_not_installed_is_one_line_naming_the_extra(tmp_path, monkeypa
     argv = ["train", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--output_dir", str(tmp_path / "o")]
     assert main([*argv, "--report_to", "wandb"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("grounding-rl train: error: " + str(REPO_ROOT / "configs" / "demo_grpo.yaml") + ": report_to "
-                   "'wandb': wandb is not installed (pip install 'grounding-rl[trackers]'), or drop it from report_to")
+    assert err == ("grounding-rl train: error: command line: report_to 'wandb': wandb is not installed (pip install "
+                   "'grounding-rl[trackers]'), or drop it from report_to")
     assert not (tmp_path / "o").exists()
 
 

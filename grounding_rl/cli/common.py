@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
+import re
 import os
 import sys
 from dataclasses import dataclass, field
@@ -69,7 +71,8 @@ class GroundingScriptArguments:
 
 def _config_path(argv: list[str]) -> tuple[list[str], str | None]:
     """``(argv, path)``: ``argv`` with its ``--config PATH`` checked and resolved, written ``--config PATH`` (TRL's
-    parser reads no ``--config=PATH``), and the first such path (None without one).
+    parser reads no ``--config=PATH``), and the first such path as the user wrote it, which messages name (resolved
+    where that is another file: a ``../shared/…`` path under ``$GROUNDING_RL_SHARED``; None without one).
 
     Raises:
         UserError: ``--config`` without a path, or a path that is not a file.
@@ -83,7 +86,8 @@ def _config_path(argv: list[str]) -> tuple[list[str], str | None]:
             resolved = resolve_config_path(value)
             if not Path(resolved).is_file():
                 raise UserError(f"{value}: no such config file")
-            out, path = out + ["--config", resolved], path or resolved
+            written = value if Path(value).resolve() == Path(resolved).resolve() else resolved  # ~ and ../shared: resolved
+            out, path = out + ["--config", resolved], path or written
         else:
             out.append(arg)
     return out, path
@@ -135,12 +139,10 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
         config = load_yaml(config_path)
         if config is not None and not isinstance(config, dict):
             raise UserError(f"{config_path}: a config must be a YAML mapping of 'key: value' lines")
-        lines = Path(config_path).read_text(encoding="utf-8-sig").splitlines()
+        lines = _key_lines(config_path)
         for key in config or {}:
             if key != "env" and key not in dests:
-                number = next((i for i, line in enumerate(lines, 1) if line.split(":", 1)[0].strip() == str(key)),
-                              None)
-                where = f"{config_path}:{number}" if number else config_path
+                where = f"{config_path}:{lines[str(key)]}" if str(key) in lines else config_path
                 raise UserError(f"{where}: {key} {removed[key]}; drop it" if key in removed else
                                 f"{where}: unknown key {key!r}{_closest(str(key), dests)}")
     args = iter(argv)
@@ -152,6 +154,30 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
             key = flag[2:].replace("-", "_")
             raise UserError(f"command line: {flag} {removed[key]}; drop it" if key in removed else
                             f"command line: unknown option {flag}{_closest(flag, options)}")
+
+
+def _key_lines(config_path: str) -> dict[str, int]:
+    """The 1-based line of each top-level key of the YAML file ``config_path`` (its first, for a repeated key)."""
+    lines = {}
+    for number, line in enumerate(Path(config_path).read_text(encoding="utf-8-sig").splitlines(), 1):
+        key = line.split(":", 1)[0]
+        if ":" in line and key.strip() and key == key.lstrip() and not key.startswith(("#", "-")):
+            lines.setdefault(key.strip().strip("'\""), number)
+    return lines
+
+
+def _origin(text: str, config_path: str | None, argv: list[str]) -> str:
+    """Where the setting a message names first was given, for the message's prefix: ``command line`` when it is one of
+    ``argv``'s ``--key`` overrides (they win over the YAML), ``FILE:LINE`` when it is a key of the config file, else
+    the config file (``command line`` without one)."""
+    given = {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--") and arg != "--config"}
+    lines = _key_lines(config_path) if config_path else {}
+    for word in re.findall(r"\w+", text):
+        if word in given:
+            return "command line"
+        if word in lines:
+            return f"{config_path}:{lines[word]}"
+    return config_path or "command line"
 
 
 def parse_training_args(config_class, argv: list[str] | None, prog: str):
@@ -170,7 +196,8 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     Raises:
         UserError: a missing ``--config`` path or file, a config that is not a YAML mapping, a key written twice
             (file, key and both lines), an unknown key (file, line and the closest known key), an invalid value (the
-            config's own validation, naming the file; numbers out of range, :func:`_check_numbers`), a
+            config's own validation; numbers out of range, :func:`_check_numbers`: each line names where the setting
+            was given, ``FILE:LINE`` or ``command line``, :func:`_origin`), a
             ``report_to`` tracker unknown or not installed (:func:`grounding_rl.update.trackers.check_trackers`), no
             ``train_file`` or no ``model_name_or_path``.
     """
@@ -188,18 +215,18 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
         _hide_refused(parser, prog.rsplit(" ", 1)[-1])
         parser.parse_args_into_dataclasses(args=["--help"])  # prints the help and exits 0
     _check_keys(parser, config_path, argv)
+    origin = functools.partial(_origin, config_path=config_path, argv=argv)  # where a message's setting was given
     try:
         script_args, training_args, model_args, *parsed = parser.parse_args_and_config(argv)
         if recipes:
             by_class = {type(args): args for args in parsed}
             training_args.set_recipes({name: by_class.get(recipe.arguments) for name, recipe in RECIPES.items()})
     except ValueError as err:
-        raise UserError(f"{config_path or 'command line'}: {err}") from None
-    _check_honoured(script_args, model_args, training_args, config_path or "command line",
-                    "sft" if prog.endswith("sft") else "grpo")
+        raise UserError(f"{origin(str(err))}: {err}") from None
+    _check_honoured(script_args, model_args, training_args, origin, "sft" if prog.endswith("sft") else "grpo")
     from grounding_rl.update.trackers import check_trackers, default_wandb_dir
 
-    check_trackers(training_args.report_to, config_path or "command line")  # before any model loads
+    check_trackers(training_args.report_to, origin("report_to"))  # before any model loads
     if not script_args.train_file:
         raise UserError("train_file is required (a canonical JSONL; in the YAML or as --train_file)")
     if not model_args.model_name_or_path:
@@ -211,7 +238,7 @@ def parse_training_args(config_class, argv: list[str] | None, prog: str):
     model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path)  # a hub id stays
     training_args.output_dir = resolve_config_path(training_args.output_dir)
     default_wandb_dir(training_args.report_to, training_args.output_dir)
-    _check_numbers(script_args, training_args, model_args, config_path or "command line")
+    _check_numbers(script_args, training_args, model_args, origin)
     return script_args, training_args, model_args
 
 
@@ -238,7 +265,7 @@ def _hide_refused(parser, command: str) -> None:
                            "an error naming why; grounding_rl/update/fields.py says who honours each).")
 
 
-def _check_honoured(script_args, model_args, training_args, where: str, stage: str) -> None:
+def _check_honoured(script_args, model_args, training_args, where, stage: str) -> None:
     """What the training config's own validation cannot see, before any model loads (also when the model folder does
     not exist yet): a refused field of the script arguments or ``trl.ModelConfig`` set
     (:func:`grounding_rl.update.fields.refused_settings`), the Hub settings
@@ -248,8 +275,10 @@ def _check_honoured(script_args, model_args, training_args, where: str, stage: s
     quantized weights cannot be trained; ``trl.ModelConfig`` itself refuses both at once), and no 8-bit under DeepSpeed ZeRO-3 (transformers
     partitions no int8 weights).
 
+    ``where(text)``: the message's prefix, where the setting ``text`` names was given (:func:`_origin`).
+
     Raises:
-        UserError: one line naming ``where`` (the config file) and the field.
+        UserError: one line naming where the field was set (file and line, or ``command line``) and the field.
     """
     from grounding_rl.update.fields import refused_settings
 
@@ -258,12 +287,13 @@ def _check_honoured(script_args, model_args, training_args, where: str, stage: s
     refused = refused_settings(script_args, stage) + refused_settings(model_args, stage) + \
         settings_problems(training_args)  # push_to_hub offline, hub_* without push_to_hub
     if refused:
-        raise UserError(f"{where}: {'; '.join(refused)}")
+        raise UserError(f"{where(refused[0])}: {'; '.join(refused)}")
     if not (model_args.load_in_4bit or model_args.load_in_8bit):
         return
     from grounding_rl.models.loading import kbit_unavailable
 
     flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
+    where = where(flag)  # the line's prefix from here on
     missing = kbit_unavailable()
     if missing:
         raise UserError(f"{where}: {flag}: k-bit loading needs CUDA and bitsandbytes ({missing}); drop {flag} or "
@@ -277,15 +307,17 @@ def _check_honoured(script_args, model_args, training_args, where: str, stage: s
                         "use load_in_4bit or ZeRO-2")
 
 
-def _check_numbers(script_args, training_args, model_args, where: str) -> None:
+def _check_numbers(script_args, training_args, model_args, where) -> None:
     """The numbers the dataclasses' own validation leaves: the script arguments' (``max_train_samples`` ≥ 1,
     ``frame_cache_gb`` > 0, ``max_missing_fraction`` in [0, 1], ``min_video_duration`` and ``max_video_duration`` ≥ 0
     with min ≤ max) and the generation length against the model's
     context (:func:`grounding_rl.models.loading.context_length`, from ``config.json``, before any weights load):
     ``max_prompt_length`` + ``max_completion_length`` ≤ ``max_position_embeddings``.
 
+    ``where(text)``: the message's prefix, where the setting ``text`` names was given (:func:`_origin`).
+
     Raises:
-        UserError: one line naming ``where`` (the config file), the key and the value.
+        UserError: one line naming where the key was set (file and line, or ``command line``), the key and the value.
     """
     from grounding_rl.errors import check_number
 
@@ -293,7 +325,7 @@ def _check_numbers(script_args, training_args, model_args, where: str) -> None:
         try:
             check_number(key, value, **bounds)
         except UserError as err:
-            raise UserError(f"{where}: {err}") from None
+            raise UserError(f"{where(key)}: {err}") from None
 
     check("max_train_samples", script_args.max_train_samples, minimum=1)
     check("frame_cache_gb", script_args.frame_cache_gb, above=0)
@@ -302,8 +334,8 @@ def _check_numbers(script_args, training_args, model_args, where: str) -> None:
     check("min_video_duration", low, minimum=0.0)
     check("max_video_duration", high, minimum=0.0)
     if low is not None and high is not None and low > high:
-        raise UserError(f"{where}: min_video_duration {low} is above max_video_duration {high} (seconds): no video "
-                        "would be kept")
+        raise UserError(f"{where('min_video_duration max_video_duration')}: min_video_duration {low} is above "
+                        f"max_video_duration {high} (seconds): no video would be kept")
     completion = getattr(training_args, "max_completion_length", None)
     if completion is not None:
         from grounding_rl.models.loading import context_length
