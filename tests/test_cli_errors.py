@@ -447,6 +447,12 @@ CASES = {
         ["miss.yaml:3: max_missing_fraction must be ≤ 1.0"]),
     "sft: a negative crop-call limit": (lambda d: [*SFT, "--max_tool_calling_iterations", "-2"],
                                         ["command line: invalid", "max_tool_calling_iterations must be ≥ 0 (got -2)"]),
+    # ---- wtN: a newcomer's audit for silent wrongs (rows below this line) ----
+    "prepare: start/end edited, raw_start/raw_end left as they were": (
+        lambda d: _prepare_jsonl(d, "edited.jsonl", json.dumps({"video": "v.mp4", "query": "q", "start": 3, "end": 5.5,
+                                                                "duration": 35.2, "raw_start": 2, "raw_end": 4.5})),
+        ["edited.jsonl:1: start/end 3-5.5 disagree with raw_start/raw_end 2-4.5 (clamped into the 35.2 s video: "
+         "2-4.5), which the standard scoring uses"]),
 }
 
 
