@@ -52,7 +52,7 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     """Metrics of ``predictions`` against ``annotations`` under the scorings (``metrics_by_scoring``: ``standard``
     at the top level, ``by_scoring`` with ``standard``, ``clamped`` and the further ``scorings`` named, or ``all``:
     the published evaluators' own, :mod:`grounding_rl.reward.scorings`), plus the counts ``unknown_qids`` and
-    ``missing_predictions``; a query without a prediction counts as IoU 0, and the count is printed on stderr.
+    ``missing_predictions`` and the annotations scored against (``data``: absolute path, ``data_sha256``); a query without a prediction counts as IoU 0, and the count is printed on stderr.
     ``prompt_template`` names the answer format the format rate checks.
 
     Interval sets: a query whose annotation has several ``spans``, or every query when ``prompt_template`` asks for
@@ -91,6 +91,10 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     records = [_record(gt, preds.get(qid, (None, {})), predictions, annotations, set_answers)
                for qid, gt in gts.items()]
     metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"], scorings=scorings)
+    from grounding_rl.run_record import file_sha256
+
+    # the data scored, as eval's metrics.json names it: compare refuses runs on other data (compare.data_of)
+    metrics["data"], metrics["data_sha256"] = str(Path(annotations).resolve()), file_sha256(annotations)
     metrics["unknown_qids"] = len(unknown)
     metrics["missing_predictions"] = sum(1 for qid in gts if qid not in preds)
     if metrics["missing_predictions"]:
