@@ -447,6 +447,21 @@ CASES = {
         ["miss.yaml:3: max_missing_fraction must be ≤ 1.0"]),
     "sft: a negative crop-call limit": (lambda d: [*SFT, "--max_tool_calling_iterations", "-2"],
                                         ["command line: invalid", "max_tool_calling_iterations must be ≥ 0 (got -2)"]),
+    # ---- wtN: a newcomer's audit for silent wrongs (rows below this line) ----
+    "prepare: start/end edited, raw_start/raw_end left as they were": (
+        lambda d: _prepare_jsonl(d, "edited.jsonl", json.dumps({"video": "v.mp4", "query": "q", "start": 3, "end": 5.5,
+                                                                "duration": 35.2, "raw_start": 2, "raw_end": 4.5})),
+        ["edited.jsonl:1: start/end 3-5.5 disagree with raw_start/raw_end 2-4.5 (clamped into the 35.2 s video: "
+         "2-4.5), which the standard scoring uses"]),
+    "score: predictions in another tool's keys (every query would be a parse failure)": (
+        lambda d: ["score", "--annotations", str(d / "gt.jsonl"), "--predictions",
+                   _file(d / "pred_keys.jsonl", '{"qid": "a", "pred_start": 1.0, "pred_end": 2.0}\n')],
+        ["pred_keys.jsonl:1: qid 'a' has no prediction: none of answer, start, end, pred_spans (its keys: qid, "
+         "pred_start, pred_end)"]),
+    "score: a start without its end (the start would be ignored)": (
+        lambda d: ["score", "--annotations", str(d / "gt.jsonl"), "--predictions",
+                   _file(d / "pred_half.jsonl", '{"qid": "a", "start": 1.0, "answer": "<answer>1 to 2</answer>"}\n')],
+        ["pred_half.jsonl:1: qid 'a' has only one of 'start' and 'end'; give both (seconds), or neither"]),
 }
 
 

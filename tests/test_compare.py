@@ -29,7 +29,7 @@ def test_compare_refuses_a_name_twice_and_runs_on_other_data(tmp_path, capsys):
     assert one_line(capsys) == (f"grounding-rl compare: error: runs evaluated on different data: a on "
                                 f"{tmp_path / 'test.jsonl'}, c on {tmp_path / 'val.jsonl'}; compare runs of one test "
                                 "set")
-    score_only = tmp_path / "baseline.json"  # `score` / `baseline` metrics record no data file: not compared
+    score_only = tmp_path / "baseline.json"  # metrics naming no data file (an older `score`'s): not compared
     score_only.write_text(json.dumps({"mIoU": 10.0, "n": 2}))
     assert cli(["compare", f"a={a}", f"b={b}", f"base={score_only}"]) == 0
     rows = capsys.readouterr().out.splitlines()
@@ -44,3 +44,27 @@ def test_compare_scoring_names_the_file_given(tmp_path, capsys):
     assert cli(["compare", f"a={given}", "--scoring", "timezero"]) == 2
     assert one_line(capsys) == (f"grounding-rl compare: error: {given}: no scoring standard, clamped, timezero in "
                                 f"it and no {tmp_path / 'ev' / 'predictions.jsonl'} to compute it from")
+
+
+def test_compare_refuses_score_metrics_of_other_data(tmp_path, capsys):
+    """``score`` (and so ``baseline --metrics``) records the annotations it scored: a baseline scored on another
+    file is refused, as an eval run on another file is (it used to be listed silently)."""
+    from grounding_rl.eval.score import score
+
+    runs = {}
+    for name, end in (("test", 2.0), ("val", 3.0)):
+        data = tmp_path / f"{name}.jsonl"
+        data.write_text(json.dumps({"video": "v.mp4", "query": "q", "start": 1.0, "end": end, "duration": 5.0,
+                                    "qid": "a"}) + "\n")
+        pred = tmp_path / f"pred_{name}.jsonl"
+        pred.write_text(json.dumps({"qid": "a", "start": 1.0, "end": 2.0}) + "\n")
+        runs[name] = tmp_path / name / "metrics.json"
+        runs[name].parent.mkdir()
+        runs[name].write_text(json.dumps(score(pred, data)))
+    assert json.loads(runs["val"].read_text())["data"] == str(tmp_path / "val.jsonl")
+    capsys.readouterr()
+    assert cli(["compare", f"base={runs['val'].parent}", f"mine={runs['test']}"]) == 2
+    assert one_line(capsys) == (f"grounding-rl compare: error: runs evaluated on different data: base on "
+                                f"{tmp_path / 'val.jsonl'}, mine on {tmp_path / 'test.jsonl'}; compare runs of one "
+                                "test set")
+    assert cli(["compare", f"a={runs['test']}", f"b={runs['test'].parent}"]) == 0

@@ -435,13 +435,36 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
                 raise AnnotationError(f"{where}: spans {excerpt([list(span) for span in spans])} and start/end "
                                       f"{start:g}-{end:g} disagree (spans win, start/end must be their hull "
                                       f"{hull[0]:g}-{hull[1]:g}); drop start and end, or add their span to spans")
+        raw_start = None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start", where)
+        raw_end = None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where)
+        if spans is None and (raw_start is not None or raw_end is not None):
+            _check_raw(where, start, end, raw_start, raw_end, duration)
         yield Sample(video=video, query=row["query"], start=start, end=end, duration=duration,
                      qid=as_qid(row.get("qid"), str(number - 1), where),
-                     source=str(row.get("source") or "jsonl"),
-                     raw_start=None if row.get("raw_start") is None else as_seconds(row["raw_start"], "raw_start",
-                                                                                    where),
-                     raw_end=None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where),
+                     source=str(row.get("source") or "jsonl"), raw_start=raw_start, raw_end=raw_end,
                      spans=spans, spans_all=spans_all, raw_spans=raw_spans)
+
+
+def _check_raw(where: str, start: float, end: float, raw_start: float | None, raw_end: float | None,
+               duration: float) -> None:
+    """Refuse a canonical line whose ``start``/``end`` (seconds) are not what :func:`validate_sample` makes of its
+    ``raw_start``/``raw_end`` (the annotation as written, which the headline ``standard`` scoring reads): e.g. times
+    edited after ``prepare`` with the old ``raw_*`` left beside them, which would score against the old ones.
+
+    Raises:
+        AnnotationError: one of ``raw_start``/``raw_end`` without the other, or the disagreement (``where`` first).
+    """
+    if raw_start is None or raw_end is None:
+        raise AnnotationError(f"{where}: raw_start and raw_end go together (the annotation as written); give both, "
+                              "or drop both")
+    probe = Sample(video="", query="raw", start=raw_start, end=raw_end, duration=duration, qid="", source="")
+    fixed, _ = validate_sample(probe)
+    want = (raw_start, raw_end) if fixed is None else (fixed.start, fixed.end)
+    if abs(start - want[0]) > 1e-6 or abs(end - want[1]) > 1e-6:
+        raise AnnotationError(f"{where}: start/end {start:g}-{end:g} disagree with raw_start/raw_end "
+                              f"{raw_start:g}-{raw_end:g} (clamped into the {duration:g} s video: {want[0]:g}-"
+                              f"{want[1]:g}), which the standard scoring uses; after editing start/end drop raw_start "
+                              "and raw_end, or set them too")
 
 
 def write_samples(path: str | os.PathLike, samples: Iterable[Sample]) -> int:

@@ -39,8 +39,9 @@ def load_metrics(path: str | Path) -> dict:
 
 def data_of(path: str | Path, metrics: dict) -> tuple[str, str] | None:
     """``(data file, SHA-256 of its content)`` an evaluation ran on: from the ``eval_config.json`` beside the
-    ``metrics.json`` at ``path`` (``data``, ``data_sha256``), else the ``data`` that ``metrics.json`` names when that
-    file is still here; None when neither tells (``score`` / ``baseline`` metrics)."""
+    ``metrics.json`` at ``path`` (``data``, ``data_sha256``), else from ``metrics.json``'s own ``data`` and
+    ``data_sha256`` (``score`` / ``baseline`` write them), else the ``data`` it names when that file is still here;
+    None when none tells (metrics written before ``score`` recorded its data)."""
     from grounding_rl.run_record import file_sha256, read_record
 
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
@@ -48,6 +49,8 @@ def data_of(path: str | Path, metrics: dict) -> tuple[str, str] | None:
     if record.get("data") and record.get("data_sha256"):
         return str(record["data"]), str(record["data_sha256"])
     data = metrics.get("data")
+    if isinstance(data, str) and metrics.get("data_sha256"):
+        return data, str(metrics["data_sha256"])
     if isinstance(data, str) and Path(data).is_file():
         return data, file_sha256(data)
     return None

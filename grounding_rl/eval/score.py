@@ -22,9 +22,14 @@ from grounding_rl.errors import UserError, excerpt
 from grounding_rl.jsonl_files import JsonLines
 from grounding_rl.reward.metrics import metrics_by_scoring, scoring_names
 
+# A predictions line holds at least one of these (eval's predictions.jsonl: answer, start, end).
+PREDICTION_KEYS = ("answer", "start", "end", "pred_spans")
+
 
 def _index(path: Path) -> dict[str, tuple[int, dict]]:
-    """``{qid: (1-based line number, object)}`` of a predictions file; UserError on a missing or duplicate qid."""
+    """``{qid: (1-based line number, object)}`` of a predictions file; UserError on a missing or duplicate qid, a
+    line with none of ``answer``, ``start``/``end``, ``pred_spans`` (another tool's keys: every query would score as
+    a parse failure), or one of ``start``/``end`` without the other (the lone one would be ignored)."""
     out: dict[str, tuple[int, dict]] = {}
     for number, obj in JsonLines(path):
         qid = obj.get("qid")
@@ -33,6 +38,12 @@ def _index(path: Path) -> dict[str, tuple[int, dict]]:
         qid = str(qid)
         if qid in out:
             raise UserError(f"{path}:{number}: duplicate qid {qid!r} (first on line {out[qid][0]})")
+        if not any(key in obj for key in PREDICTION_KEYS):
+            raise UserError(f"{path}:{number}: qid {qid!r} has no prediction: none of {', '.join(PREDICTION_KEYS)} "
+                            f"(its keys: {', '.join(map(str, obj))})")
+        if (obj.get("start") is None) != (obj.get("end") is None):
+            raise UserError(f"{path}:{number}: qid {qid!r} has only one of 'start' and 'end'; give both (seconds), "
+                            "or neither")
         out[qid] = (number, obj)
     return out
 
@@ -41,7 +52,7 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     """Metrics of ``predictions`` against ``annotations`` under the scorings (``metrics_by_scoring``: ``standard``
     at the top level, ``by_scoring`` with ``standard``, ``clamped`` and the further ``scorings`` named, or ``all``:
     the published evaluators' own, :mod:`grounding_rl.reward.scorings`), plus the counts ``unknown_qids`` and
-    ``missing_predictions``; a query without a prediction counts as IoU 0, and the count is printed on stderr.
+    ``missing_predictions`` and the annotations scored against (``data``: absolute path, ``data_sha256``); a query without a prediction counts as IoU 0, and the count is printed on stderr.
     ``prompt_template`` names the answer format the format rate checks.
 
     Interval sets: a query whose annotation has several ``spans``, or every query when ``prompt_template`` asks for
@@ -50,8 +61,9 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     scoring reads ``spans_all`` (every span a TimeLens-Bench entry lists), ``qvhighlights`` ranks ``pred_spans``.
 
     Raises:
-        UserError: bad JSON, a missing or duplicate qid, or a bad field (naming file and line); a predictions file
-            without any prediction, or annotations without any usable query; an unknown scoring.
+        UserError: bad JSON, a missing or duplicate qid, a line without a prediction or with half a ``start``/``end``
+            pair, or a bad field (naming file and line); a predictions file without any prediction, or annotations
+            without any usable query; an unknown scoring.
     """
     try:
         scoring_names(scorings)
@@ -79,6 +91,10 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     records = [_record(gt, preds.get(qid, (None, {})), predictions, annotations, set_answers)
                for qid, gt in gts.items()]
     metrics = metrics_by_scoring(records, prompt_template, dropped_annotations=counts["dropped"], scorings=scorings)
+    from grounding_rl.run_record import file_sha256
+
+    # the data scored, as eval's metrics.json names it: compare refuses runs on other data (compare.data_of)
+    metrics["data"], metrics["data_sha256"] = str(Path(annotations).resolve()), file_sha256(annotations)
     metrics["unknown_qids"] = len(unknown)
     metrics["missing_predictions"] = sum(1 for qid in gts if qid not in preds)
     if metrics["missing_predictions"]:
