@@ -52,7 +52,8 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     """Metrics of ``predictions`` against ``annotations`` under the scorings (``metrics_by_scoring``: ``standard``
     at the top level, ``by_scoring`` with ``standard``, ``clamped`` and the further ``scorings`` named, or ``all``:
     the published evaluators' own, :mod:`grounding_rl.reward.scorings`), plus the counts ``unknown_qids`` and
-    ``missing_predictions`` and the annotations scored against (``data``: absolute path, ``data_sha256``); a query without a prediction counts as IoU 0, and the count is printed on stderr.
+    ``missing_predictions`` and the annotations scored against (``data``: absolute path, ``data_sha256``); a query
+    without a prediction counts as IoU 0, and the count is printed on stderr.
     ``prompt_template`` names the answer format the format rate checks.
 
     Interval sets: a query whose annotation has several ``spans``, or every query when ``prompt_template`` asks for
