@@ -204,7 +204,7 @@ CASES = {
     "sft: seed -1": (lambda d: [*SFT, "--seed", "-1"], ["seed must be in [0, 2**32 - 1]"]),
     "prepare: --max-missing-fraction -1": (
         lambda d: ["prepare", "--format", "jsonl", "--annotations", str(d / "gt.jsonl"), "--out", str(d / "o.jsonl"),
-                   "--max-missing-fraction", "-1"], ["--max-missing-fraction must be ≥ 0.0"]),
+                   "--video-root", str(d), "--max-missing-fraction", "-1"], ["--max-missing-fraction must be ≥ 0.0"]),
     # a key written twice in a YAML: the file, the key and both lines
     "train: YAML key written twice": (lambda d: ["train", "--config", str(d / "dup.yaml")],
                                       ["dup.yaml: key 'learning_rate' is written twice (lines 3 and 5)"]),
@@ -462,6 +462,17 @@ CASES = {
         lambda d: ["score", "--annotations", str(d / "gt.jsonl"), "--predictions",
                    _file(d / "pred_half.jsonl", '{"qid": "a", "start": 1.0, "answer": "<answer>1 to 2</answer>"}\n')],
         ["pred_half.jsonl:1: qid 'a' has only one of 'start' and 'end'; give both (seconds), or neither"]),
+    # ---- flags that were parsed and changed nothing, or gave a silent null (rows below this line) ----
+    "prepare: --max-missing-fraction without --video-root": (
+        lambda d: ["prepare", "--format", "jsonl", "--annotations", str(d / "gt.jsonl"), "--out", str(d / "o.jsonl"),
+                   "--max-missing-fraction", "0.5"], ["--max-missing-fraction goes with --video-root"]),
+    "score: an unknown --prompt-template": (
+        lambda d: ["score", "--predictions", str(d / "pred_empty.jsonl"), "--annotations", str(d / "gt.jsonl"),
+                   "--prompt-template", "nope"], ["argument --prompt-template: invalid choice: 'nope'"]),
+    "compare: a --json-key naming no run": (lambda d: ["compare", f"a={_foreign_out(d)}", "--json-key", "b:mIoU"],
+                                            ["--json-key 'b:mIoU': expected NAME:METRIC with NAME one of a"]),
+    "compare: a --json-key naming no metric": (lambda d: ["compare", f"a={_foreign_out(d)}", "--json-key", "a:miou"],
+                                               ["--json-key 'a:miou': run 'a' has no metric 'miou'"]),
 }
 
 

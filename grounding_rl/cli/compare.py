@@ -40,12 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:  # a missing path, a file that is not JSON, a run not written NAME=PATH
         raise UserError(str(err)) from None
     check_same_data(data)
+    summary = {}
+    for key in args.json_key:  # checked before anything is printed: a wrong key would be a silent null
+        name, sep, metric = key.partition(":")
+        if not sep or not metric or name not in runs:
+            raise UserError(f"--json-key {key!r}: expected NAME:METRIC with NAME one of {', '.join(runs)} (e.g. "
+                            f"{next(iter(runs))}:mIoU)")
+        if metric not in runs[name]:
+            raise UserError(f"--json-key {key!r}: run {name!r} has no metric {metric!r} (its metrics: "
+                            f"{', '.join(k for k, v in runs[name].items() if not isinstance(v, (dict, list)))})")
+        summary[f"{name}_{metric}"] = runs[name][metric]
     print(comparison_table(runs, args.scoring))
     if args.json_key:
-        summary = {}
-        for key in args.json_key:
-            name, _, metric = key.partition(":")
-            summary[f"{name}_{metric}"] = runs.get(name, {}).get(metric)
         print(json.dumps(summary))
     return 0
 

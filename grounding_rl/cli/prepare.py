@@ -46,9 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="folder of the videos (relative video paths resolve here; default: the annotation "
                              "file's folder); also turns on the check for missing and unreadable videos")
     parser.add_argument("--out", required=True, help="output canonical JSONL (written atomically)")
-    parser.add_argument("--max-missing-fraction", type=float, default=DEFAULT_MAX_MISSING_FRACTION,
+    parser.add_argument("--max-missing-fraction", type=float, default=None,
                         help="with --video-root: fail when more than this share of the videos is missing or unreadable "
-                             "(1.0: never)")
+                             f"(1.0: never; default {DEFAULT_MAX_MISSING_FRACTION})")
     return parser
 
 
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             no usable line; the readers' :class:`AnnotationError` (a subclass) for a bad file or line. The
             ``grounding-rl`` command prints each as one line with exit status 2.
     """
+    from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION
     from grounding_rl.data.prepare import prepare
     from grounding_rl.data.probe import VideoProbeError
 
@@ -92,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --format and --annotations, or --benchmark")
     elif args.data_root is not None:
         parser.error("--data-root goes with --benchmark")
+    if args.max_missing_fraction is not None and not args.video_root:
+        parser.error("--max-missing-fraction goes with --video-root (without it no video is checked)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     check_number("--max-missing-fraction", args.max_missing_fraction, minimum=0.0, maximum=1.0)
+    if args.max_missing_fraction is None:
+        args.max_missing_fraction = DEFAULT_MAX_MISSING_FRACTION
     if os.path.isdir(args.out):
         raise UserError(f"{args.out}: --out is a folder; give the path of the .jsonl file to write")
     try:

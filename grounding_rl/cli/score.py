@@ -14,6 +14,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     from grounding_rl.cli.eval import add_scoring_flag
     from grounding_rl.eval.score import score
+    from grounding_rl.prompts.templates import PROMPT_TEMPLATES
     from grounding_rl.reward.metrics import scoring_table
 
     parser = argparse.ArgumentParser(
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--predictions", type=Path, required=True, help="JSONL: qid plus answer and/or start/end")
     parser.add_argument("--annotations", type=Path, required=True, help="canonical JSONL of the queries")
     parser.add_argument("--out", type=Path, default=None, help="write the metrics as JSON here")
-    parser.add_argument("--prompt-template", default="default",
+    parser.add_argument("--prompt-template", default="default", choices=sorted(PROMPT_TEMPLATES),
                         help="the template the predictions were made with (its answer format sets the format rate)")
     add_scoring_flag(parser)
     args = parser.parse_args(argv)
