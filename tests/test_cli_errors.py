@@ -473,6 +473,14 @@ CASES = {
                                             ["--json-key 'b:mIoU': expected NAME:METRIC with NAME one of a"]),
     "compare: a --json-key naming no metric": (lambda d: ["compare", f"a={_foreign_out(d)}", "--json-key", "a:miou"],
                                                ["--json-key 'a:miou': run 'a' has no metric 'miou'"]),
+    "score: predictions for another data file": (
+        lambda d: ["score", "--predictions", _file(d / "pred_other.jsonl", '{"qid": "other:1", "answer": "1 to 2"}\n'),
+                   "--annotations", str(d / "gt.jsonl")], ["pred_other.jsonl: none of its 1 qids is a query of"]),
+    "score: a misspelt canonical key": (
+        lambda d: ["score", "--predictions", str(d / "pred_empty.jsonl"), "--annotations",
+                   _file(d / "typo_gt.jsonl", '{"video": "v.mp4", "query": "q", "start": 1, "end": 2, "duration": 5, '
+                                              '"Spans": [[1, 2], [3, 4]]}\n')],
+        ["typo_gt.jsonl:1: unknown key 'Spans' (did you mean 'spans'? it would be ignored)"]),
 }
 
 

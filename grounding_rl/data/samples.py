@@ -399,8 +399,8 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     Yields:
         Sample per line.
     Raises:
-        AnnotationError: a line lacks a field, has a non-numeric time, ``start``/``end`` other than its ``spans``'
-            hull, a qid that is neither a string nor an integer, or no duration and no readable video;
+        AnnotationError: a line lacks a field, has a misspelt one (:func:`_check_misspelt`), a non-numeric time,
+            ``start``/``end`` other than its ``spans``' hull, a qid that is neither a string nor an integer, or no duration and no readable video;
             JsonlError: a line is not UTF-8, not JSON or not an object (:class:`grounding_rl.jsonl_files.JsonLines`);
             the message is ``FILE:LINE`` (1-based) plus the reason.
         VideoProbeError: a video exists but cannot be read.
@@ -409,6 +409,7 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
     resolver = VideoResolver(path, video_root)
     for number, row in JsonLines(path):
         where = f"{path}:{number}"
+        _check_misspelt(row, where)
         needed = ("video", "query") if row.get("spans") is not None else ("video", "query", "start", "end")
         missing = [key for key in needed if key not in row]
         if missing:
@@ -465,6 +466,26 @@ def _check_raw(where: str, start: float, end: float, raw_start: float | None, ra
                               f"{raw_start:g}-{raw_end:g} (clamped into the {duration:g} s video: {want[0]:g}-"
                               f"{want[1]:g}), which the standard scoring uses; after editing start/end drop raw_start "
                               "and raw_end, or set them too")
+
+
+def _check_misspelt(row: dict, where: str) -> None:
+    """Refuse a key that is not one of :data:`FIELDS` but nearly is (``Spans``, ``durations``, ``starts``; difflib
+    ratio ≥ 0.8, or the same letters in another case) while the field itself is absent: it would be ignored, e.g. a
+    multi-span query read as one span. Other extra keys (a user's metadata) pass.
+
+    Raises:
+        AnnotationError: ``where`` (``FILE:LINE``), the key and the field it resembles.
+    """
+    import difflib
+
+    for key in row:
+        if key in FIELDS or not isinstance(key, str):
+            continue
+        near = [field for field in FIELDS if field == key.lower()] or \
+            difflib.get_close_matches(key.lower(), FIELDS, n=1, cutoff=0.8)
+        if near and near[0] not in row:
+            raise AnnotationError(f"{where}: unknown key {key!r} (did you mean {near[0]!r}? it would be ignored); "
+                                  f"canonical keys: {', '.join(FIELDS)}")
 
 
 def write_samples(path: str | os.PathLike, samples: Iterable[Sample]) -> int:

@@ -63,8 +63,8 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
 
     Raises:
         UserError: bad JSON, a missing or duplicate qid, a line without a prediction or with half a ``start``/``end``
-            pair, or a bad field (naming file and line); a predictions file without any prediction, or annotations
-            without any usable query; an unknown scoring.
+            pair, or a bad field (naming file and line); a predictions file without any prediction or without any
+            qid of the annotations, or annotations without any usable query; an unknown scoring.
     """
     try:
         scoring_names(scorings)
@@ -86,6 +86,10 @@ def score(predictions: Path, annotations: Path, prompt_template: str = "default"
     if not preds:
         raise UserError(f"{predictions}: no predictions in the file")
     unknown = [qid for qid in preds if qid not in gts]
+    if len(unknown) == len(preds):  # every query would score IoU 0: predictions for another data file
+        raise UserError(f"{predictions}: none of its {len(preds)} qids is a query of {annotations} (e.g. "
+                        f"{unknown[0]!r}, where {annotations} has {next(iter(gts))!r}); score the predictions "
+                        "against the annotations they were made for")
     if unknown:
         shown = ", ".join(repr(q) for q in unknown[:10]) + (" …" if len(unknown) > 10 else "")
         print(f"score: {len(unknown)} prediction(s) for qids not in {annotations}: {shown}", file=sys.stderr)
