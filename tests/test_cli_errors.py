@@ -481,6 +481,12 @@ CASES = {
                    _file(d / "typo_gt.jsonl", '{"video": "v.mp4", "query": "q", "start": 1, "end": 2, "duration": 5, '
                                               '"Spans": [[1, 2], [3, 4]]}\n')],
         ["typo_gt.jsonl:1: unknown key 'Spans' (did you mean 'spans'? it would be ignored)"]),
+    "score: spans edited, raw_spans left as they were": (
+        lambda d: ["score", "--predictions", str(d / "pred_empty.jsonl"), "--annotations",
+                   _file(d / "stale_spans.jsonl", '{"video": "v.mp4", "query": "q", "duration": 10, "spans": [[1, 2]], '
+                                                  '"raw_spans": [[5, 6], [6, 7]]}\n')],
+        ["stale_spans.jsonl:1: spans [[1.0, 2.0]] disagree with raw_spans [[5.0, 6.0], [6.0, 7.0]] (validated: "
+         "[[5.0, 7.0]]), which the qvhighlights scoring uses"]),
 }
 
 

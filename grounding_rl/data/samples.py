@@ -400,7 +400,9 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
         Sample per line.
     Raises:
         AnnotationError: a line lacks a field, has a misspelt one (:func:`_check_misspelt`), a non-numeric time,
-            ``start``/``end`` other than its ``spans``' hull, a qid that is neither a string nor an integer, or no duration and no readable video;
+            ``start``/``end`` other than its ``spans``' hull, stale ``raw_*`` fields (:func:`_check_raw`,
+            :func:`_check_raw_spans`), a qid that is neither a string nor an integer, or no duration and no readable
+            video;
             JsonlError: a line is not UTF-8, not JSON or not an object (:class:`grounding_rl.jsonl_files.JsonLines`);
             the message is ``FILE:LINE`` (1-based) plus the reason.
         VideoProbeError: a video exists but cannot be read.
@@ -440,6 +442,8 @@ def iter_samples(path: str | os.PathLike, *, video_root: str | os.PathLike | Non
         raw_end = None if row.get("raw_end") is None else as_seconds(row["raw_end"], "raw_end", where)
         if spans is None and (raw_start is not None or raw_end is not None):
             _check_raw(where, start, end, raw_start, raw_end, duration)
+        if raw_spans is not None:
+            _check_raw_spans(where, spans, raw_spans, duration)
         yield Sample(video=video, query=row["query"], start=start, end=end, duration=duration,
                      qid=as_qid(row.get("qid"), str(number - 1), where),
                      source=str(row.get("source") or "jsonl"), raw_start=raw_start, raw_end=raw_end,
@@ -466,6 +470,24 @@ def _check_raw(where: str, start: float, end: float, raw_start: float | None, ra
                               f"{raw_start:g}-{raw_end:g} (clamped into the {duration:g} s video: {want[0]:g}-"
                               f"{want[1]:g}), which the standard scoring uses; after editing start/end drop raw_start "
                               "and raw_end, or set them too")
+
+
+def _check_raw_spans(where: str, spans: Spans | None, raw_spans: Spans, duration: float) -> None:
+    """Refuse a canonical line whose ``raw_spans`` (the interval set as written, which the ``qvhighlights`` scoring
+    reads) are not what :func:`validate_spans` makes ``spans`` from: e.g. ``spans`` edited after ``prepare`` with the
+    old ``raw_spans`` left beside them. A ``raw_spans`` none of whose spans lies in the video is not checked (an
+    evaluation query's ``spans`` are then its hull, :func:`validate_sample`).
+
+    Raises:
+        AnnotationError: ``raw_spans`` without ``spans``, or the disagreement (``where`` first).
+    """
+    if spans is None:
+        raise AnnotationError(f"{where}: raw_spans without spans; give spans (the validated set) or drop raw_spans")
+    want = validate_spans(raw_spans, duration)
+    if want and (len(want) != len(spans) or any(abs(a - b) > 1e-6 for w, g in zip(want, spans) for a, b in zip(w, g))):
+        shown = [excerpt([list(x) for x in value]) for value in (spans, raw_spans, want)]
+        raise AnnotationError(f"{where}: spans {shown[0]} disagree with raw_spans {shown[1]} (validated: {shown[2]}), "
+                              "which the qvhighlights scoring uses; after editing spans drop raw_spans, or set it too")
 
 
 def _check_misspelt(row: dict, where: str) -> None:
