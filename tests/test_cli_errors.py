@@ -487,6 +487,16 @@ CASES = {
                                                   '"raw_spans": [[5, 6], [6, 7]]}\n')],
         ["stale_spans.jsonl:1: spans [[1.0, 2.0]] disagree with raw_spans [[5.0, 6.0], [6.0, 7.0]] (validated: "
          "[[5.0, 7.0]]), which the qvhighlights scoring uses"]),
+    # ---- wtD: eval compares the annotations' durations with the clips' (rows below this line) ----
+    "eval: a canonical file in milliseconds (every IoU 0 before)": (
+        lambda d: [*EVAL(d, "tiny")[:4], _in_milliseconds(d), *EVAL(d, "tiny")[5:], "--video-root",
+                   shared("data", "videos")],
+        ["ms.jsonl: 15 of 15 durations differ from their video's by a factor outside [0.5, 2] (qid '0': 35200 s, "
+         "charades_OHOFG.mp4 lasts 35.14 s; also qid '1', '2', …): milliseconds or frames, not seconds?"]),
+    "train: a canonical file in milliseconds (before the model loads)": (
+        lambda d: [*TRAIN, "--model_name_or_path", str(d / "tiny"), "--train_file", _in_milliseconds(d),
+                   "--video_root", shared("data", "videos"), "--output_dir", str(d / "run_ms")],
+        ["ms.jsonl: 15 of 15 durations differ from their video's by a factor outside [0.5, 2] (qid '0': 35200 s"]),
 }
 
 
@@ -715,3 +725,10 @@ def test_transformers5_layout_on_an_untested_transformers_is_one_line(files, mon
                               "5.19, < 5.25 (the tested range); transformers 5.25.0 is installed"), err
         assert len(err.splitlines()) == 1
     assert not (files / "ev_qwen3").exists()
+
+
+def _in_milliseconds(d: Path) -> str:
+    """``d/ms.jsonl``: the real clips' canonical annotations with every time and duration ×1000."""
+    rows = [json.loads(line) for line in Path(shared("data", "videos", "annotations.jsonl")).read_text().splitlines()]
+    return _file(d / "ms.jsonl", "".join(json.dumps({**r, **{k: 1000 * r[k] for k in ("start", "end", "duration")}})
+                                         + "\n" for r in rows))

@@ -50,12 +50,17 @@ class GroundingDataset(Dataset):
         """Read a canonical JSONL with :func:`grounding_rl.data.samples.load_samples` (its validation policy, for
         training: intervals outside the video are dropped and counted); a line's ``difficulty`` score
         (``grounding-rl difficulty``) is kept on its sample (:func:`grounding_rl.data.selection.read_scores`);
-        so are its ``prompt_template`` and ``reward_spec`` (:func:`read_row_settings`)."""
+        so are its ``prompt_template`` and ``reward_spec`` (:func:`read_row_settings`). A file whose durations are off
+        the clips' by a factor outside [0.5, 2] (milliseconds, frames; the first videos probed,
+        :func:`grounding_rl.data.durations.check_first_videos`) is refused with a UserError, as ``eval`` refuses it."""
+        from grounding_rl.data.durations import check_first_videos
         from grounding_rl.data.selection import FIELD, read_scores
         from grounding_rl.data.samples import load_samples
 
         scores, settings = read_scores(path), read_row_settings(path)
-        samples = [s.to_dict() for s in load_samples(path, video_root=video_root, training=True)]
+        loaded = load_samples(path, video_root=video_root, training=True)
+        check_first_videos(loaded, str(path))
+        samples = [s.to_dict() for s in loaded]
         samples = [{**s, FIELD: scores[s["qid"]]} if s["qid"] in scores else s for s in samples]
         return cls([{**s, **settings[s["qid"]]} if s["qid"] in settings else s for s in samples])
 

@@ -25,6 +25,7 @@ import sys
 
 from tqdm import tqdm
 
+from grounding_rl.data.durations import check_durations
 from grounding_rl.data.missing import DEFAULT_MAX_MISSING_FRACTION, check_fraction, missing_videos
 from grounding_rl.data.probe import VideoProbeError, probe_duration
 from grounding_rl.data.readers import count_several_spans, read_annotations, timelens2_rollouts
@@ -33,13 +34,6 @@ from grounding_rl.errors import UserError
 from grounding_rl.jsonl_files import write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
-
-# A duration in the annotations that is off its video's by a factor outside [0.5, 2] is a unit mistake (milliseconds,
-# frames), refused; a difference above DURATION_TOLERANCE seconds (rounding) within it is counted
-# (``duration_mismatch``: real annotation sets differ from the files by fractions of a second).
-DURATION_RATIO_MIN, DURATION_RATIO_MAX = 0.5, 2.0
-DURATION_TOLERANCE = 0.001
-SHOWN = 3  # queries named in the refusal
 
 
 def _relative_to_out(sample: Sample, out_dir: str) -> Sample:
@@ -81,52 +75,15 @@ def unreadable_videos(videos: list[str], progress: bool = True) -> list[str]:
     return broken
 
 
-def duration_mismatches(samples: list[Sample], probed: dict[str, float],
-                        tolerance: float = DURATION_TOLERANCE) -> tuple[list[tuple[Sample, float]], int]:
-    """Compare each sample's duration (as the annotations give it) with its video's probed duration.
-
-    Args:
-        samples: validated samples.
-        probed: ``{video path: probed duration in seconds}`` (videos missing here are not compared).
-        tolerance: seconds of difference still counted as agreement.
-    Returns:
-        ``(gross, small)``: the samples whose ratio claimed / probed lies outside [DURATION_RATIO_MIN,
-        DURATION_RATIO_MAX] (a unit mistake: milliseconds, frames), each with its probed duration, in input order;
-        and the number of the others that differ by more than ``tolerance`` (real annotation sets differ by
-        fractions of a second). Example: 30740.0 claimed, 30.74 probed → gross; 35.2 claimed, 35.1415 probed → small.
-    """
-    gross, small = [], 0
-    for sample in samples:
-        actual = probed.get(sample.video)
-        if actual is None:
-            continue
-        ratio = sample.duration / actual
-        if not DURATION_RATIO_MIN <= ratio <= DURATION_RATIO_MAX:
-            gross.append((sample, actual))
-        elif abs(sample.duration - actual) > tolerance:
-            small += 1
-    return gross, small
-
-
 def _check_durations(kept: list[Sample], videos: list[str], numbers: dict[str, int], annotations: str) -> int:
-    """Refuse a gross duration mismatch (:func:`duration_mismatches`), naming the first queries; return the count of
-    small ones (``duration_mismatch``).
+    """Probe ``videos`` and refuse a gross duration mismatch (:func:`grounding_rl.data.durations.check_durations`,
+    the rule ``eval`` applies too), naming the first queries; return the count of small ones (``duration_mismatch``).
 
     Raises:
         UserError: ``"FILE: 8 of 8 durations differ from their video's by a factor outside [0.5, 2] (query 1, qid 'a':
         30740 s, v.mp4 lasts 30.74 s; also query 2, 3, …): milliseconds or frames, not seconds?"``.
     """
-    probed = {video: probe_duration(video) for video in videos}
-    gross, small = duration_mismatches(kept, probed)
-    if gross:
-        first, actual = gross[0]
-        others = [str(numbers.get(s.qid, "?")) for s, _ in gross[1:SHOWN]]
-        others_text = f"; also query {', '.join(others)}{', …' if len(gross) > SHOWN else ''}" if others else ""
-        raise UserError(f"{annotations}: {len(gross)} of {len(kept)} durations differ from their video's by a factor "
-                        f"outside [{DURATION_RATIO_MIN:g}, {DURATION_RATIO_MAX:g}] (query "
-                        f"{numbers.get(first.qid, '?')}, qid {first.qid!r}: {first.duration:g} s, "
-                        f"{os.path.basename(first.video)} lasts {actual:.2f} s{others_text}): milliseconds or frames, not "
-                        "seconds?")
+    small = check_durations(kept, {video: probe_duration(video) for video in videos}, annotations, numbers)
     if small:
         logger.info("%s: %d of %d queries give a duration other than their video's (kept as given)", annotations,
                     small, len(kept))

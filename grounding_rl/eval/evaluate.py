@@ -4,9 +4,11 @@
 :func:`evaluate` takes an :class:`EvalRequest` (what to evaluate, how) and runs three steps, each its own function:
 
 * :func:`plan` — read and check everything before a model loads: the data (the one validation policy), missing videos
-  (``max_missing_fraction``), unique qids, the benchmark definition, the preprocessing and prompt (command-line
-  overrides > the checkpoint's ``grounding_config.json`` > the benchmark's paper protocol > built-in defaults; the
-  source is printed and recorded), the generation budget and the run record;
+  (``max_missing_fraction``), the durations of the first videos' queries against the clips'
+  (:func:`grounding_rl.data.durations.check_first_videos`: milliseconds or frames are refused), unique qids, the
+  benchmark definition, the preprocessing and prompt (command-line overrides > the checkpoint's
+  ``grounding_config.json`` > the benchmark's paper protocol > built-in defaults; the source is printed and
+  recorded), the generation budget and the run record;
 * :func:`run` — greedy, batched generation in the request's mode, one call to
   :func:`grounding_rl.rollout.answering.answer_batches` (queries grouped by video, each video decoded once in background
   DataLoader workers, its rows sharing one vision encoding) into
@@ -51,6 +53,7 @@ import torch
 from tqdm import tqdm
 
 from grounding_rl import __version__
+from grounding_rl.data.durations import check_first_videos
 from grounding_rl.data.missing import check_fraction, missing_videos
 from grounding_rl.data.samples import Sample, load_samples
 from grounding_rl.errors import UserError, check_number
@@ -312,7 +315,9 @@ def plan(request: EvalRequest, main_process: bool = True) -> EvalPlan:
     Raises:
         UserError: a number out of range (:meth:`EvalRequest.check`), an ``out`` holding another tool's predictions or
             metrics (:func:`_check_foreign`), a model path that names no checkpoint, a model
-            folder holding full weights beside an adapter, no queries, duplicate qids, too many missing videos, an unknown template or video setting,
+            folder holding full weights beside an adapter, no queries, duplicate qids, too many missing videos, a
+            duration off its video's by a factor outside [0.5, 2] (the first videos probed), an unknown template or
+            video setting,
             ``max_new_tokens`` above the model's context.
         AnnotationError: a bad data file (names file and line).
     """
@@ -360,6 +365,7 @@ def _read_samples(request: EvalRequest, bench, main_process: bool) -> tuple[list
     absent, num_videos = missing_videos(s.video for s in samples)
     check_fraction(absent, num_videos, request.max_missing_fraction, f"{request.data}: missing",
                    "check --video-root" + (" (the benchmark's video_root)" if bench else ""))
+    check_first_videos(samples, request.data)  # a file in milliseconds or frames, before any prediction
     qids = [s.qid for s in samples]
     if len(set(qids)) != len(qids):
         dup = next(q for q in qids if qids.count(q) > 1)
