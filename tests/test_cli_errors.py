@@ -481,6 +481,11 @@ CASES = {
                    _file(d / "typo_gt.jsonl", '{"video": "v.mp4", "query": "q", "start": 1, "end": 2, "duration": 5, '
                                               '"Spans": [[1, 2], [3, 4]]}\n')],
         ["typo_gt.jsonl:1: unknown key 'Spans' (did you mean 'spans'? it would be ignored)"]),
+    # ---- wtT: a newcomer's audit for silent wrongs, training and inference side (rows below this line) ----
+    "merge-lora: --out a folder holding a model (the base itself; was overwritten)": (
+        lambda d: ["merge-lora", "--adapter", (d / "lora").mkdir(exist_ok=True)
+                   or str(Path(_file(d / "lora" / "adapter_config.json", "{}")).parent), "--out", str(d / "tiny")],
+        ["tiny already holds files (", "the merged model would be written over them: give a new or empty folder"]),
 }
 
 
