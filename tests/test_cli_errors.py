@@ -486,6 +486,9 @@ CASES = {
         lambda d: ["merge-lora", "--adapter", (d / "lora").mkdir(exist_ok=True)
                    or str(Path(_file(d / "lora" / "adapter_config.json", "{}")).parent), "--out", str(d / "tiny")],
         ["tiny already holds files (", "the merged model would be written over them: give a new or empty folder"]),
+    "infer: --gt after the clip's end (was drawn nowhere)": (
+        lambda d: [*INFER(d, "tiny"), "--gt", "20", "30", "--plot", str(d / "gt.png")],
+        ["--gt 1 of 1 (20 30) starts at or after the end of ", "mmaction2_eye_makeup.avi (6.56 s): nothing of it"]),
 }
 
 
