@@ -66,3 +66,26 @@ def test_help_is_plain_text_and_whole(sub, capsys):
         from grounding_rl.cli.tiny_model import SIZE_HELP
 
         assert all(text.split()[0] in options for text in SIZE_HELP.values())
+
+
+def test_a_run_unlike_its_starting_checkpoints_prompt_is_warned(tmp_path, caplog):
+    """GRPO from an SFT warm start saved with prompt_template 'timezero' while the YAML says (or defaults to)
+    'default': it trained on without a word. Now one warning names both values; agreeing or a base model: none."""
+    from types import SimpleNamespace
+
+    from grounding_rl.cli.common import warn_unlike_the_checkpoint
+    from grounding_rl.data.video import VideoSettings
+    from grounding_rl.prompts.preprocessing import GroundingConfig
+
+    GroundingConfig(prompt_template="timezero", video=VideoSettings()).save(tmp_path)
+    model = SimpleNamespace(model_name_or_path=str(tmp_path))
+    run = SimpleNamespace(prompt_template="default", video_layout="released")
+    with caplog.at_level("WARNING", logger="grounding_rl.cli"):
+        message = warn_unlike_the_checkpoint(model, run)
+    assert message == (f"this run's prompt differs from the one {tmp_path} was trained with (its "
+                       "grounding_config.json): prompt_template 'default' (the checkpoint's: 'timezero'); set the "
+                       "checkpoint's value to continue in its format")
+    assert [r.getMessage() for r in caplog.records] == [message]
+    agreeing = SimpleNamespace(prompt_template="timezero", video_layout="released")
+    assert warn_unlike_the_checkpoint(model, agreeing) is None
+    assert warn_unlike_the_checkpoint(SimpleNamespace(model_name_or_path="Qwen/Qwen2.5-VL-3B-Instruct"), run) is None

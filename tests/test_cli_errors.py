@@ -497,6 +497,14 @@ CASES = {
         lambda d: [*TRAIN, "--model_name_or_path", str(d / "tiny"), "--train_file", _in_milliseconds(d),
                    "--video_root", shared("data", "videos"), "--output_dir", str(d / "run_ms")],
         ["ms.jsonl: 15 of 15 durations differ from their video's by a factor outside [0.5, 2] (qid '0': 35200 s"]),
+    # ---- wtT: a newcomer's audit for silent wrongs, training and inference side (rows below this line) ----
+    "merge-lora: --out a folder holding a model (the base itself; was overwritten)": (
+        lambda d: ["merge-lora", "--adapter", (d / "lora").mkdir(exist_ok=True)
+                   or str(Path(_file(d / "lora" / "adapter_config.json", "{}")).parent), "--out", str(d / "tiny")],
+        ["tiny already holds files (", "the merged model would be written over them: give a new or empty folder"]),
+    "infer: --gt after the clip's end (was drawn nowhere)": (
+        lambda d: [*INFER(d, "tiny"), "--gt", "20", "30", "--plot", str(d / "gt.png")],
+        ["--gt 1 of 1 (20 30) starts at or after the end of ", "mmaction2_eye_makeup.avi (6.56 s): nothing of it"]),
 }
 
 

@@ -84,3 +84,16 @@ def test_a_run_without_a_logged_step_is_one_line(tmp_path, capsys):
     assert err == (f"grounding-rl plot: error: {tmp_path / 'fresh' / 'checkpoint-0' / 'trainer_state.json'}: "
                    "log_history is empty (the run logged no step yet; logging_steps decides when)")
     assert not (tmp_path / "c.png").exists()
+
+
+def test_plot_reads_a_checkpoint_newer_than_the_finished_runs_state(tmp_path):
+    """A finished run continued with --resume_from_checkpoint and a larger max_steps (still going, or stopped): the
+    top trainer_state.json is the first end's (step 3); checkpoint-5's is newer and is the one drawn."""
+    run = write_run(tmp_path / "continued", grpo_history(3))
+    for step in (2, 5):
+        write_run(run, grpo_history(step, scale=2.0), checkpoint=f"checkpoint-{step}")
+        state = run / f"checkpoint-{step}" / "trainer_state.json"
+        state.write_text(json.dumps({**json.loads(state.read_text()), "global_step": step}))
+    assert max(e["step"] for e in curves.read_log_history(run)) == 5  # was 3: the stale top file
+    (run / "checkpoint-5" / "trainer_state.json").unlink()
+    assert curves.read_log_history(run)[0]["reward"] == 1.0  # the top file's (scale 1), not the older checkpoint-2's

@@ -229,3 +229,22 @@ def test_answer_spans_are_the_final_answer_in_the_videos_seconds():
                                                                   None]
     set_template = next(t for t in PROMPT_TEMPLATES if is_set_template(t))
     assert _with_spans([Answer(0, "[[0, 3.5], [10, 12]]", None, None)], set_template)[0].spans == [(0, 3.5), (10, 12)]
+
+
+def test_a_gt_outside_the_clip_is_refused_and_one_past_its_end_a_warning(fake_model, videos_dir, tmp_path, capsys):
+    """``--gt 40 50`` on the 35.14 s clip was drawn nowhere (only its legend entry); ``--gt 30 40`` is drawn clipped."""
+    from grounding_rl.errors import UserError
+
+    argv = ["--model", str(tmp_path), "--video", str(videos_dir / "charades_OHOFG.mp4"), "--query", "early",
+            "--plot", str(tmp_path / "t.png"), *FAST]
+    with pytest.raises(UserError) as refused:
+        infer_cli.main([*argv, "--gt", "40", "50"])
+    assert str(refused.value).startswith("--gt 1 of 1 (40 50) starts at or after the end of ")
+    assert "charades_OHOFG.mp4 (35.14 s): nothing of it" in str(refused.value)
+    assert fake_model == [] and not (tmp_path / "t.png").exists()  # before the model and the picture
+    capsys.readouterr()
+    assert infer_cli.main([*argv, "--gt", "30", "40"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("infer: warning: --gt 1 of 1 (30 40) ends after ")
+    assert warnings[0].endswith("charades_OHOFG.mp4 (35.14 s); drawn up to its end")
+    assert (tmp_path / "t.png").is_file()

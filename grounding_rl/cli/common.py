@@ -86,7 +86,8 @@ def _config_path(argv: list[str]) -> tuple[list[str], str | None]:
             resolved = resolve_config_path(value)
             if not Path(resolved).is_file():
                 raise UserError(f"{value}: no such config file")
-            written = value if Path(value).resolve() == Path(resolved).resolve() else resolved  # ~ and ../shared: resolved
+            # messages name the path as written; ~ and ../shared (resolved elsewhere) by the resolved one
+            written = value if Path(value).resolve() == Path(resolved).resolve() else resolved
             out, path = out + ["--config", resolved], path or written
         else:
             out.append(arg)
@@ -515,6 +516,28 @@ def load_training_model(script_args, model_args, training_args):
         model_args.lora_target_modules = lora["target_modules"]
         model = get_peft_model(model, get_peft_config(model_args))
     return model, processor
+
+
+def warn_unlike_the_checkpoint(model_args, training_args) -> str | None:
+    """Warn (and return the message) when the run's ``prompt_template`` or ``video_layout`` differs from the one the
+    starting checkpoint was trained with (its ``grounding_config.json``, e.g. an SFT warm start's): the run would
+    teach or reward another answer format or prompt than the one the checkpoint learnt, often because the YAML left
+    the key at its default. None when they agree or the checkpoint has no such file (a base model, a hub id)."""
+    from grounding_rl.prompts.preprocessing import CONFIG_NAME, GroundingConfig
+
+    try:
+        saved = GroundingConfig.load(model_args.model_name_or_path)
+    except (OSError, ValueError):
+        return None
+    changed = [f"{key} {getattr(training_args, key)!r} (the checkpoint's: {getattr(saved, key)!r})"
+               for key in ("prompt_template", "video_layout")
+               if saved is not None and getattr(saved, key) != getattr(training_args, key)]
+    if not changed:
+        return None
+    message = (f"this run's prompt differs from the one {model_args.model_name_or_path} was trained with (its "
+               f"{CONFIG_NAME}): {'; '.join(changed)}; set the checkpoint's value to continue in its format")
+    logger.warning(message)
+    return message
 
 
 FINGERPRINT_FILE = "run_fingerprint.json"

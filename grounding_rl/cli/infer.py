@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--video", required=True, help="video file")
     parser.add_argument("--query", action="append", required=True, help="event to find (repeat for several)")
     parser.add_argument("--gt", nargs=2, type=float, action="append", metavar=("S", "E"), default=None,
-                        help="ground truth in seconds for the --plot picture (needs --plot), one per --query in order")
+                        help="ground truth in seconds for the --plot picture (needs --plot), one per --query in order; "
+                             "S before the clip's end (an E after it: drawn up to the end, with a warning)")
     parser.add_argument("--plot", default=None,
                         help="write a timeline picture here (its format from the extension: png, pdf, svg, …; none: "
                              "OUT.png)")
@@ -103,6 +104,23 @@ def _check_args(parser, args) -> None:
                             "; give the event to find (prepare drops such queries too)")
     check_number("--batch-size", args.batch_size, minimum=1)
     check_number("--max-new-tokens", args.max_new_tokens, minimum=1)
+
+
+def _check_gt(gts, video) -> None:
+    """Each ``--gt`` against the decoded clip (``video.duration``, seconds): one starting at or after the clip's end
+    would not be drawn at all, and is refused; one ending after it is drawn up to the end, with a one-line warning.
+
+    Raises:
+        UserError: names the ``--gt``, the video and its duration (before the model loads).
+    """
+    for number, (gt_start, gt_end) in enumerate(gts or (), 1):
+        where = f"--gt {number} of {len(gts)} ({gt_start:g} {gt_end:g})"
+        if gt_start >= video.duration:
+            raise UserError(f"{where} starts at or after the end of {video.path} ({video.duration:.2f} s): nothing of "
+                            "it would be drawn; give seconds within the clip")
+        if gt_end > video.duration:
+            print(f"infer: warning: {where} ends after {video.path} ({video.duration:.2f} s); drawn up to its end",
+                  file=sys.stderr)
 
 
 def _load_video(path: str, settings):
@@ -139,9 +157,9 @@ def _answer(args, config, video, zoom, log) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 ok (a plot that cannot be written is a one-line warning after the answer), 2 missing/unreadable
-    video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), a ``--gt`` without ``--plot`` or
-    not ``0 ≤ S ≤ E``, a ``--plot`` extension matplotlib cannot write, ``--device cuda`` without a GPU,
-    ``--batch-size`` or
+    video or bad arguments: an empty ``--query`` (``prepare`` drops such lines), a ``--gt`` without ``--plot``,
+    not ``0 ≤ S ≤ E`` or starting at or after the clip's end (one ending after it: a warning), a ``--plot``
+    extension matplotlib cannot write, ``--device cuda`` without a GPU, ``--batch-size`` or
     ``--max-new-tokens`` below 1, ``--max-new-tokens`` above the model's context, a frame-sampling override ≤ 0 (a
     :class:`grounding_rl.errors.UserError`, one line, before the model loads)."""
     from grounding_rl.eval.infer import format_text
@@ -178,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     video = _load_video(args.video, config.video)
     if video is None:
         return EXIT_VIDEO
+    _check_gt(args.gt, video)
     print(f"infer: settings from {source}", file=log)
     print(f"infer: {describe_config(config)}", file=log)
     results = _answer(args, config, video, zoom, log)

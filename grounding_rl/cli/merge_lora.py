@@ -3,7 +3,8 @@
 The merged folder holds the model, the processor and the adapter's ``grounding_config.json`` and model card, so
 ``grounding-rl eval`` / ``infer`` and any other engine (vLLM, plain transformers) load it directly. A ``--base`` of
 another family or architecture than the adapter was trained on is refused before anything is written
-(:func:`check_base`).
+(:func:`check_base`), and so is an ``--out`` that already holds files (a run, the base model: their weights and
+config would be overwritten; :func:`grounding_rl.models.loading.merge_lora`).
 """
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         "Merge a LoRA checkpoint into full weights: the folder holds the model, the processor and the adapter's "
         "grounding_config.json and model card, for eval, infer, vLLM or plain transformers."))
     parser.add_argument("--adapter", required=True, help="LoRA checkpoint folder (adapter_config.json)")
-    parser.add_argument("--out", required=True, help="output folder for the merged model")
+    parser.add_argument("--out", required=True,
+                        help="output folder for the merged model: new or empty (a folder holding files is refused)")
     parser.add_argument("--base", default=None,
                         help="base model (default: the adapter's base_model_name_or_path); one of another family or "
                              "architecture than the adapter was trained on is refused")

@@ -1,6 +1,7 @@
 """``grounding-rl plot RUN [RUN ...] [--out FILE]``: the training curves of one run, or several overlaid
 (:mod:`grounding_rl.update.curves`: reward per function with its spread, IoU, KL, loss, length, learning rate, phase
-timings), from each folder's ``trainer_state.json`` (the newest checkpoint's while a run has not finished)."""
+timings), from each folder's ``trainer_state.json``, or its newest checkpoint's where that is missing or behind (a
+run going on or stopped, also one continued with ``--resume_from_checkpoint`` past its first end)."""
 from __future__ import annotations
 
 import argparse

@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     common.claim_output_dir(script_args, args, fingerprint, resume)  # one run per folder
     common.init_deepspeed_comm(args)
     dataset = common.load_dataset(script_args)
+    common.warn_unlike_the_checkpoint(model_args, args)
     model, processor = common.load_training_model(script_args, model_args, args)
     collator = SFTCollator(processor, dataset, args.prompt_template, args.video_settings, args.think_text,
                            args.max_prompt_length, frame_cache=common.frame_cache(script_args),

@@ -35,6 +35,7 @@ def run_trainer(config_class, argv: list[str] | None, prog: str) -> int:
 
     dataset = common.load_dataset(script_args)
     warn_single_span_rewards(dataset, training_args.reward_funcs)
+    common.warn_unlike_the_checkpoint(model_args, training_args)
     model, processor = common.load_training_model(script_args, model_args, training_args)
     trainer = GroundingGRPOTrainer(model, training_args, dataset, processor,
                                    frame_cache=common.frame_cache(script_args),

@@ -357,8 +357,9 @@ def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None 
 
     Raises:
         FileNotFoundError: ``adapter_dir`` has no ``adapter_config.json``.
-        ValueError: no base model is named, the base is a quantized checkpoint, or ``out_dir`` holds an adapter (the
-            merged weights would sit beside it: :func:`check_model_folder`).
+        ValueError: no base model is named, the base is a quantized checkpoint, ``out_dir`` holds an adapter (the
+            merged weights would sit beside it: :func:`check_model_folder`) or any other file (another run's or the
+            base's weights and config would be overwritten, its other files left beside the merged model).
     """
     import json
     from pathlib import Path
@@ -373,6 +374,11 @@ def merge_lora(adapter_dir, out_dir, base: str | None = None, dtype: str | None 
         raise FileNotFoundError(f"{adapter_dir}: no adapter_config.json (not a LoRA checkpoint)")
     if (out_dir / "adapter_config.json").is_file():
         raise ValueError(f"{out_dir} holds a LoRA adapter; write the merged model into a folder of its own")
+    held = sorted(p.name + ("/" if p.is_dir() else "") for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    if held:  # save_pretrained would write over another model's weights and config (a run, the base itself)
+        more = f" and {len(held) - 1} more" if held[1:] else ""
+        raise ValueError(f"{out_dir} already holds files ({held[0]}{more}); the merged model would be written over "
+                         "them: give a new or empty folder")
     base = base or json.loads(config_path.read_text()).get("base_model_name_or_path")
     if not base:
         raise ValueError(f"{config_path} names no base_model_name_or_path; pass the base model")

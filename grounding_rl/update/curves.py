@@ -124,9 +124,19 @@ def draw_curves(runs: dict[str, list[dict]], out: str | os.PathLike) -> Path:
     return Path(out)
 
 
+def _global_step(path: Path) -> int:
+    """``global_step`` of a ``trainer_state.json`` (-1 when unreadable: :func:`read_log_history` then names why)."""
+    try:
+        step = json.loads(path.read_text(encoding="utf-8")).get("global_step")
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return -1
+    return step if isinstance(step, int) else -1
+
+
 def read_log_history(folder: str | os.PathLike) -> list[dict]:
-    """The ``log_history`` of a run folder: its ``trainer_state.json`` (written at the end of a run), else the newest
-    checkpoint's (a run still going or stopped).
+    """The ``log_history`` of a run folder: its ``trainer_state.json`` (written at the end of a run), or the newest
+    checkpoint's where that one is missing (a run still going or stopped) or behind it (a finished run continued with
+    ``--resume_from_checkpoint`` and a larger ``max_steps``, still going or stopped: the top file is the first end's).
 
     Raises:
         UserError: ``folder`` holds no ``trainer_state.json`` (nor a checkpoint with one), the file is not
@@ -134,13 +144,14 @@ def read_log_history(folder: str | os.PathLike) -> list[dict]:
     """
     folder = Path(folder)
     path = folder / "trainer_state.json"
-    if not path.is_file():
-        checkpoints = sorted((p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
-                             key=lambda p: int(p.name.rsplit("-", 1)[1]) if p.name.rsplit("-", 1)[1].isdigit() else -1)
-        if not checkpoints:
-            raise UserError(f"{folder}: no trainer_state.json (nor a checkpoint-* holding one): not a training run's "
-                            "folder, or it has not saved yet")
-        path = checkpoints[-1] / "trainer_state.json"
+    checkpoints = sorted((p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
+                         key=lambda p: int(p.name.rsplit("-", 1)[1]) if p.name.rsplit("-", 1)[1].isdigit() else -1)
+    if not path.is_file() and not checkpoints:
+        raise UserError(f"{folder}: no trainer_state.json (nor a checkpoint-* holding one): not a training run's "
+                        "folder, or it has not saved yet")
+    newest = checkpoints[-1] / "trainer_state.json" if checkpoints else None
+    if newest is not None and (not path.is_file() or _global_step(newest) > _global_step(path)):
+        path = newest
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
         history = state["log_history"]
