@@ -34,6 +34,11 @@ export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 DEMO_CONFIG="$(cd "$ROOT/configs" && pwd -P)/demo_grpo.yaml"
 CONFIG="$DEMO_CONFIG"
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then CONFIG="$1"; shift; fi
+for arg in "$@"; do  # `grounding-rl train`'s form: here it would train the demo's config after building its warm start
+  case "$arg" in --config|--config=*)
+    echo "train.sh: the config is the first argument, not $arg: scripts/train.sh CONFIG [--key value ...]" >&2; exit 2;;
+  esac
+done
 [ -f "$CONFIG" ] || { echo "train.sh: no such config: $CONFIG (relative paths start in $PWD)" >&2; exit 2; }
 
 "$PY" -m grounding_rl.cli tiny-model --from-config "$CONFIG" "$@"

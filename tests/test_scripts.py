@@ -70,6 +70,18 @@ def test_scripts_keep_the_callers_folder(tmp_path):
             assert not lines, f"{script.name} changes folder: {lines}"
 
 
+def test_train_sh_refuses_grounding_rl_trains_config_flag(tmp_path):
+    """``scripts/train.sh --config X.yaml`` (the form ``grounding-rl train`` takes) is one line, exit 2, before
+    anything runs (it went on with the demo's config, building its data and SFT warm start first)."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    for flag in (["--config", "configs/tiny_real_clips.yaml"], ["--config=configs/tiny_real_clips.yaml"]):
+        proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "train.sh"), *flag, "--max_steps", "2"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            f"train.sh: the config is the first argument, not {flag[0]}: scripts/train.sh CONFIG [--key value ...]"]
+        assert not any(tmp_path.iterdir())  # no demo data, no warm start
+
+
 @pytest.mark.slow
 def test_gpu_check_dry_run_writes_every_stage(tmp_path, shared):
     """scripts/gpu_check.sh --dry-run: every stage of the GPU check runs on the CPU with tiny shapes and lands in the
