@@ -505,6 +505,17 @@ CASES = {
     "infer: --gt after the clip's end (was drawn nowhere)": (
         lambda d: [*INFER(d, "tiny"), "--gt", "20", "30", "--plot", str(d / "gt.png")],
         ["--gt 1 of 1 (20 30) starts at or after the end of ", "mmaction2_eye_makeup.avi (6.56 s): nothing of it"]),
+    # ---- the lead: the rest of the training-side audit (rows below this line) ----
+    "plot: the same run given twice (was drawn as two runs)": (
+        lambda d: ["plot", str(d / "folder"), str(d / "folder") + "/", "--out", str(d / "c.png")],
+        ["folder/ is given twice; name each run once"]),
+    "demo-data: --min-duration below 3 (its folder was made first, then a rerun refused)": (
+        lambda d: ["demo-data", "--out", str(d / "dd"), "--min-duration", "2"],
+        ["need 3 <= min_duration <= max_duration, got 2.0"]),
+    "check: a rollout threshold with --skip-rollout (parsed, changed nothing)": (
+        lambda d: ["check", "--config", str(REPO_ROOT / "configs" / "demo_grpo.yaml"), "--skip-rollout",
+                   "--check-threshold-mean", "0.5"],
+        ["--check-threshold-mean judges the rollout check, which --skip-rollout leaves out; drop one"]),
 }
 
 
@@ -740,3 +751,11 @@ def _in_milliseconds(d: Path) -> str:
     rows = [json.loads(line) for line in Path(shared("data", "videos", "annotations.jsonl")).read_text().splitlines()]
     return _file(d / "ms.jsonl", "".join(json.dumps({**r, **{k: 1000 * r[k] for k in ("start", "end", "duration")}})
                                          + "\n" for r in rows))
+
+
+def test_demo_data_refuses_its_durations_before_writing(tmp_path, capsys):
+    """``demo-data --min-duration 2``: refused before its folder is made (it made ``videos/`` first, and the rerun
+    with good values was then refused as a folder holding files demo-data did not write)."""
+    assert cli(["demo-data", "--out", str(tmp_path / "dd"), "--min-duration", "2"]) == 2
+    assert "need 3 <= min_duration <= max_duration" in capsys.readouterr().err
+    assert not (tmp_path / "dd").exists()

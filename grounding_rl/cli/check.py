@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--data and --video: give one")
     if own.limit < 1:
         raise UserError(f"--limit must be ≥ 1 (got {own.limit})")
+    thresholds = [f"--check-threshold-{name}" for name in ("mean", "token", "share")
+                  if getattr(own, f"check_threshold_{name}") is not None]
+    if own.skip_rollout and thresholds:  # they judge the rollout check (d) only
+        raise UserError(f"{thresholds[0]} judges the rollout check, which --skip-rollout leaves out; drop one")
     if own.json is not None:
         from pathlib import Path
 

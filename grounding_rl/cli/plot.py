@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from grounding_rl.errors import UserError
+
 
 def main(argv: list[str] | None = None) -> int:
     from grounding_rl.eval.report import plot_path
@@ -21,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(plot_path(args.out, "--out"))
     histories = {}
+    resolved = [Path(run).resolve() for run in args.runs]
+    twice = next((run for i, run in enumerate(args.runs) if resolved[i] in resolved[:i]), None)
+    if twice is not None:  # it would be drawn twice, as two runs
+        raise UserError(f"{twice} is given twice; name each run once")
     for run in args.runs:
         label = Path(run).resolve().name
         while label in histories:  # two runs of the same folder name: keep both

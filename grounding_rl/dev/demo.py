@@ -345,6 +345,7 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     Raises:
         UserError: ``out`` holds files demo-data did not write and ``overwrite`` is false (before anything is
             written).
+        ValueError: durations :func:`clip_spec` refuses (before anything is written).
     """
     from tqdm import tqdm
 
@@ -353,6 +354,7 @@ def generate_demo(out: str | Path, num_train: int = NUM_TRAIN, num_test: int = N
     from grounding_rl.dev.written import claim_folder, record_folder
 
     out = Path(out)
+    clip_spec(seed, "train", 0, min_duration, max_duration, time_code, long, multi_span)  # its ValueError: before writing
     before = claim_folder(out, RECORD, overwrite, "demo-data", unrecorded=earlier_output)
     (out / "videos").mkdir(parents=True, exist_ok=True)
     began = time.time()
