@@ -214,3 +214,17 @@ def test_each_answering_mode_setting_is_declared_once_and_reaches_every_command(
         "zoom_margin must be ≥ 0 (got -1)", "zoom_spend must be one of fps, resolution (got 'x')"]
     assert CropTool.problems(CropToolArguments(max_tool_calling_iterations=-1), None) == [
         "max_tool_calling_iterations must be ≥ 0 (got -1)"]
+
+
+def test_a_prompt_longer_than_max_prompt_length_is_the_users_one_line():
+    """The settings' mistake is a UserError (one line, exit 2; it was a traceback, exit 1, after the model loaded) and
+    still a ValueError where the multi-turn rollout catches one."""
+    from grounding_rl.errors import UserError, user_message
+    from grounding_rl.prompts.preprocessing import check_prompt_length
+
+    check_prompt_length(4096, 4096, "sample 3")  # at the limit: fine
+    with pytest.raises(UserError) as caught:
+        check_prompt_length(5000, 4096, "sample 3 (qid x, a.mp4)")
+    assert isinstance(caught.value, ValueError)
+    assert user_message(caught.value).startswith("sample 3 (qid x, a.mp4): prompt is 5000 tokens, more than "
+                                                 "max_prompt_length 4096; prompts are never truncated")

@@ -351,6 +351,11 @@ def build_inputs(processor, queries: list[str], videos: list[SampledVideo], temp
     return features
 
 
+class PromptTooLongError(UserError, ValueError):
+    """A prompt longer than ``max_prompt_length``: the user's settings (one line, exit 2, as any
+    :class:`grounding_rl.errors.UserError`), and a ``ValueError`` where callers catch one."""
+
+
 def check_prompt_length(length: int, limit: int | None, sample: str) -> None:
     """The one prompt-length rule of GRPO and SFT: a prompt longer than ``max_prompt_length`` tokens is an error, never
     a truncation (truncating would cut video tokens). ``limit`` None: no limit.
@@ -361,10 +366,11 @@ def check_prompt_length(length: int, limit: int | None, sample: str) -> None:
         sample: how to name the sample in the message, e.g. ``"sample 3 (qid x, a.mp4)"``.
 
     Raises:
-        ValueError: ``"sample 3 (qid x, a.mp4): prompt is 5000 tokens, more than max_prompt_length 4096; …"``.
+        PromptTooLongError: ``"sample 3 (qid x, a.mp4): prompt is 5000 tokens, more than max_prompt_length 4096;
+            …"`` (a :class:`grounding_rl.errors.UserError` and a ``ValueError``).
     """
     if limit is not None and length > limit:
-        raise ValueError(f"{sample}: prompt is {length} tokens, more than max_prompt_length {limit}; prompts are never "
+        raise PromptTooLongError(f"{sample}: prompt is {length} tokens, more than max_prompt_length {limit}; prompts are never "
                          "truncated (that would cut video tokens): lower video_fps / video_max_pixels / "
                          "video_total_pixels (video_total_tokens) or raise max_prompt_length")
 
