@@ -74,3 +74,14 @@ def load_yaml(path: str | os.PathLike):
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise UserError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+
+
+def key_lines(path: str | os.PathLike) -> dict[str, int]:
+    """The 1-based line of each top-level key of the YAML mapping in ``path``, from PyYAML's own node marks
+    (``yaml.compose``: quoted and flow-style keys as the loader reads them); ``{}`` when the document is not a mapping.
+    Read after :func:`load_yaml` accepted the file (its errors are the user's messages)."""
+    with open(path, encoding="utf-8-sig") as handle:
+        node = yaml.compose(handle, Loader=yaml.SafeLoader)
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(key.value): key.start_mark.line + 1 for key, _ in reversed(node.value)}  # the first of a repeat

@@ -131,7 +131,7 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
             config that is not UTF-8, not valid YAML (with the line), repeats a key (the key and both lines,
             :func:`grounding_rl.yaml_files.load_yaml`) or is not a mapping.
     """
-    from grounding_rl.yaml_files import load_yaml
+    from grounding_rl.yaml_files import key_lines, load_yaml
 
     removed = removed_keys()
     dests = {action.dest for action in parser._actions if action.dest != "help"}
@@ -140,7 +140,7 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
         config = load_yaml(config_path)
         if config is not None and not isinstance(config, dict):
             raise UserError(f"{config_path}: a config must be a YAML mapping of 'key: value' lines")
-        lines = _key_lines(config_path)
+        lines = key_lines(config_path)
         for key in config or {}:
             if key != "env" and key not in dests:
                 where = f"{config_path}:{lines[str(key)]}" if str(key) in lines else config_path
@@ -157,22 +157,14 @@ def _check_keys(parser, config_path: str | None, argv: list[str]) -> None:
                             f"command line: unknown option {flag}{_closest(flag, options)}")
 
 
-def _key_lines(config_path: str) -> dict[str, int]:
-    """The 1-based line of each top-level key of the YAML file ``config_path`` (its first, for a repeated key)."""
-    lines = {}
-    for number, line in enumerate(Path(config_path).read_text(encoding="utf-8-sig").splitlines(), 1):
-        key = line.split(":", 1)[0]
-        if ":" in line and key.strip() and key == key.lstrip() and not key.startswith(("#", "-")):
-            lines.setdefault(key.strip().strip("'\""), number)
-    return lines
-
-
 def _origin(text: str, config_path: str | None, argv: list[str]) -> str:
     """Where the setting a message names first was given, for the message's prefix: ``command line`` when it is one of
     ``argv``'s ``--key`` overrides (they win over the YAML), ``FILE:LINE`` when it is a key of the config file, else
     the config file (``command line`` without one)."""
+    from grounding_rl.yaml_files import key_lines
+
     given = {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--") and arg != "--config"}
-    lines = _key_lines(config_path) if config_path else {}
+    lines = key_lines(config_path) if config_path else {}
     for word in re.findall(r"\w+", text):
         if word in given:
             return "command line"
